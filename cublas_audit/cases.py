@@ -1,0 +1,188 @@
+"""The plan: `Case` records from the CLI's grid, with stable case ids.
+
+A case id names one cuBLAS / cuBLASLt call; it is the NVTX range the probe opens around the call
+and the key that ties ncu's launches, the timings and the table rows together. Ids only use
+`[A-Za-z0-9._-]`, so they are safe in file names, NVTX filters and regexes.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from cublas_audit.errors import AuditError
+from cublas_audit.table import APIS, MODES
+
+DEFAULT_SIZES = (256, 512, 1024, 2048, 4096, 8192)
+DEFAULT_BATCHES = (4, 8, 16)
+PLAN_FILE = "plan.json"
+
+LOOP_ROUTINE = "sgemm-loop"
+_SAFE_LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+_SHAPE = re.compile(r"^(\d+)x(\d+)x(\d+)$")
+
+# Bytes per element of A/B and of C, per mode: what the probe allocates.
+ELEMENT_BYTES = {"fp32": (4, 4), "tf32": (4, 4), "bf16x": (4, 4), "fp16": (2, 2), "bf16": (2, 2)}
+
+
+@dataclass(frozen=True, order=True)
+class Case:
+    """One GEMM call: C (m x n) = A (m x k) @ B (k x n), column-major, `batch` times."""
+
+    api: str
+    mode: str
+    m: int
+    n: int
+    k: int
+    batch: int
+    transa: str = "n"
+    transb: str = "n"
+    loop: bool = False
+
+    @property
+    def routine(self) -> str:
+        if self.loop:
+            return LOOP_ROUTINE
+        if self.api == "cublasLt":
+            return "cublasLtMatmul"
+        if self.mode == "fp32":
+            return "cublasSgemm" if self.batch == 1 else "cublasSgemmStridedBatched"
+        return "cublasGemmEx" if self.batch == 1 else "cublasGemmStridedBatchedEx"
+
+    @property
+    def case_id(self) -> str:
+        api = "loop" if self.loop else self.api
+        return f"{api}.{self.mode}.{self.m}x{self.n}x{self.k}.b{self.batch}.{self.transa}{self.transb}"
+
+    @property
+    def profiled(self) -> bool:
+        """Loop companions are only timed: their kernel is the single call's."""
+        return not self.loop
+
+    @property
+    def flops(self) -> float:
+        return 2.0 * self.m * self.n * self.k * self.batch
+
+    @property
+    def bytes_needed(self) -> int:
+        ab, c = ELEMENT_BYTES[self.mode]
+        return self.batch * (ab * (self.m * self.k + self.k * self.n) + c * self.m * self.n)
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "case_id": self.case_id, "routine": self.routine}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Case:
+        fields = {k: data[k] for k in ("api", "mode", "m", "n", "k", "batch")}
+        return cls(
+            **fields,
+            transa=data.get("transa", "n"),
+            transb=data.get("transb", "n"),
+            loop=bool(data.get("loop", False)),
+        )
+
+
+def parse_int_list(text: str, what: str) -> list[int]:
+    """'256,512' -> [256, 512]; anything that is not a positive integer is a one-line error."""
+    values = []
+    for item in _items(text, what):
+        if not item.isdigit() or int(item) <= 0:
+            raise AuditError(f"{what}: {item!r} is not a positive integer")
+        values.append(int(item))
+    return sorted(set(values))
+
+
+def parse_shapes(text: str) -> list[tuple[int, int, int]]:
+    shapes = []
+    for item in _items(text, "--shapes"):
+        match = _SHAPE.match(item.lower())
+        if match is None or any(int(g) <= 0 for g in match.groups()):
+            raise AuditError(f"--shapes: {item!r} is not MxNxK with positive integers")
+        m, n, k = (int(g) for g in match.groups())
+        shapes.append((m, n, k))
+    return shapes
+
+
+def parse_choices(text: str, what: str, allowed: Sequence[str]) -> list[str]:
+    chosen = []
+    for item in _items(text, what):
+        match = next((a for a in allowed if a.lower() == item.lower()), None)
+        if match is None:
+            raise AuditError(f"{what}: unknown value {item!r} (choose from {', '.join(allowed)})")
+        if match not in chosen:
+            chosen.append(match)
+    return chosen
+
+
+def parse_modes(text: str) -> list[str]:
+    return parse_choices(text, "--modes", MODES)
+
+
+def parse_apis(text: str) -> list[str]:
+    return parse_choices(text, "--api", APIS)
+
+
+def check_label(label: str) -> str:
+    if not _SAFE_LABEL.match(label) or label in (".", ".."):
+        raise AuditError(
+            f"--gpu-label: {label!r} is not a safe file name "
+            "(use letters, digits, '.', '_' or '-', at most 64 characters)"
+        )
+    return label
+
+
+def label_from_gpu_name(gpu_name: str) -> str:
+    """'NVIDIA H100 80GB HBM3' -> 'h100'; 'NVIDIA GeForce RTX 5090' -> '5090'."""
+    words = [w for w in re.split(r"[^A-Za-z0-9]+", gpu_name) if w]
+    skip = {"nvidia", "geforce", "rtx", "tesla", "quadro", "pcie", "sxm", "sxm5", "hbm3", "hbm3e"}
+    meaningful = [w for w in words if w.lower() not in skip and not re.fullmatch(r"\d+gb", w.lower())]
+    label = (meaningful[0] if meaningful else "gpu").lower()
+    return check_label(label)
+
+
+def _items(text: str, what: str) -> list[str]:
+    items = [item.strip() for item in text.split(",") if item.strip()]
+    if not items:
+        raise AuditError(f"{what}: empty list")
+    return items
+
+
+def build_plan(
+    *,
+    sizes: Iterable[int],
+    shapes: Iterable[tuple[int, int, int]] = (),
+    batches: Iterable[int],
+    modes: Iterable[str],
+    apis: Iterable[str],
+    single: bool,
+    batched: bool,
+) -> list[Case]:
+    """The grid of cases, smallest problems first so that an out-of-memory case comes last."""
+    problems = sorted({(s, s, s) for s in sizes} | set(shapes))
+    batch_counts = ([1] if single else []) + ([b for b in batches if b > 1] if batched else [])
+    if not batch_counts:
+        raise AuditError("nothing to run: both --no-single and --no-batched were given")
+    cases: list[Case] = []
+    for m, n, k in problems:
+        for batch in batch_counts:
+            for mode in modes:
+                for api in apis:
+                    cases.append(Case(api, mode, m, n, k, batch))
+                if batch > 1 and mode == "fp32" and "cublas" in apis:
+                    cases.append(Case("cublas", mode, m, n, k, batch, loop=True))
+    return cases
+
+
+def write_plan(cases: Sequence[Case], path: Path) -> None:
+    path.write_text(json.dumps([c.to_json() for c in cases], indent=1) + "\n")
+
+
+def read_plan(path: Path) -> list[Case]:
+    try:
+        return [Case.from_json(item) for item in json.loads(path.read_text())]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise AuditError(f"{path}: not a cublas-audit plan ({exc})") from exc

@@ -1,0 +1,19 @@
+"""The one error type the CLI turns into a one-line message and a non-zero exit."""
+
+
+class AuditError(Exception):
+    """A user-facing failure: bad input, missing tool, no permission. Its text is the message."""
+
+    exit_code = 2
+
+
+class ToolMissingError(AuditError):
+    """ncu, a GPU, or a Python package the command needs is not available here."""
+
+    exit_code = 3
+
+
+class InterruptedSweepError(AuditError):
+    """The sweep was stopped before all cases finished; what finished is on disk."""
+
+    exit_code = 130
