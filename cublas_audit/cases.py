@@ -56,7 +56,9 @@ class Case:
     @property
     def case_id(self) -> str:
         api = "loop" if self.loop else self.api
-        return f"{api}.{self.mode}.{self.m}x{self.n}x{self.k}.b{self.batch}.{self.transa}{self.transb}"
+        return (
+            f"{api}.{self.mode}.{self.m}x{self.n}x{self.k}.b{self.batch}.{self.transa}{self.transb}"
+        )
 
     @property
     def profiled(self) -> bool:
@@ -139,7 +141,9 @@ def label_from_gpu_name(gpu_name: str) -> str:
     """'NVIDIA H100 80GB HBM3' -> 'h100'; 'NVIDIA GeForce RTX 5090' -> '5090'."""
     words = [w for w in re.split(r"[^A-Za-z0-9]+", gpu_name) if w]
     skip = {"nvidia", "geforce", "rtx", "tesla", "quadro", "pcie", "sxm", "sxm5", "hbm3", "hbm3e"}
-    meaningful = [w for w in words if w.lower() not in skip and not re.fullmatch(r"\d+gb", w.lower())]
+    meaningful = [
+        w for w in words if w.lower() not in skip and not re.fullmatch(r"\d+gb", w.lower())
+    ]
     label = (meaningful[0] if meaningful else "gpu").lower()
     return check_label(label)
 

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import functools
 import json
+import sys
 from collections.abc import Callable
-from enum import Enum
+from enum import StrEnum
+from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
 
 import typer
@@ -24,12 +26,12 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 
-class TextOrJson(str, Enum):
+class TextOrJson(StrEnum):
     text = "text"
     json = "json"
 
 
-class MdOrJson(str, Enum):
+class MdOrJson(StrEnum):
     md = "md"
     json = "json"
 
@@ -65,3 +67,141 @@ def env_command(
         print_json(info.to_json())
     else:
         typer.echo(environment.describe(info))
+
+
+@app.command("sweep")
+@one_line_errors
+def sweep_command(
+    single: bool = typer.Option(True, "--single/--no-single", help="Non-batched calls (batch 1)."),
+    batched: bool = typer.Option(True, "--batched/--no-batched", help="Strided-batched calls."),
+    sizes: str = typer.Option(
+        "256,512,1024,2048,4096,8192", help="Square sizes M=N=K, comma-separated."
+    ),
+    shapes: str = typer.Option("", help="Extra non-square problems, e.g. 4096x1024x512,..."),
+    batches: str = typer.Option("4,8,16", help="Batch counts for the batched calls."),
+    modes: str = typer.Option("fp32", help="Compute modes: fp32, tf32, bf16x, fp16, bf16."),
+    api: str = typer.Option(
+        "cublas,cublasLt", "--api", help="cublas (classic calls), cublasLt, or both."
+    ),
+    gpu_label: str | None = typer.Option(
+        None, help="Label of this GPU in tables and paths [default: from its name]."
+    ),
+    out: Path | None = typer.Option(
+        None, help="Run directory [default: reports/<label>/<timestamp>/]."
+    ),
+    resume: Path | None = typer.Option(
+        None, help="Finish an interrupted sweep in this run directory."
+    ),
+    profile: bool = typer.Option(
+        True, "--profile/--no-profile", help="Profile under ncu (else only time)."
+    ),
+    reference: bool = typer.Option(
+        True,
+        "--reference/--no-reference",
+        help="Time and profile the bundled reference kernel (FP32).",
+    ),
+    ncu: str | None = typer.Option(
+        None, help="Path of the ncu binary [default: PATH, then /usr/local/cuda/bin]."
+    ),
+    clock_control: str = typer.Option(
+        "none", help="ncu --clock-control: none (leave clocks alone) or base."
+    ),
+    probe_python: str = typer.Option(
+        sys.executable, help="Python interpreter that runs the probe."
+    ),
+    cublas_lib: Path | None = typer.Option(
+        None, help="Directory with the libcublas/libcublasLt to audit."
+    ),
+    probe_env: list[str] = typer.Option(
+        [], help="KEY=VALUE for the probe, e.g. CUBLAS_WORKSPACE_CONFIG=:4096:8 (repeatable)."
+    ),
+    min_reps: int = typer.Option(20, min=20, help="Timed repetitions per call, at least."),
+) -> None:
+    """Run cuBLAS / cuBLASLt calls across sizes under ncu and write a dispatch table."""
+    from cublas_audit import cases as plan
+    from cublas_audit import environment, sweep
+    from cublas_audit.profile import CLOCK_CONTROLS, ProbeCommand
+
+    if clock_control not in CLOCK_CONTROLS:
+        raise AuditError(
+            f"--clock-control: {clock_control!r} is not one of {', '.join(CLOCK_CONTROLS)}"
+        )
+    extra_env = sweep.parse_probe_env(probe_env)
+    if resume is not None:
+        case_list, recorded = sweep.resume_cases(resume)
+        label, run_dir = str(recorded.get("gpu_label", "gpu")), resume
+        extra_env = {**recorded.get("probe_env", {}), **extra_env}
+    else:
+        case_list = plan.build_plan(
+            sizes=plan.parse_int_list(sizes, "--sizes") if sizes.strip() else [],
+            shapes=plan.parse_shapes(shapes) if shapes.strip() else [],
+            batches=plan.parse_int_list(batches, "--batches"),
+            modes=plan.parse_modes(modes),
+            apis=plan.parse_apis(api),
+            single=single,
+            batched=batched,
+        )
+        label = plan.check_label(gpu_label) if gpu_label else ""
+    env = environment.collect(ncu)
+    environment.require_gpu(env)
+    ncu_path = environment.require_profiler(env) if profile else None
+    if resume is None:
+        label = label or plan.label_from_gpu_name(env.gpu_name or "")
+        run_dir = out or sweep.default_run_dir(label)
+    probe = ProbeCommand(probe_python, sweep.probe_environment(extra_env, cublas_lib))
+    config = sweep.SweepConfig(
+        cases=case_list,
+        run_dir=run_dir,
+        gpu_label=label,
+        command=sweep.argv_for_record(),
+        ncu=ncu_path,
+        clock_control=clock_control,
+        probe=probe,
+        reference=reference,
+        min_reps=min_reps,
+    )
+    if resume is None:
+        sweep.start_run(config, env, extra_env)
+    frame = _run_with_progress(config)
+    _finish_sweep(config, frame)
+
+
+def _run_with_progress(config: Any) -> Any:
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeRemainingColumn,
+    )
+
+    from cublas_audit import sweep
+
+    console = Console(stderr=True)
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeRemainingColumn(),
+        console=console,
+        transient=False,
+    ) as bar:
+        task = bar.add_task("sweep", total=None)
+
+        hooks = sweep.Progress(
+            start=lambda total: bar.update(task, total=total),
+            current=lambda case_id: bar.update(task, description=case_id),
+            advance=lambda case_id: bar.advance(task),
+            note=lambda message: console.print(f"[yellow]{message}"),
+        )
+        return sweep.run(config, hooks)
+
+
+def _finish_sweep(config: Any, frame: Any) -> None:
+    from cublas_audit.render import write_run_report
+    from cublas_audit.summary import summary
+
+    typer.echo(summary(frame))
+    report = write_run_report(config.run_dir)
+    typer.echo(f"\nrun directory: {config.run_dir}\nreport: {report}")

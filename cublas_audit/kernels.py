@@ -25,7 +25,9 @@ class KernelInfo:
     arch: str = ""
 
 
-_SIMT = re.compile(r"(?:cutlass_(?P<arch>\d+)_)?simt_[sd]gemm_(?P<tile>\d+x\d+)_(?P<stages>\d+x\d+)")
+_SIMT = re.compile(
+    r"(?:cutlass_(?P<arch>\d+)_)?simt_[sd]gemm_(?P<tile>\d+x\d+)_(?P<stages>\d+x\d+)"
+)
 _XMMA = re.compile(
     r"(?:sm(?P<arch>\d+)_)?xmma_gemm.*?tilesize(?P<tile>\d+x\d+x\d+)(?:.*?stage(?P<stages>\d+))?"
 )
@@ -40,7 +42,7 @@ _MAGMA = re.compile(r"magma_(?P<what>[a-zA-Z]*gemm[a-zA-Z]*|Ex)")
 _LEGACY = re.compile(r"\b(?P<gen>maxwell|kepler|sm35|sm50|sm37|volta|turing|ampere)_[a-z]*gemm")
 _LEGACY_TILE = re.compile(r"_(?P<tile>\d+x\d+)_")
 _GEMV = re.compile(r"gemv|gemvx|gemmSN|gemmk1", re.IGNORECASE)
-_SPLITK = re.compile(r"splitKreduce|reduce_kernel|splitk", re.IGNORECASE)
+_SPLITK = re.compile(r"splitKreduce|split_k_kernel|reduce_kernel", re.IGNORECASE)
 _REFERENCE = re.compile(r"cublas_audit_ref|reference_sgemm|tma_sgemm|cpasync_sgemm")
 
 
@@ -72,7 +74,9 @@ def _simt(name: str) -> KernelInfo | None:
         return None
     tile, stages = match["tile"], match["stages"]
     arch = match.groupdict().get("arch") or ""
-    return KernelInfo(name, f"simt_{tile}_{stages}", "simt", tile, stages, f"sm{arch}" if arch else "")
+    return KernelInfo(
+        name, f"simt_{tile}_{stages}", "simt", tile, stages, f"sm{arch}" if arch else ""
+    )
 
 
 def _xmma(name: str) -> KernelInfo | None:

@@ -68,8 +68,10 @@ OPTIONAL_COLUMNS: dict[str, str] = {
     "kernel_short": "str",
     "family": "str",
     "tile": "str",
+    "fma_inst_pct": "float",
     "tensor_pct": "float",
     "ipc": "float",
+    "cycles_active": "float",
     "issue_active_pct": "float",
     "warps_active_pct": "float",
     "dram_pct": "float",
@@ -81,6 +83,7 @@ OPTIONAL_COLUMNS: dict[str, str] = {
     "tflops": "float",
     "ref_time_ms": "float",
     "ref_fma_pct": "float",
+    "ref_kernel": "str",
     "max_rel_err": "float",
     "status": "str",
     "status_detail": "str",
@@ -94,7 +97,10 @@ OPTIONAL_COLUMNS: dict[str, str] = {
 ALL_COLUMNS: dict[str, str] = {**REQUIRED_COLUMNS, **OPTIONAL_COLUMNS}
 CASE_KEY = ("api", "routine", "mode", "m", "n", "k", "batch")
 
-_PANDAS_DTYPES = {"str": "string", "int": "Int64", "float": "Float64"}
+_NUMERIC_DTYPES: dict[str, pd.Int64Dtype | pd.Float64Dtype] = {
+    "int": pd.Int64Dtype(),
+    "float": pd.Float64Dtype(),
+}
 
 
 @dataclass(frozen=True)
@@ -137,7 +143,7 @@ def coerce(frame: pd.DataFrame) -> pd.DataFrame:
         if kind == "str":
             out[column] = out[column].astype("string")
         else:
-            out[column] = pd.to_numeric(out[column]).astype(_PANDAS_DTYPES[kind])
+            out[column] = pd.to_numeric(out[column]).astype(_NUMERIC_DTYPES[kind])
     return out
 
 
@@ -154,7 +160,9 @@ def validate(frame: pd.DataFrame, source: TableSource) -> pd.DataFrame:
     for column in ("m", "n", "k", "batch"):
         bad = frame.index[pd.to_numeric(frame[column]) <= 0]
         if len(bad):
-            raise source.error("size must be a positive integer", _row_number(frame, bad[0]), column)
+            raise source.error(
+                "size must be a positive integer", _row_number(frame, bad[0]), column
+            )
     unknown_modes = frame.index[~frame["mode"].isin(MODES)]
     if len(unknown_modes):
         row = unknown_modes[0]
@@ -183,7 +191,7 @@ def _check_numeric(frame: pd.DataFrame, column: str, kind: str, source: TableSou
 
 def _row_number(frame: pd.DataFrame, index: Any) -> int:
     """1-based data row number as a user sees it in the file (header is row 0)."""
-    return int(frame.index.get_loc(index)) + 1
+    return list(frame.index).index(index) + 1
 
 
 def read_table(path: Path) -> pd.DataFrame:

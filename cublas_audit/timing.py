@@ -1,0 +1,71 @@
+"""Un-profiled timing with CUDA events: warm-up, many repetitions, median, contenders interleaved.
+
+Interleaving (cuBLAS, reference, cuBLAS, reference, ...) makes clock and thermal drift hit every
+contender alike, which is what a fair "is cuBLAS slower than X" verdict needs. CuPy is imported
+inside the functions so that this module imports on machines without a GPU.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+MIN_REPS = 20
+MAX_REPS = 200
+TARGET_SECONDS = 0.25
+WARMUP_CALLS = 2
+
+
+@dataclass(frozen=True)
+class Timing:
+    median_ms: float
+    min_ms: float
+    reps: int
+
+    @property
+    def spread(self) -> float:
+        """How far the median sits above the best run: a noise gauge for this measurement."""
+        return self.median_ms / self.min_ms - 1.0 if self.min_ms > 0 else math.inf
+
+
+def repetitions(estimate_ms: float, min_reps: int = MIN_REPS) -> int:
+    """Enough repetitions for about TARGET_SECONDS of work per contender, within bounds."""
+    if estimate_ms <= 0:
+        return MAX_REPS
+    return max(min_reps, min(MAX_REPS, math.ceil(TARGET_SECONDS * 1e3 / estimate_ms)))
+
+
+def time_interleaved(
+    contenders: Mapping[str, Callable[[], None]], min_reps: int = MIN_REPS
+) -> dict[str, Timing]:
+    """Times each zero-argument launcher on the current stream, round-robin."""
+    import cupy
+
+    stream = cupy.cuda.get_current_stream()
+    for launch in contenders.values():
+        for _ in range(WARMUP_CALLS):
+            launch()
+    stream.synchronize()
+    estimate = max(_one_call_ms(launch, stream) for launch in contenders.values())
+    reps = repetitions(estimate, min_reps)
+    samples: dict[str, list[float]] = {name: [] for name in contenders}
+    for _ in range(reps):
+        for name, launch in contenders.items():
+            samples[name].append(_one_call_ms(launch, stream))
+    return {
+        name: Timing(statistics.median(times), min(times), len(times))
+        for name, times in samples.items()
+    }
+
+
+def _one_call_ms(launch: Callable[[], None], stream: object) -> float:
+    import cupy
+
+    start, stop = cupy.cuda.Event(), cupy.cuda.Event()
+    start.record(stream)
+    launch()
+    stop.record(stream)
+    stop.synchronize()
+    return float(cupy.cuda.get_elapsed_time(start, stop))
