@@ -72,8 +72,12 @@ def env_command(
 @app.command("sweep")
 @one_line_errors
 def sweep_command(
-    single: bool = typer.Option(True, "--single/--no-single", help="Non-batched calls (batch 1)."),
-    batched: bool = typer.Option(True, "--batched/--no-batched", help="Strided-batched calls."),
+    single: bool | None = typer.Option(
+        None, "--single/--no-single", help="Non-batched calls (batch 1) [default: both kinds]."
+    ),
+    batched: bool | None = typer.Option(
+        None, "--batched/--no-batched", help="Strided-batched calls [default: both kinds]."
+    ),
     sizes: str = typer.Option(
         "256,512,1024,2048,4096,8192", help="Square sizes M=N=K, comma-separated."
     ),
@@ -138,8 +142,7 @@ def sweep_command(
             batches=plan.parse_int_list(batches, "--batches"),
             modes=plan.parse_modes(modes),
             apis=plan.parse_apis(api),
-            single=single,
-            batched=batched,
+            **plan.call_kinds(single, batched),
         )
         label = plan.check_label(gpu_label) if gpu_label else ""
     env = environment.collect(ncu)
