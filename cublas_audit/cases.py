@@ -155,12 +155,12 @@ def _items(text: str, what: str) -> list[str]:
     return items
 
 
-def call_kinds(single: bool | None, batched: bool | None) -> dict[str, bool]:
+def call_kinds(single: bool | None, batched: bool | None) -> tuple[bool, bool]:
     """`--batched` alone means batched only, `--single` alone single only, neither means both."""
-    return {
-        "single": single if single is not None else batched is not True,
-        "batched": batched if batched is not None else single is not True,
-    }
+    return (
+        single if single is not None else batched is not True,
+        batched if batched is not None else single is not True,
+    )
 
 
 def build_plan(

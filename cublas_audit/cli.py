@@ -131,6 +131,7 @@ def sweep_command(
             f"--clock-control: {clock_control!r} is not one of {', '.join(CLOCK_CONTROLS)}"
         )
     extra_env = sweep.parse_probe_env(probe_env)
+    run_single, run_batched = plan.call_kinds(single, batched)
     if resume is not None:
         case_list, recorded = sweep.resume_cases(resume)
         label, run_dir = str(recorded.get("gpu_label", "gpu")), resume
@@ -142,7 +143,8 @@ def sweep_command(
             batches=plan.parse_int_list(batches, "--batches"),
             modes=plan.parse_modes(modes),
             apis=plan.parse_apis(api),
-            **plan.call_kinds(single, batched),
+            single=run_single,
+            batched=run_batched,
         )
         label = plan.check_label(gpu_label) if gpu_label else ""
     env = environment.collect(ncu)
