@@ -141,5 +141,5 @@ def _gemv(name: str) -> KernelInfo | None:
 
 def _fallback_short(name: str) -> str:
     """The function name without namespaces, template arguments or parameters."""
-    base = re.split(r"[<(]", name, maxsplit=1)[0]
-    return base.rsplit("::", 1)[-1] or name
+    base = re.split(r"[<(]", name, maxsplit=1)[0].split()
+    return base[-1].rsplit("::", 1)[-1] if base else name
