@@ -38,11 +38,8 @@ def summary(frame: pd.DataFrame) -> str:
 def _cell(row: pd.Series) -> str:
     if row.get("status", "ok") not in ("ok", None) and not pd.isna(row.get("status")):
         return str(row["status"])
-    parts = [
-        str(row["kernel_short"])
-        if "kernel_short" in row and not pd.isna(row["kernel_short"])
-        else "-"
-    ]
+    has_kernel = "kernel_short" in row and not pd.isna(row["kernel_short"])
+    parts = [str(row["kernel_short"])] if has_kernel else []
     if not pd.isna(row.get("fma_pct")):
         parts.append(f"{row['fma_pct']:.0f}%")
     if "tflops" in row and not pd.isna(row["tflops"]):
