@@ -1,0 +1,404 @@
+"""A thin cuBLASLt matmul on `nvmath.bindings.cublasLt`: the heuristic's candidates and a launcher.
+
+Column-major, no transposes: C (m x n) = A (m x k) @ B (k x n), `batch` times with strided
+batches. The probe's memory layout is A (batch, k, m), B (batch, n, k), C (batch, n, m) in
+C order, i.e. lda = m, ldb = k, ldc = m and batch strides m*k, k*n, m*n elements.
+
+Nothing GPU-related is imported at module level (nvmath and cupy load on first use), so the
+package imports on a machine without CUDA.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass, field
+from types import ModuleType, TracebackType
+from typing import Any
+
+from cublas_audit.errors import ToolMissingError
+
+DEFAULT_WORKSPACE_BYTES = 32 * 1024 * 1024
+
+# mode -> (cudaDataType of A/B/C, cublasComputeType): DESIGN.md's modes. The scale type (alpha,
+# beta) is R_32F in every mode because every mode accumulates in FP32.
+MODE_TYPES = {
+    "fp32": ("CUDA_R_32F", "COMPUTE_32F"),
+    "tf32": ("CUDA_R_32F", "COMPUTE_32F_FAST_TF32"),
+    "bf16x": ("CUDA_R_32F", "COMPUTE_32F_FAST_16BF"),
+    "fp16": ("CUDA_R_16F", "COMPUTE_32F"),
+    "bf16": ("CUDA_R_16BF", "COMPUTE_32F"),
+}
+ELEMENT_BYTES = {"CUDA_R_32F": 4, "CUDA_R_16F": 2, "CUDA_R_16BF": 2}
+# cuBLASLt never assumes more than 256-byte alignment; telling it less than the truth only
+# hides candidates, telling it more makes them fail.
+MAX_ALIGNMENT = 256
+
+# Largest accepted normwise relative error ||C - ref||_F / ||ref||_F against a float64 product of
+# the same stored inputs: a few units of the mode's input rounding (tf32, bf16x) or output
+# rounding (fp16, bf16) for N(0, 1) data; a wrong kernel is off by order one.
+NORMWISE_TOLERANCE = {"fp32": 1e-5, "tf32": 4e-3, "bf16x": 3e-2, "fp16": 4e-3, "bf16": 3e-2}
+# How each mode's A/B/C live in cupy: bf16 as the upper halves of float32 bits (uint16), because
+# cupy has no bfloat16 dtype.
+STORAGE = {
+    "fp32": "float32",
+    "tf32": "float32",
+    "bf16x": "float32",
+    "fp16": "float16",
+    "bf16": "uint16",
+}
+
+_handles: dict[int, int] = {}
+
+
+@dataclass
+class LtCandidate:
+    """One heuristic result: the raw algo struct and its decoded configuration.
+
+    Attributes the library does not report (an older cuBLASLt, an attribute not set for this
+    algorithm) are None.
+    """
+
+    index: int
+    algo: Any = field(repr=False)  # numpy array of one cublasLtMatmulAlgo_t
+    algo_id: int | None
+    tile: str | None
+    stages: str | None
+    split_k: int | None
+    reduction_scheme: str | None
+    cta_swizzling: int | None
+    cluster_shape: str | None
+    custom_option: int | None
+    inner_shape: int | None
+    workspace_bytes: int
+    waves_count: float
+
+    def attributes(self) -> dict[str, Any]:
+        """Everything but the raw struct: what a table row or a repro needs."""
+        return {
+            "index": self.index,
+            "algo_id": self.algo_id,
+            "tile": self.tile,
+            "stages": self.stages,
+            "split_k": self.split_k,
+            "reduction_scheme": self.reduction_scheme,
+            "cta_swizzling": self.cta_swizzling,
+            "cluster_shape": self.cluster_shape,
+            "custom_option": self.custom_option,
+            "inner_shape": self.inner_shape,
+            "workspace_bytes": self.workspace_bytes,
+            "waves_count": self.waves_count,
+        }
+
+
+def bindings() -> ModuleType:
+    """`nvmath.bindings.cublasLt`, or a ToolMissingError naming the extra that installs it."""
+    try:
+        from nvmath.bindings import cublasLt as module
+    except ImportError as exc:
+        raise ToolMissingError(
+            "nvmath-python is not installed: pip install 'cublas-audit[gpu]'"
+        ) from exc
+    lt: ModuleType = module
+    return lt
+
+
+def handle() -> int:
+    """One cuBLASLt handle per device, kept for the process: creating one costs milliseconds."""
+    import cupy
+
+    device = cupy.cuda.runtime.getDevice()
+    if device not in _handles:
+        _handles[device] = int(bindings().create())
+    return _handles[device]
+
+
+def _enum_value(name: str) -> int:
+    import nvmath
+    from nvmath.bindings import cublas
+
+    if name.startswith("CUDA_"):
+        return int(nvmath.CudaDataType[name])
+    return int(cublas.ComputeType[name])
+
+
+def _alignment(*values: int) -> int:
+    """Largest power of two dividing every pointer / stride in bytes, at most MAX_ALIGNMENT."""
+    combined = 0
+    for value in values:
+        combined = math.gcd(combined, value)
+    if combined == 0:
+        return MAX_ALIGNMENT
+    return min(MAX_ALIGNMENT, combined & -combined)
+
+
+class LtGemm:
+    """Descriptors, layouts and workspace for one problem; `heuristics()` and `run()` on them."""
+
+    def __init__(
+        self,
+        mode: str,
+        m: int,
+        n: int,
+        k: int,
+        batch: int,
+        a_ptr: int,
+        b_ptr: int,
+        c_ptr: int,
+        workspace_bytes: int = DEFAULT_WORKSPACE_BYTES,
+        stream: int = 0,
+    ) -> None:
+        if mode not in MODE_TYPES:
+            raise ValueError(f"unknown mode {mode!r} (choose from {', '.join(MODE_TYPES)})")
+        import cupy
+        import numpy
+
+        self.lt = bindings()
+        self.mode, self.m, self.n, self.k, self.batch = mode, m, n, k, batch
+        self.ptrs = (a_ptr, b_ptr, c_ptr)
+        self.stream = stream
+        self.workspace_bytes = workspace_bytes
+        self.handle = handle()
+        self._desc: int | None = None
+        self._layouts: list[int] = []
+        self._pref: int | None = None
+        self._default: LtCandidate | None = None
+        self.alpha = numpy.ones(1, dtype=numpy.float32)
+        self.beta = numpy.zeros(1, dtype=numpy.float32)
+        self.workspace = cupy.cuda.alloc(workspace_bytes) if workspace_bytes > 0 else None
+        try:
+            self._create_descriptors()
+        except Exception:
+            self.close()
+            raise
+
+    # ----- set-up --------------------------------------------------------------------------------
+    def _create_descriptors(self) -> None:
+        data_name, compute_name = MODE_TYPES[self.mode]
+        data_type = _enum_value(data_name)
+        self._desc = int(
+            self.lt.matmul_desc_create(_enum_value(compute_name), _enum_value("CUDA_R_32F"))
+        )
+        m, n, k = self.m, self.n, self.k
+        # (rows, cols, ld) of A, B, C; D is C (in place, beta = 0).
+        for rows, cols in ((m, k), (k, n), (m, n)):
+            layout = int(self.lt.matrix_layout_create(data_type, rows, cols, rows))
+            self._layouts.append(layout)
+            if self.batch > 1:
+                self._set_layout(layout, "BATCH_COUNT", self.batch)
+                self._set_layout(layout, "STRIDED_BATCH_OFFSET", rows * cols)
+        self._pref = int(self.lt.matmul_preference_create())
+        self._set_pref("MAX_WORKSPACE_BYTES", self.workspace_bytes)
+        item = ELEMENT_BYTES[data_name]
+        strides = (m * k * item, k * n * item, m * n * item)
+        lds = (m * item, k * item, m * item)
+        names = ("MIN_ALIGNMENT_A_BYTES", "MIN_ALIGNMENT_B_BYTES", "MIN_ALIGNMENT_C_BYTES")
+        for name, ptr, stride, ld in zip(names, self.ptrs, strides, lds, strict=True):
+            self._set_pref(name, _alignment(ptr, stride if self.batch > 1 else 0, ld))
+        self._set_pref("MIN_ALIGNMENT_D_BYTES", _alignment(self.ptrs[2], strides[2], lds[2]))
+
+    def _set_layout(self, layout: int, name: str, value: int) -> None:
+        attr = self.lt.MatrixLayoutAttribute[name]
+        buf = _scalar(self.lt.get_matrix_layout_attribute_dtype(attr), value)
+        self.lt.matrix_layout_set_attribute(layout, attr, buf.ctypes.data, buf.nbytes)
+
+    def _set_pref(self, name: str, value: int) -> None:
+        attr = self.lt.MatmulPreferenceAttribute[name]
+        buf = _scalar(self.lt.get_matmul_preference_attribute_dtype(attr), value)
+        self.lt.matmul_preference_set_attribute(self._pref, attr, buf.ctypes.data, buf.nbytes)
+
+    # ----- heuristic -----------------------------------------------------------------------------
+    def heuristics(self, limit: int) -> list[LtCandidate]:
+        """The heuristic's candidates, best first: index 0 is what cuBLASLt runs by default."""
+        import numpy
+
+        results = numpy.zeros(max(1, limit), dtype=self.lt.matmul_heuristic_result_dtype)
+        count = numpy.zeros(1, dtype=numpy.int32)
+        a, b, c = self._layouts
+        self.lt.matmul_algo_get_heuristic(
+            self.handle,
+            self._desc,
+            a,
+            b,
+            c,
+            c,
+            self._pref,
+            len(results),
+            results.ctypes.data,
+            count.ctypes.data,
+        )
+        return [self._candidate(i, results[i : i + 1]) for i in range(int(count[0]))]
+
+    def _candidate(self, index: int, result: Any) -> LtCandidate:
+        import numpy
+
+        # A private copy of the struct: its pointer stays valid for as long as the candidate.
+        algo = numpy.ascontiguousarray(result["algo"]).copy()
+        get = functools.partial(algo_config_get, self.lt, algo)
+        return LtCandidate(
+            index=index,
+            algo=algo,
+            algo_id=get("ID"),
+            tile=_enum_name(self.lt, "MatmulTile", get("TILE_ID"), "TILE_"),
+            stages=_enum_name(self.lt, "MatmulStages", get("STAGES_ID"), "STAGES_"),
+            split_k=get("SPLITK_NUM"),
+            reduction_scheme=_enum_name(self.lt, "ReductionScheme", get("REDUCTION_SCHEME"), ""),
+            cta_swizzling=get("CTA_SWIZZLING"),
+            cluster_shape=_enum_name(self.lt, "ClusterShape", get("CLUSTER_SHAPE_ID"), "SHAPE_"),
+            custom_option=get("CUSTOM_OPTION"),
+            inner_shape=get("INNER_SHAPE_ID"),
+            workspace_bytes=int(result["workspace_size"][0]),
+            waves_count=float(result["waves_count"][0]),
+        )
+
+    def default(self) -> LtCandidate:
+        """The heuristic's own pick (a limit-1 query), cached: what `run(None)` launches."""
+        if self._default is None:
+            found = self.heuristics(1)
+            if not found:
+                raise RuntimeError("cuBLASLt heuristic returned no algorithm for this problem")
+            self._default = found[0]
+        return self._default
+
+    # ----- launch --------------------------------------------------------------------------------
+    def run(self, candidate: LtCandidate | None = None) -> None:
+        """Launches one cublasLtMatmul on the stream (asynchronous), C = A @ B."""
+        chosen = candidate if candidate is not None else self.default()
+        if chosen.workspace_bytes > self.workspace_bytes:
+            raise ValueError(
+                f"candidate needs {chosen.workspace_bytes} workspace bytes, "
+                f"{self.workspace_bytes} allowed"
+            )
+        a, b, c = self._layouts
+        a_ptr, b_ptr, c_ptr = self.ptrs
+        self.lt.matmul(
+            self.handle,
+            self._desc,
+            self.alpha.ctypes.data,
+            a_ptr,
+            a,
+            b_ptr,
+            b,
+            self.beta.ctypes.data,
+            c_ptr,
+            c,
+            c_ptr,
+            c,
+            chosen.algo.ctypes.data,
+            self.workspace.ptr if self.workspace is not None else 0,
+            self.workspace_bytes,
+            self.stream,
+        )
+
+    # ----- clean-up ------------------------------------------------------------------------------
+    def close(self) -> None:
+        """Frees the descriptors; the handle stays cached for the next problem."""
+        for layout in self._layouts:
+            self.lt.matrix_layout_destroy(layout)
+        self._layouts = []
+        if self._pref is not None:
+            self.lt.matmul_preference_destroy(self._pref)
+            self._pref = None
+        if self._desc is not None:
+            self.lt.matmul_desc_destroy(self._desc)
+            self._desc = None
+        self.workspace = None
+
+    def __enter__(self) -> LtGemm:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+def algo_config_get(lt: ModuleType, algo: Any, name: str) -> int | None:
+    """One MatmulAlgoConfigAttribute of an algo struct; None where this cuBLASLt lacks it."""
+    import numpy
+
+    attr = getattr(lt.MatmulAlgoConfigAttribute, name, None)
+    if attr is None:
+        return None
+    try:
+        buf = numpy.zeros(1, dtype=lt.get_matmul_algo_config_attribute_dtype(attr))
+        written = numpy.zeros(1, dtype=numpy.uint64)
+        lt.matmul_algo_config_get_attribute(
+            algo.ctypes.data, attr, buf.ctypes.data, buf.nbytes, written.ctypes.data
+        )
+    except Exception:  # an attribute this library version rejects: unknown, not fatal
+        return None
+    return int(buf[0])
+
+
+def _enum_name(lt: ModuleType, enum_name: str, value: int | None, prefix: str) -> str | None:
+    """MatmulTile 18 -> '128x128'; an id this binding does not know keeps its number."""
+    if value is None:
+        return None
+    enum = getattr(lt, enum_name, None)
+    try:
+        name = str(enum(value).name) if enum is not None else str(value)
+    except ValueError:
+        return str(value)
+    return name.removeprefix(prefix)
+
+
+def _scalar(dtype: Any, value: int) -> Any:
+    import numpy
+
+    return numpy.array([value], dtype=dtype)
+
+
+# ----- operands in the layout LtGemm expects (cupy arrays) ----------------------------------------
+def operands(mode: str, m: int, n: int, k: int, batch: int, seed: int = 0) -> tuple[Any, Any, Any]:
+    """Random N(0, 1) A (batch, k, m), B (batch, n, k) and a NaN-filled C (batch, n, m)."""
+    import cupy
+
+    rng = cupy.random.default_rng(seed)
+    a = _stored(rng.standard_normal((batch, k, m), dtype=cupy.float32), mode)
+    b = _stored(rng.standard_normal((batch, n, k), dtype=cupy.float32), mode)
+    c = cupy.empty((batch, n, m), dtype=STORAGE[mode])
+    poison(c, mode)
+    return a, b, c
+
+
+def poison(c: Any, mode: str) -> None:
+    """Fills C with NaN, so that a kernel that writes nothing fails the check on stale data."""
+    import cupy
+
+    c.fill(0x7FC0 if STORAGE[mode] == "uint16" else cupy.nan)
+
+
+def as_float64(values: Any, mode: str) -> Any:
+    import cupy
+
+    if STORAGE[mode] == "uint16":
+        return (values.astype(cupy.uint32) << 16).view(cupy.float32).astype(cupy.float64)
+    return values.astype(cupy.float64)
+
+
+def reference(a: Any, b: Any, mode: str) -> Any:
+    """The float64 product of the stored inputs, as C (batch, n, m): column-major C = A @ B."""
+    return as_float64(b, mode) @ as_float64(a, mode)
+
+
+def normwise_error(c: Any, ref: Any, mode: str) -> float:
+    """||C - ref||_F / ||ref||_F, with NaN / Inf anywhere in C reading as infinitely wrong."""
+    import cupy
+
+    got = as_float64(c, mode)
+    if not bool(cupy.isfinite(got).all()):
+        return math.inf
+    return float(cupy.linalg.norm(got - ref) / max(float(cupy.linalg.norm(ref)), 1e-300))
+
+
+def _stored(values: Any, mode: str) -> Any:
+    import cupy
+
+    if STORAGE[mode] == "uint16":  # round to nearest even into the upper 16 bits
+        bits = values.view(cupy.uint32)
+        return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(cupy.uint16)
+    return values.astype(STORAGE[mode])
