@@ -37,7 +37,7 @@ MAX_ALIGNMENT = 256
 # Largest accepted normwise relative error ||C - ref||_F / ||ref||_F against a float64 product of
 # the same stored inputs: a few units of the mode's input rounding (tf32, bf16x) or output
 # rounding (fp16, bf16) for N(0, 1) data; a wrong kernel is off by order one.
-NORMWISE_TOLERANCE = {"fp32": 1e-5, "tf32": 4e-3, "bf16x": 3e-2, "fp16": 4e-3, "bf16": 3e-2}
+NORMWISE_TOLERANCE = {"fp32": 3e-5, "tf32": 4e-3, "bf16x": 3e-2, "fp16": 4e-3, "bf16": 3e-2}
 # How each mode's A/B/C live in cupy: bf16 as the upper halves of float32 bits (uint16), because
 # cupy has no bfloat16 dtype.
 STORAGE = {
@@ -372,27 +372,36 @@ def poison(c: Any, mode: str) -> None:
     c.fill(0x7FC0 if STORAGE[mode] == "uint16" else cupy.nan)
 
 
-def as_float64(values: Any, mode: str) -> Any:
+def widen(values: Any, dtype: str = "float64") -> Any:
+    """Stored values as floats; uint16 holds bf16 bits (STORAGE), every other dtype is numeric."""
     import cupy
 
-    if STORAGE[mode] == "uint16":
-        return (values.astype(cupy.uint32) << 16).view(cupy.float32).astype(cupy.float64)
-    return values.astype(cupy.float64)
+    if values.dtype == cupy.uint16:
+        values = (values.astype(cupy.uint32) << 16).view(cupy.float32)
+    return values.astype(dtype)
 
 
-def reference(a: Any, b: Any, mode: str) -> Any:
+def reference(a: Any, b: Any) -> Any:
     """The float64 product of the stored inputs, as C (batch, n, m): column-major C = A @ B."""
-    return as_float64(b, mode) @ as_float64(a, mode)
+    return widen(b) @ widen(a)
 
 
-def normwise_error(c: Any, ref: Any, mode: str) -> float:
-    """||C - ref||_F / ||ref||_F, with NaN / Inf anywhere in C reading as infinitely wrong."""
+def normwise_error(got: Any, want: Any) -> float:
+    """||got - want||_F / ||want||_F over all batches; NaN / Inf in `got` is infinitely wrong.
+
+    Works one batch entry at a time in float32, so that an 8192^2 x 16 output needs no full-size
+    float64 temporaries.
+    """
     import cupy
 
-    got = as_float64(c, mode)
-    if not bool(cupy.isfinite(got).all()):
-        return math.inf
-    return float(cupy.linalg.norm(got - ref) / max(float(cupy.linalg.norm(ref)), 1e-300))
+    diff_sq = want_sq = 0.0
+    for got_i, want_i in zip(got, want, strict=True):
+        g, w = widen(got_i, "float32"), widen(want_i, "float32")
+        if not bool(cupy.isfinite(g).all()):
+            return math.inf
+        diff_sq += float(cupy.linalg.norm(g - w)) ** 2
+        want_sq += float(cupy.linalg.norm(w)) ** 2
+    return math.sqrt(diff_sq / want_sq) if want_sq > 0 else math.sqrt(diff_sq)
 
 
 def _stored(values: Any, mode: str) -> Any:
