@@ -210,3 +210,64 @@ def _finish_sweep(config: Any, frame: Any) -> None:
     typer.echo(summary(frame))
     report = write_run_report(config.run_dir)
     typer.echo(f"\nrun directory: {config.run_dir}\nreport: {report}")
+
+
+@app.command("candidates")
+@one_line_errors
+def candidates_command(
+    single: bool | None = typer.Option(
+        None, "--single/--no-single", help="Non-batched calls (batch 1) [default: both kinds]."
+    ),
+    batched: bool | None = typer.Option(
+        None, "--batched/--no-batched", help="Strided-batched calls [default: both kinds]."
+    ),
+    sizes: str = typer.Option(
+        "256,512,1024,2048,4096,8192", help="Square sizes M=N=K, comma-separated."
+    ),
+    shapes: str = typer.Option("", help="Extra non-square problems, e.g. 4096x1024x512,..."),
+    batches: str = typer.Option("4,8,16", help="Batch counts for the batched calls."),
+    modes: str = typer.Option("fp32", help="Compute modes: fp32, tf32, bf16x, fp16, bf16."),
+    limit: int = typer.Option(32, min=1, help="Heuristic candidates per case, at most."),
+    threshold: float = typer.Option(
+        0.10, min=0.0, help="Flag a case when the best candidate beats the default by this much."
+    ),
+    min_reps: int = typer.Option(20, min=20, help="Timed repetitions per candidate, at least."),
+    workspace_mib: int = typer.Option(32, min=0, help="Workspace a candidate may use, MiB."),
+    format: MdOrJson = typer.Option(MdOrJson.md, "--format", help="Output format."),
+    out: Path | None = typer.Option(
+        None, help="Directory for candidates.csv and candidates.log [default: none]."
+    ),
+) -> None:
+    """Time every algorithm cuBLASLt's heuristic offers: is its default the fastest?"""
+    from cublas_audit import candidates, environment
+    from cublas_audit import cases as plan
+
+    run_single, run_batched = plan.call_kinds(single, batched)
+    case_list = plan.build_plan(
+        sizes=plan.parse_int_list(sizes, "--sizes") if sizes.strip() else [],
+        shapes=plan.parse_shapes(shapes) if shapes.strip() else [],
+        batches=plan.parse_int_list(batches, "--batches"),
+        modes=plan.parse_modes(modes),
+        apis=["cublasLt"],
+        single=run_single,
+        batched=run_batched,
+    )
+    environment.require_gpu(environment.collect())
+    frame = candidates.run_candidates(
+        case_list,
+        out,
+        limit,
+        threshold=threshold,
+        min_reps=min_reps,
+        workspace_bytes=workspace_mib * 1024 * 1024,
+        progress=lambda line: typer.echo(line, err=True),
+    )
+    if format is MdOrJson.json:
+        print_json(
+            {
+                "candidates": frame.astype(object).where(frame.notna(), None).to_dict("records"),
+                "findings": candidates.find_better_candidates(frame, threshold),
+            }
+        )
+    else:
+        typer.echo(candidates.render_markdown(frame, threshold))
