@@ -1,0 +1,596 @@
+"""The bundled reference FP32 SGEMM: specialize, compile with CuPy, launch, check, time, tune.
+
+Layout is the probe's (column-major, cuBLAS "nn"): for a problem (m, n, k, batch), `a` is a float32
+CuPy array of shape (batch, k, m), `b` (batch, n, k) and `c` (batch, n, m), all C-contiguous.
+
+Each problem gets a source with M, N, K, BATCH and the tile parameters as #defines, compiled once
+per process (and once per machine: CuPy keeps compiled cubins in its kernel cache, keyed by the
+full source). GPUs of compute capability 9.0 and newer run the TMA kernel
+(reference_kernels/sgemm_tma.cu); older ones, and sizes TMA cannot describe (M or K not a multiple
+of 4), the cp.async kernel. Tile shapes come from a per-architecture strategy table
+(cublas_audit/data/strategy_sm<cc>.json) that `cublas-audit reference --tune` writes.
+
+CuPy, cuda-bindings and numpy are imported inside the functions: this module imports anywhere.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import json
+import math
+import statistics
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from cublas_audit.errors import AuditError, ToolMissingError
+
+KERNEL_DIR = Path(__file__).resolve().parent.parent / "reference_kernels"
+DATA_DIR = Path(__file__).resolve().parent / "data"
+KERNEL_NAMES = {"tma": "cublas_audit_ref_tma_sgemm", "cpasync": "cublas_audit_ref_cpasync_sgemm"}
+SOURCES = {"tma": "sgemm_tma.cu", "cpasync": "sgemm_cpasync.cu"}
+COMMON_HEADER = "sgemm_common.cuh"
+TOLERANCE = 1e-5  # normwise relative error; FP32 accumulation over K=8192 lands near 1e-6
+CHECK_COLUMNS = 64  # output columns per batch entry compared with float64 beyond CHECK_FULL
+CHECK_FULL = 2048 * 2048  # outputs per batch entry up to which every column is compared
+
+
+@dataclass(frozen=True)
+class Config:
+    """One specialization's tile parameters (the kernel's #defines besides the problem size)."""
+
+    kernel: str = "tma"
+    bm: int = 128
+    bn: int = 128
+    bk: int = 16
+    tm: int = 16
+    tn: int = 8
+    stages: int = 4
+    splitk: int = 1
+    swizzle: int = 8
+    min_blocks: int = 1
+    vec: int = 4
+
+    @property
+    def threads(self) -> int:
+        return 32 * (self.bm // (8 * self.tm)) * (self.bn // (4 * self.tn))
+
+    @property
+    def smem_bytes(self) -> int:
+        """Dynamic shared memory: the ring, then (TMA) one mbarrier and one counter per stage."""
+        ring = self.stages * 4 * (self.bm + self.bn) * self.bk
+        return ring + (16 * self.stages if self.kernel == "tma" else 0)
+
+    def label(self) -> str:
+        extra = f" splitk{self.splitk}" if self.splitk > 1 else ""
+        vec = " vec1" if self.vec == 1 else ""
+        return (
+            f"{self.kernel} {self.bm}x{self.bn}x{self.bk} t{self.tm}x{self.tn} "
+            f"s{self.stages} w{self.swizzle}{extra}{vec}"
+        )
+
+    def problems(self) -> list[str]:
+        """What makes the tile unusable, independent of the problem size (empty if fine)."""
+        why = []
+        if self.kernel not in KERNEL_NAMES:
+            why.append(f"kernel {self.kernel!r} is not one of {', '.join(KERNEL_NAMES)}")
+        if self.tm % 4 or self.bk % 4 or self.bm % (8 * self.tm) or self.bn % (4 * self.tn):
+            why.append(
+                "tile must hold whole 8x4-lane warps of TMxTN, with TM and BK multiples of 4"
+            )
+        if self.kernel == "tma" and max(self.bm, self.bn, self.bk) > 256:
+            why.append("TMA boxes are at most 256 elements a side")
+        if (
+            self.kernel == "cpasync"
+            and self.threads
+            and (
+                (self.bm * self.bk // self.vec) % self.threads
+                or (self.bn * self.bk // self.vec) % self.threads
+            )
+        ):
+            why.append("cp.async chunks must split evenly over the threads")
+        if not 0 < self.threads <= 1024:
+            why.append(f"{self.threads} threads per block")
+        return why
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Config:
+        known = {f: data[f] for f in cls.__dataclass_fields__ if f in data}
+        return cls(**known)
+
+
+# ----- strategy tables ---------------------------------------------------------------------------
+
+
+def arch_of(cc: str) -> str:
+    """'9.0', '90' or 'sm_90' -> '90'."""
+    digits = cc.removeprefix("sm_").replace(".", "")
+    if not digits.isdigit() or len(digits) < 2:
+        raise AuditError(f"not a compute capability: {cc!r}")
+    return digits
+
+
+def table_path(cc: str) -> Path:
+    """The shipped table for this architecture: its own, else the newest older one shipped."""
+    arch = int(arch_of(cc))
+    shipped = sorted(
+        (int(p.stem.removeprefix("strategy_sm")), p) for p in DATA_DIR.glob("strategy_sm*.json")
+    )
+    usable = [path for number, path in shipped if number <= arch]
+    if not usable:
+        raise AuditError(f"no reference strategy table for sm_{arch} in {DATA_DIR}")
+    return usable[-1]
+
+
+@functools.lru_cache(maxsize=16)
+def load_table(path: Path) -> tuple[tuple[int, int, Config], ...]:
+    """(size, batch, config) entries of a strategy table file."""
+    try:
+        data = json.loads(path.read_text())
+        return tuple(
+            (int(e["size"]), int(e["batch"]), Config.from_json(e["config"]))
+            for e in data["entries"]
+        )
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise AuditError(f"unreadable strategy table {path}: {exc}") from exc
+
+
+def strategy_for(cc: str, m: int, n: int, k: int, batch: int, table: Path | None = None) -> Config:
+    """The table's nearest entry (size first, then batch, on a log scale), fitted to the problem."""
+    entries = load_table(table or table_path(cc))
+    if not entries:
+        raise AuditError("empty reference strategy table")
+    size = max(m, n)
+
+    def distance(entry: tuple[int, int, Config]) -> tuple[float, float]:
+        return (abs(math.log2(entry[0] / size)), abs(math.log2(entry[1] / batch)))
+
+    return fit(min(entries, key=distance)[2], cc, m, n, k)
+
+
+def fit(config: Config, cc: str, m: int, n: int, k: int) -> Config:
+    """Adapts a tile to the GPU and problem: kernel family, copy width, split-K that has work."""
+    tma_ok = int(arch_of(cc)) >= 90 and m % 4 == 0 and k % 4 == 0
+    kernel = "tma" if config.kernel == "tma" and tma_ok else "cpasync"
+    vec = 4 if m % 4 == 0 and k % 4 == 0 else 1
+    k_tiles = -(-k // config.bk)
+    splitk = max(1, min(config.splitk, k_tiles))
+    fitted = replace(config, kernel=kernel, vec=vec, splitk=splitk)
+    if kernel == "cpasync":
+        # ptxas spills the cp.async kernel's address arithmetic under a 2-blocks register cap, and
+        # with 4-byte copies next to a 16x8 register tile.
+        fitted = replace(fitted, min_blocks=1)
+        if vec == 1 and fitted.tm > 8:
+            fitted = replace(fitted, bm=128, bn=128, tm=8, tn=8, stages=3)
+    if fitted.problems():  # a TMA tile may not split evenly into cp.async chunks: use a safe one
+        fitted = replace(FALLBACK, vec=vec, splitk=splitk)
+    return fitted
+
+
+FALLBACK = Config(kernel="cpasync", bm=64, bn=64, bk=16, tm=8, tn=4, stages=3)
+
+
+# ----- source and compilation --------------------------------------------------------------------
+
+
+def source_for(config: Config, m: int, n: int, k: int, batch: int) -> str:
+    """A self-contained source: the problem's #defines, then the kernel with its header inlined
+    (inlined rather than #included so that CuPy's cache key, the source text, changes with it)."""
+    values = {
+        "M": m,
+        "N": n,
+        "K": k,
+        "BATCH": batch,
+        "BM": config.bm,
+        "BN": config.bn,
+        "BK": config.bk,
+        "TM": config.tm,
+        "TN": config.tn,
+        "STAGES": config.stages,
+        "SPLITK": config.splitk,
+        "SWIZZLE": config.swizzle,
+        "MIN_BLOCKS": config.min_blocks,
+        "VEC": config.vec,
+    }
+    defines = "".join(f"#define {name} {value}\n" for name, value in values.items())
+    header = (KERNEL_DIR / COMMON_HEADER).read_text()
+    body = (KERNEL_DIR / SOURCES[config.kernel]).read_text()
+    return defines + body.replace(f'#include "{COMMON_HEADER}"', header)
+
+
+@functools.lru_cache(maxsize=256)
+def _kernel(source: str, name: str, smem_bytes: int) -> Any:
+    import cupy
+
+    # CuPy adds -arch=sm_<cc> (cubin) itself; TMA and mbarrier need only plain sm_90.
+    module = cupy.RawModule(code=source, options=("-std=c++17",))
+    kernel = module.get_function(name)
+    if smem_bytes > 48 * 1024:  # above 48 KB a kernel must opt in to more dynamic shared memory
+        kernel.max_dynamic_shared_size_bytes = smem_bytes
+    return kernel
+
+
+def _require_gpu() -> Any:
+    try:
+        import cupy
+    except ImportError as exc:
+        raise ToolMissingError(f"the reference kernel needs cupy ({exc})") from exc
+    try:
+        if cupy.cuda.runtime.getDeviceCount() < 1:
+            raise ToolMissingError("the reference kernel needs a CUDA GPU; none is visible")
+    except cupy.cuda.runtime.CUDARuntimeError as exc:
+        raise ToolMissingError(f"the reference kernel needs a CUDA GPU: {exc}") from exc
+    return cupy
+
+
+def device_cc() -> str:
+    return str(_require_gpu().cuda.Device().compute_capability)
+
+
+# ----- launch ------------------------------------------------------------------------------------
+
+
+def prepare(
+    m: int, n: int, k: int, batch: int, a: Any, b: Any, c: Any, config: Config | None = None
+) -> Callable[[], None]:
+    """A zero-argument launcher computing c = a x b on the current CuPy stream."""
+    cupy = _require_gpu()
+    _check_operands(m, n, k, batch, a, b, c)
+    cc = device_cc()
+    config = fit(config, cc, m, n, k) if config else strategy_for(cc, m, n, k, batch)
+    limit = cupy.cuda.Device().attributes["MaxSharedMemoryPerBlockOptin"]
+    if config.smem_bytes > limit:
+        raise AuditError(f"{config.label()} needs {config.smem_bytes} B of shared memory > {limit}")
+    kernel = _kernel(
+        source_for(config, m, n, k, batch), KERNEL_NAMES[config.kernel], config.smem_bytes
+    )
+    tiles = -(-m // config.bm) * -(-n // config.bn)
+    grid, block = (tiles, config.splitk, batch), (config.threads,)
+    if config.kernel == "tma":
+        args: tuple[Any, ...] = (
+            _tensor_map(a.data.ptr, (m, k, batch), (config.bm, config.bk)),
+            _tensor_map(b.data.ptr, (k, n, batch), (config.bk, config.bn)),
+            c,
+        )
+    else:
+        args = (a, b, c)
+    zero_first = config.splitk > 1  # split-K partial sums are added atomically into C
+    nbytes = c.nbytes
+
+    def launch() -> None:
+        if zero_first:
+            stream = cupy.cuda.get_current_stream().ptr
+            cupy.cuda.runtime.memsetAsync(c.data.ptr, 0, nbytes, stream)
+        kernel(grid, block, args, shared_mem=config.smem_bytes)
+
+    return launch
+
+
+def _check_operands(m: int, n: int, k: int, batch: int, a: Any, b: Any, c: Any) -> None:
+    for name, array, shape in (
+        ("a", a, (batch, k, m)),
+        ("b", b, (batch, n, k)),
+        ("c", c, (batch, n, m)),
+    ):
+        if tuple(array.shape) != shape or array.dtype.name != "float32":
+            raise AuditError(f"{name}: expected float32 {shape}, got {array.dtype} {array.shape}")
+        if not array.flags.c_contiguous:
+            raise AuditError(f"{name}: must be C-contiguous")
+
+
+def _tensor_map(ptr: int, dims: tuple[int, int, int], box: tuple[int, int]) -> Any:
+    """A 3-D FP32 tensor map (rows, columns, batch) of a column-major batch, as the 128 raw bytes
+    that the kernel's __grid_constant__ parameter takes by value (a one-element numpy array is
+    passed by value by CuPy's launcher)."""
+    import numpy
+
+    try:
+        from cuda.bindings import driver
+    except ImportError as exc:
+        raise ToolMissingError(f"the TMA reference kernel needs cuda-bindings ({exc})") from exc
+    rows, cols, _ = dims
+    strides = (rows * 4, rows * cols * 4)  # bytes, of dims 1 and 2
+    err, tmap = driver.cuTensorMapEncodeTiled(
+        driver.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT32,
+        3,
+        ptr,
+        [driver.cuuint64_t(d) for d in dims],
+        [driver.cuuint64_t(s) for s in strides],
+        [driver.cuuint32_t(x) for x in (*box, 1)],
+        [driver.cuuint32_t(1)] * 3,
+        driver.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
+        driver.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_NONE,
+        driver.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+        driver.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
+    )
+    if err != driver.CUresult.CUDA_SUCCESS:
+        raise AuditError(f"cuTensorMapEncodeTiled{(dims, box)} failed: {err}")
+    raw = ctypes.string_at(tmap.getPtr(), 128)
+    return numpy.frombuffer(raw, dtype=numpy.dtype((numpy.void, 128))).copy()
+
+
+# ----- correctness -------------------------------------------------------------------------------
+
+
+def random_operands(m: int, n: int, k: int, batch: int, seed: int | None = None) -> tuple[Any, ...]:
+    """Fresh standard-normal A and B (never zeros) and a NaN-poisoned C, in the probe's layout."""
+    cupy = _require_gpu()
+    rng = cupy.random.default_rng(seed)
+    a = rng.standard_normal((batch, k, m), dtype=cupy.float32)
+    b = rng.standard_normal((batch, n, k), dtype=cupy.float32)
+    c = cupy.full((batch, n, m), cupy.nan, dtype=cupy.float32)
+    return a, b, c
+
+
+def relative_error(a: Any, b: Any, c: Any, seed: int = 0) -> float:
+    """max over batch entries of ||C - A.B||_F / ||A.B||_F against float64, NaN if any output
+    element is not finite (the output was poisoned with NaN: an unwritten element shows).
+    Large outputs compare CHECK_COLUMNS random columns per entry; small ones compare all."""
+    cupy = _require_gpu()
+    if not bool(cupy.isfinite(c).all()):
+        return math.nan
+    batch, n, m = c.shape
+    rng = cupy.random.default_rng(seed)
+    worst = 0.0
+    for i in range(batch):
+        cols = (
+            cupy.arange(n)
+            if m * n <= CHECK_FULL
+            else rng.choice(n, size=min(n, CHECK_COLUMNS), replace=False)
+        )
+        # Rows of b[i] are columns of B, rows of c[i] columns of C: C[:, cols]^T = B[:, cols]^T A^T.
+        exact = b[i][cols].astype(cupy.float64) @ a[i].astype(cupy.float64)
+        diff = c[i][cols].astype(cupy.float64) - exact
+        worst = max(worst, float(cupy.linalg.norm(diff) / cupy.linalg.norm(exact)))
+    return worst
+
+
+def checked(launch: Callable[[], None], a: Any, b: Any, c: Any) -> float:
+    """Poisons c, runs the launcher once and returns its relative error."""
+    cupy = _require_gpu()
+    c.fill(cupy.nan)
+    launch()
+    cupy.cuda.get_current_stream().synchronize()
+    return relative_error(a, b, c)
+
+
+# ----- cuBLAS and comparison ---------------------------------------------------------------------
+
+
+class _CublasCall:
+    """cublasSgemm (batch 1) or cublasSgemmStridedBatched on the same arrays, alpha 1, beta 0,
+    host pointer mode; holds the host scalars for as long as the launcher lives."""
+
+    def __init__(self, m: int, n: int, k: int, batch: int, a: Any, b: Any, c: Any) -> None:
+        import numpy
+
+        cupy = _require_gpu()
+        from cupy_backends.cuda.libs import cublas
+
+        self.cublas = cublas
+        self.handle = cupy.cuda.device.get_cublas_handle()
+        cublas.setPointerMode(self.handle, cublas.CUBLAS_POINTER_MODE_HOST)
+        self.scalars = numpy.array([1.0, 0.0], dtype=numpy.float32)
+        self.shape = (m, n, k, batch)
+        self.pointers = (a.data.ptr, b.data.ptr, c.data.ptr)
+
+    def __call__(self) -> None:
+        blas, (m, n, k, batch), (pa, pb, pc) = self.cublas, self.shape, self.pointers
+        alpha = self.scalars.ctypes.data
+        beta = alpha + 4
+        op_n = blas.CUBLAS_OP_N
+        if batch == 1:
+            blas.sgemm(self.handle, op_n, op_n, m, n, k, alpha, pa, m, pb, k, beta, pc, m)
+            return
+        blas.sgemmStridedBatched(
+            self.handle,
+            op_n,
+            op_n,
+            m,
+            n,
+            k,
+            alpha,
+            pa,
+            m,
+            m * k,
+            pb,
+            k,
+            k * n,
+            beta,
+            pc,
+            m,
+            m * n,
+            batch,
+        )
+
+
+def cublas_launcher(
+    m: int, n: int, k: int, batch: int, a: Any, b: Any, c: Any
+) -> Callable[[], None]:
+    return _CublasCall(m, n, k, batch, a, b, c)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One problem: the reference against cuBLAS, timed interleaved (median of >= 20)."""
+
+    m: int
+    n: int
+    k: int
+    batch: int
+    config: str
+    ref_ms: float
+    cublas_ms: float
+    ref_error: float
+    cublas_error: float
+
+    @property
+    def efficiency(self) -> float:
+        """cuBLAS time / reference time: above 1 the reference is faster."""
+        return self.cublas_ms / self.ref_ms
+
+    @property
+    def ref_tflops(self) -> float:
+        return 2e-9 * self.m * self.n * self.k * self.batch / self.ref_ms
+
+    @property
+    def cublas_tflops(self) -> float:
+        return 2e-9 * self.m * self.n * self.k * self.batch / self.cublas_ms
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            **asdict(self),
+            "efficiency": self.efficiency,
+            "ref_tflops": self.ref_tflops,
+            "cublas_tflops": self.cublas_tflops,
+        }
+
+
+def compare(
+    m: int, n: int, k: int, batch: int, config: Config | None = None, min_reps: int = 20
+) -> Comparison:
+    """Checks both contenders on fresh random inputs, then times them interleaved."""
+    from cublas_audit.timing import time_interleaved
+
+    a, b, c = random_operands(m, n, k, batch)
+    ref_c = c.copy()
+    cc = device_cc()
+    chosen = fit(config, cc, m, n, k) if config else strategy_for(cc, m, n, k, batch)
+    ref = prepare(m, n, k, batch, a, b, ref_c, chosen)
+    blas = cublas_launcher(m, n, k, batch, a, b, c)
+    ref_error, blas_error = checked(ref, a, b, ref_c), checked(blas, a, b, c)
+    if not ref_error <= TOLERANCE:
+        raise AuditError(
+            f"reference {chosen.label()} wrong at {m}x{n}x{k} batch {batch}: "
+            f"relative error {ref_error:.3g} > {TOLERANCE:g}"
+        )
+    times = time_interleaved({"ref": ref, "cublas": blas}, min_reps)
+    return Comparison(
+        m,
+        n,
+        k,
+        batch,
+        chosen.label(),
+        times["ref"].median_ms,
+        times["cublas"].median_ms,
+        ref_error,
+        blas_error,
+    )
+
+
+# ----- tuning ------------------------------------------------------------------------------------
+
+
+def candidates(cc: str, m: int, n: int, k: int, batch: int) -> list[Config]:
+    """The tile space searched for one problem on this architecture, fitted and deduplicated."""
+    kernel = "tma" if int(arch_of(cc)) >= 90 else "cpasync"
+    tiles = [
+        (256, 128, 16, 16, 8, 4, 1),
+        (128, 256, 16, 16, 8, 4, 1),
+        (256, 128, 32, 16, 8, 3, 1),
+        (128, 128, 16, 16, 8, 4, 1),
+        (128, 128, 32, 16, 8, 4, 1),
+        (128, 128, 16, 8, 8, 4, 2),
+        (128, 64, 16, 8, 8, 4, 2),
+        (64, 64, 16, 8, 4, 4, 1),
+    ]
+    work = m * n * batch
+    splits = [1, 2, 4, 8] if work <= 1024 * 1024 * 4 else [1]
+    found: dict[Config, None] = {}
+    for bm, bn, bk, tm, tn, stages, min_blocks in tiles:
+        for splitk in splits:
+            for swizzle in (8, 16) if work >= 4096 * 4096 else (8,):
+                raw = Config(kernel, bm, bn, bk, tm, tn, stages, splitk, swizzle, min_blocks)
+                found[fit(raw, cc, m, n, k)] = None
+    return list(found)
+
+
+def time_alone(launch: Callable[[], None], reps: int = 10) -> float:
+    """Median ms of `reps` CUDA-event-timed calls after one discarded call (tuning only)."""
+    cupy = _require_gpu()
+    stream = cupy.cuda.get_current_stream()
+    samples = []
+    for _ in range(reps + 1):
+        start, stop = cupy.cuda.Event(), cupy.cuda.Event()
+        start.record(stream)
+        launch()
+        stop.record(stream)
+        stop.synchronize()
+        samples.append(float(cupy.cuda.get_elapsed_time(start, stop)))
+    return statistics.median(samples[1:])
+
+
+def tune_problem(
+    m: int, n: int, k: int, batch: int, deadline: float, log: Callable[[str], None]
+) -> Config | None:
+    """The fastest correct candidate for one problem, searched until `deadline` (time.monotonic)."""
+    cc = device_cc()
+    a, b, c = random_operands(m, n, k, batch)
+    best: tuple[float, Config] | None = None
+    for config in candidates(cc, m, n, k, batch):
+        if time.monotonic() > deadline:
+            log(f"  time budget spent at {m}x{n}x{k} batch {batch}")
+            break
+        try:
+            launch = prepare(m, n, k, batch, a, b, c, config)
+            error = checked(launch, a, b, c)
+            if not error <= TOLERANCE:
+                log(f"  {config.label()}: WRONG, relative error {error:.3g}")
+                continue
+            ms = time_alone(launch)
+        except Exception as exc:  # one failing tile must not stop the search
+            log(f"  {config.label()}: failed: {type(exc).__name__}: {exc}".splitlines()[0])
+            continue
+        log(f"  {config.label()}: {ms:.4f} ms")
+        if best is None or ms < best[0]:
+            best = (ms, config)
+    return best[1] if best else None
+
+
+def tune(
+    sizes: Sequence[int], batches: Sequence[int], budget_s: float, log: Callable[[str], None]
+) -> dict[str, Any]:
+    """A strategy table for this GPU: the fastest tile per (size, batch), square problems."""
+    deadline = time.monotonic() + budget_s
+    entries = []
+    for size in sizes:
+        for batch in batches:
+            log(f"tuning {size}^3 batch {batch}")
+            best = tune_problem(size, size, size, batch, deadline, log)
+            if best is not None:
+                entries.append({"size": size, "batch": batch, "config": best.to_json()})
+    return {
+        "arch": f"sm_{device_cc()}",
+        "source": "cublas-audit reference --tune",
+        "entries": entries,
+    }
+
+
+def write_table(table: dict[str, Any], out: Path | None) -> Path:
+    path = out or DATA_DIR / f"strategy_{table['arch'].replace('_', '')}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(table, indent=1) + "\n")
+    load_table.cache_clear()
+    return path
+
+
+def comparisons(
+    sizes: Iterable[int], batches: Iterable[int], log: Callable[[str], None]
+) -> list[Comparison]:
+    """compare() over a grid of square problems; a failing problem is logged and skipped."""
+    rows = []
+    for size in sizes:
+        for batch in batches:
+            try:
+                rows.append(compare(size, size, size, batch))
+            except AuditError:
+                raise
+            except Exception as exc:
+                log(f"{size} batch {batch}: {type(exc).__name__}: {exc}".splitlines()[0])
+    return rows

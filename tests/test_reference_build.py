@@ -1,0 +1,87 @@
+"""Every shipped reference-kernel variant compiles with nvcc, and ptxas spills no registers.
+
+A variant is a strategy-table tile fitted to a problem the way `reference.prepare` fits it: an
+aligned size (4096), a ragged one that TMA still describes (1000) and one that forces 4-byte
+cp.async copies (1023). TMA variants build for sm_90a and sm_120; cp.async ones for sm_89, sm_90a
+and sm_120. CPU only: skipped where nvcc is absent.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from cublas_audit import reference
+
+NVCC = shutil.which("nvcc") or (
+    "/usr/local/cuda/bin/nvcc" if Path("/usr/local/cuda/bin/nvcc").exists() else None
+)
+pytestmark = pytest.mark.skipif(NVCC is None, reason="nvcc not found")
+
+TARGETS = {
+    "tma": ["arch=compute_90a,code=sm_90a", "arch=compute_120,code=sm_120"],
+    "cpasync": [
+        "arch=compute_89,code=sm_89",
+        "arch=compute_90a,code=sm_90a",
+        "arch=compute_120,code=sm_120",
+    ],
+}
+PROBLEMS = [(4096, 4096, 4096, 8), (1000, 1000, 1000, 3), (1023, 1023, 1023, 3)]
+SPILLS = re.compile(r"(\d+) bytes spill stores, (\d+) bytes spill loads")
+REGISTERS = re.compile(r"Used (\d+) registers")
+
+
+def shipped_variants() -> dict[str, tuple[str, reference.Config]]:
+    """Distinct specialized sources (keyed by source text) of every shipped table entry."""
+    variants: dict[str, tuple[str, reference.Config]] = {}
+    for table in sorted(reference.DATA_DIR.glob("strategy_sm*.json")):
+        arch = table.stem.removeprefix("strategy_sm")
+        for _size, _batch, config in reference.load_table(table):
+            for m, n, k, batch in PROBLEMS:
+                fitted = reference.fit(config, arch, m, n, k)
+                source = reference.source_for(fitted, m, n, k, batch)
+                variants.setdefault(source, (f"{fitted.label()} @ {m}x{n}x{k}", fitted))
+    return variants
+
+
+def ptxas_report(source: str, target: str, workdir: Path) -> str:
+    path = workdir / f"v{abs(hash((source, target)))}.cu"
+    path.write_text(source)
+    cmd = [str(NVCC), "-std=c++17", "-O3", "-cubin", "-Xptxas", "-v", f"-gencode={target}"]
+    done = subprocess.run(
+        [*cmd, "-o", str(path.with_suffix(".cubin")), str(path)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, f"{target}: nvcc failed:\n{done.stderr}"
+    return done.stderr
+
+
+def test_shipped_tables_have_valid_tiles() -> None:
+    for _source, (name, config) in shipped_variants().items():
+        assert not config.problems(), f"{name}: {config.problems()}"
+
+
+def test_every_variant_compiles_without_spills(tmp_path: Path) -> None:
+    jobs = [
+        (name, source, target)
+        for source, (name, config) in shipped_variants().items()
+        for target in TARGETS[config.kernel]
+    ]
+    with ThreadPoolExecutor() as pool:
+        reports = list(pool.map(lambda job: ptxas_report(job[1], job[2], tmp_path), jobs))
+    failures = []
+    for (name, _source, target), report in zip(jobs, reports, strict=True):
+        spills = [tuple(map(int, found)) for found in SPILLS.findall(report)]
+        registers = REGISTERS.findall(report)
+        assert spills and registers, f"{name} {target}: no ptxas report:\n{report}"
+        print(f"{name:55s} {target:32s} registers {registers[-1]:>3s} spills {spills[-1]}")
+        if any(stores or loads for stores, loads in spills):
+            failures.append(f"{name} {target}: spills {spills}")
+    assert not failures, "\n".join(failures)
