@@ -1,0 +1,342 @@
+"""Rules over a dispatch table -> `Finding` records: what is wrong, where, the evidence, a workaround.
+
+Every rule reads the prepared table (`prepare`): main launches only, so a split-K reduction is never
+judged as the GEMM, with the derived columns the rules share (short kernel name, utilization of the
+pipe that matters for the mode, linear size). Rules are plain functions registered in `RULES`; a
+later rule that needs more input (issue 5's `better-candidate`, from a candidates table) reads it
+from `RuleContext.candidates`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Hashable, Iterator
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from cublas_audit.cases import LOOP_ROUTINE
+from cublas_audit.kernels import LEGACY_FAMILIES, normalize
+from cublas_audit.table import main_launches
+from cublas_audit.thresholds import Thresholds
+
+SEVERITIES = ("high", "medium", "info")
+# One dispatcher decision: the sizes of a series are what the heuristic chooses a kernel over.
+SERIES = ["gpu_label", "api", "routine", "mode", "batch"]
+TENSOR_MODES = frozenset({"tf32", "bf16x", "fp16", "bf16"})
+EVIDENCE_COLUMNS = (
+    "m",
+    "n",
+    "k",
+    "batch",
+    "kernel_short",
+    "util",
+    "time_ms",
+    "ref_time_ms",
+    "loop_time_ms",
+)
+
+
+@dataclass(frozen=True)
+class Finding:
+    rule: str
+    severity: str
+    gpu_label: str
+    api: str
+    routine: str
+    mode: str
+    batch: int
+    sizes: list[str]
+    kernel: str
+    message: str
+    workaround: str
+    kernel_name: str = ""
+    # The judged table rows (index labels of the prepared table) and their key figures.
+    rows: list[int] = field(default_factory=list)
+    evidence: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class RuleContext:
+    rows: pd.DataFrame
+    thresholds: Thresholds
+    candidates: pd.DataFrame | None = None
+
+
+Rule = Callable[[RuleContext], list[Finding]]
+
+
+def pipe_name(mode: str) -> str:
+    return "tensor-pipe" if mode in TENSOR_MODES else "FMA-pipe"
+
+
+def prepare(frame: pd.DataFrame) -> pd.DataFrame:
+    """Main launches with kernel_short, family, util, size, shape and is_loop filled in."""
+    rows = main_launches(frame).copy()
+    names = rows["kernel"].fillna("").astype(str)
+    # Normalize each distinct name once: a 10,000-row table holds a few dozen kernels.
+    infos = {name: normalize(name) for name in names.unique() if name}
+    for column, attr in (("kernel_short", "short"), ("family", "family")):
+        derived = names.map(lambda name, a=attr: getattr(infos[name], a) if name else pd.NA)
+        known = rows[column] if column in rows.columns else pd.Series(pd.NA, index=rows.index)
+        rows[column] = known.fillna(derived).astype("string")
+    if "routine" not in rows.columns:
+        rows["routine"] = pd.Series("", index=rows.index, dtype="string")
+    rows["routine"] = rows["routine"].fillna("")
+    rows["util"] = _utilization(rows)
+    volume = (rows["m"] * rows["n"] * rows["k"]).astype(float)
+    rows["size"] = np.round(np.cbrt(volume.to_numpy(dtype=float)), 3)
+    rows["shape"] = _shape_labels(rows)
+    rows["is_loop"] = rows["routine"] == LOOP_ROUTINE
+    return rows
+
+
+def _utilization(rows: pd.DataFrame) -> pd.Series:
+    """FMA-pipe % for FP32 compute, tensor-pipe % for the tensor modes (NA if not measured)."""
+    fma = rows["fma_pct"].astype("Float64")
+    if "tensor_pct" not in rows.columns:
+        return fma.where(~rows["mode"].isin(TENSOR_MODES))
+    return fma.where(~rows["mode"].isin(TENSOR_MODES), rows["tensor_pct"].astype("Float64"))
+
+
+def _shape_labels(rows: pd.DataFrame) -> pd.Series:
+    m, n, k = (rows[c].astype(str) for c in ("m", "n", "k"))
+    square = (rows["m"] == rows["n"]) & (rows["n"] == rows["k"])
+    return m.where(square, m + "x" + n + "x" + k)
+
+
+def audit(
+    frame: pd.DataFrame,
+    thresholds: Thresholds | None = None,
+    candidates: pd.DataFrame | None = None,
+) -> list[Finding]:
+    """All findings of a table, most severe first."""
+    context = RuleContext(prepare(frame), thresholds or Thresholds(), candidates)
+    found = [finding for rule in RULES for finding in rule(context)]
+    return sorted(found, key=_order)
+
+
+def _order(finding: Finding) -> tuple[int, str, str, str, str, int, str]:
+    return (
+        SEVERITIES.index(finding.severity),
+        finding.gpu_label,
+        finding.rule,
+        finding.api,
+        finding.mode,
+        finding.batch,
+        finding.kernel,
+    )
+
+
+# ----- rules ------------------------------------------------------------------------------------
+
+
+def no_escalation(ctx: RuleContext) -> list[Finding]:
+    t = ctx.thresholds
+    found = []
+    for run in _kernel_runs(_dispatched(ctx.rows)):
+        lo, hi = float(run["size"].min()), float(run["size"].max())
+        if hi / lo < t.escalation_min_range or hi < t.escalation_min_size:
+            continue
+        large = run.loc[run["size"] >= t.escalation_min_size, "util"]
+        if large.isna().any() or bool((large >= t.escalation_max_pct).any()):
+            continue
+        kernel, mode = str(run["kernel_short"].iloc[0]), str(run["mode"].iloc[0])
+        message = (
+            f"cuBLAS dispatches {kernel} at every size from {run['shape'].iloc[0]} to "
+            f"{run['shape'].iloc[-1]} ({hi / lo:.0f}x in linear size) and never escalates to a "
+            f"larger tile; {pipe_name(mode)} utilization stays at {_pct_range(run['util'])} "
+            f"(below {t.escalation_max_pct:.0f} % from {t.escalation_min_size:.0f} up)."
+        )
+        workaround = (
+            "Time the alternatives for these shapes: a loop of single calls, cuBLASLt with a "
+            "heuristic candidate of a larger tile, or TF32 / BF16x compute where the precision "
+            "allows; send NVIDIA the reproduce script below."
+        )
+        found.append(_finding("no-escalation", "high", run, message, workaround))
+    return found
+
+
+def legacy_kernel(ctx: RuleContext) -> list[Finding]:
+    legacy = _dispatched(ctx.rows)
+    legacy = legacy[legacy["family"].isin(LEGACY_FAMILIES)]
+    found = []
+    for _, group in _by_kernel(legacy):
+        kernel, family = str(group["kernel_short"].iloc[0]), str(group["family"].iloc[0])
+        mode = str(group["mode"].iloc[0])
+        message = (
+            f"{kernel} (family {family}) is dispatched at {_size_list(group)}: a code path older "
+            f"than this GPU, at {_pct_range(group['util'])} {pipe_name(mode)} utilization."
+        )
+        workaround = (
+            "Reshape or re-batch the problem so it leaves the legacy path, or call cuBLASLt and "
+            "take a heuristic candidate of a current family."
+        )
+        found.append(_finding("legacy-kernel", "medium", group, message, workaround))
+    return found
+
+
+def low_utilization(ctx: RuleContext) -> list[Finding]:
+    t = ctx.thresholds
+    rows = _dispatched(ctx.rows).dropna(subset=["util"])
+    found = []
+    for _, same_pipe in rows.groupby(["gpu_label", "mode"], sort=True):
+        best = same_pipe.sort_values("util", kind="stable").iloc[-1]
+        fills = same_pipe["m"] * same_pipe["n"] * same_pipe["batch"] >= t.fill_min_elements
+        low = same_pipe[fills & (same_pipe["util"] < t.low_util_fraction * best["util"])]
+        for _, group in _by_kernel(low):
+            found.append(_low_utilization_finding(group, best))
+    return found
+
+
+def _low_utilization_finding(group: pd.DataFrame, best: pd.Series) -> Finding:
+    mode = str(group["mode"].iloc[0])
+    worst = float(group["util"].min())
+    message = (
+        f"{group['kernel_short'].iloc[0]} reaches only {_pct_range(group['util'])} "
+        f"{pipe_name(mode)} utilization at {_size_list(group)}, {worst / best['util']:.0%} of the "
+        f"{best['util']:.0f} % this GPU reaches in {mode} with {best['kernel_short']} "
+        f"({best['routine'] or best['api']}, {best['shape']}, batch {best['batch']})."
+    )
+    workaround = (
+        "Compare with the call that reaches the best utilization: a different batch split, a loop "
+        "of single calls, or a cuBLASLt heuristic candidate may dispatch the better kernel."
+    )
+    return _finding("low-utilization", "medium", group, message, workaround)
+
+
+def reference_faster(ctx: RuleContext) -> list[Finding]:
+    if "ref_time_ms" not in ctx.rows.columns:
+        return []
+    t = ctx.thresholds
+    rows = ctx.rows.dropna(subset=["time_ms", "ref_time_ms"])
+    rows = rows[~rows["is_loop"]]
+    rows = rows.assign(ratio=rows["time_ms"] / rows["ref_time_ms"])
+    slow = rows[rows["ratio"] > 1 + t.reference_margin_pct / 100]
+    found = []
+    for _, group in _by_kernel(slow):
+        ratio = float(group["ratio"].max())
+        message = (
+            f"The bundled reference kernel is {_ratio_range(group['ratio'])} faster than cuBLAS "
+            f"({group['kernel_short'].iloc[0]}) at {_size_list(group)}."
+        )
+        workaround = (
+            "cuBLAS leaves speed on the table here: a hand-written kernel such as the bundled "
+            "reference, or a cuBLASLt candidate with a larger tile, is faster for these shapes."
+        )
+        severity = "high" if ratio >= t.high_ratio else "medium"
+        found.append(_finding("reference-faster", severity, group, message, workaround))
+    return found
+
+
+def batched_slower_than_loop(ctx: RuleContext) -> list[Finding]:
+    t = ctx.thresholds
+    timed = ctx.rows.dropna(subset=["time_ms"])
+    loops = timed.loc[timed["is_loop"], ["gpu_label", "api", "mode", "m", "n", "k", "batch"]]
+    loops = loops.assign(loop_time_ms=timed.loc[timed["is_loop"], "time_ms"])
+    batched = timed[~timed["is_loop"] & (timed["batch"] > 1)]
+    paired = batched.reset_index().merge(loops, on=["gpu_label", "api", "mode", "m", "n", "k"])
+    paired = paired[paired["batch_x"] == paired["batch_y"]].rename(columns={"batch_x": "batch"})
+    paired = paired.set_index("index").assign(ratio=lambda p: p["time_ms"] / p["loop_time_ms"])
+    slow = paired[paired["ratio"] > 1 + t.loop_margin_pct / 100]
+    found = []
+    for _, group in _by_kernel(slow):
+        message = (
+            f"{group['routine'].iloc[0] or 'The batched call'} ({group['kernel_short'].iloc[0]}) "
+            f"takes {_ratio_range(group['ratio'])} the time of a loop of {group['batch'].iloc[0]} "
+            f"single calls at {_size_list(group)}."
+        )
+        workaround = "Call the single GEMM in a loop for these shapes until the dispatch is fixed."
+        severity = "high" if float(group["ratio"].max()) >= t.high_ratio else "medium"
+        found.append(_finding("batched-slower-than-loop", severity, group, message, workaround))
+    return found
+
+
+RULES: list[Rule] = [
+    no_escalation,
+    legacy_kernel,
+    low_utilization,
+    reference_faster,
+    batched_slower_than_loop,
+]
+
+
+# ----- helpers ----------------------------------------------------------------------------------
+
+
+def _dispatched(rows: pd.DataFrame) -> pd.DataFrame:
+    """Profiled cuBLAS calls: rows with a kernel, loops excluded (they only carry a time)."""
+    return rows[~rows["is_loop"] & rows["kernel_short"].notna()]
+
+
+def _by_kernel(rows: pd.DataFrame) -> Iterator[tuple[Hashable, pd.DataFrame]]:
+    """Groups of one series and one kernel, sizes ascending."""
+    for key, group in rows.groupby([*SERIES, "kernel_short"], sort=True):
+        yield key, group.sort_values("size")
+
+
+def _kernel_runs(rows: pd.DataFrame) -> Iterator[pd.DataFrame]:
+    """Per series, the maximal runs of consecutive sizes that dispatch the same kernel."""
+    for _, series in rows.groupby(SERIES, sort=True):
+        series = series.sort_values("size")
+        kernels = series["kernel_short"].astype(object)
+        run_id = (kernels != kernels.shift()).cumsum()
+        for _, run in series.groupby(run_id, sort=False):
+            yield run
+
+
+def _finding(rule: str, severity: str, group: pd.DataFrame, message: str, work: str) -> Finding:
+    first = group.iloc[0]
+    return Finding(
+        rule=rule,
+        severity=severity,
+        gpu_label=str(first["gpu_label"]),
+        api=str(first["api"]),
+        routine=str(first["routine"]),
+        mode=str(first["mode"]),
+        batch=int(first["batch"]),
+        sizes=[str(s) for s in group["shape"]],
+        kernel=str(first["kernel_short"]),
+        message=message,
+        workaround=work,
+        kernel_name=str(first["kernel"]),
+        rows=[int(i) for i in group.index],
+        evidence=_evidence(group),
+    )
+
+
+def _evidence(group: pd.DataFrame) -> list[dict[str, Any]]:
+    columns = [c for c in EVIDENCE_COLUMNS if c in group.columns]
+    return [
+        {str(column): plain(value) for column, value in record.items()}
+        for record in group[columns].to_dict("records")
+    ]
+
+
+def plain(value: Any) -> Any:
+    """A JSON-ready Python value: NA -> None, numpy scalars -> int / float, floats rounded."""
+    if value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value)):
+        return None
+    if isinstance(value, np.generic):
+        value = value.item()
+    return round(value, 4) if isinstance(value, float) else value
+
+
+def _size_list(group: pd.DataFrame) -> str:
+    shapes = list(group["shape"])
+    return f"size {shapes[0]}" if len(shapes) == 1 else f"sizes {', '.join(shapes)}"
+
+
+def _pct_range(values: pd.Series) -> str:
+    lo, hi = float(values.min()), float(values.max())
+    return f"{lo:.0f} %" if round(lo) == round(hi) else f"{lo:.0f}-{hi:.0f} %"
+
+
+def _ratio_range(values: pd.Series) -> str:
+    lo, hi = float(values.min()), float(values.max())
+    return f"{lo:.2f}x" if round(lo, 2) == round(hi, 2) else f"{lo:.2f}-{hi:.2f}x"

@@ -1,0 +1,62 @@
+"""Every number the findings and the diff judge by, in one place (docs/report.md lists them).
+
+`report` and `diff` take `--threshold name=value` to override any of them; the defaults are set
+from the article's published data and the H100 runs bundled under reports/.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from cublas_audit.errors import AuditError
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    # no-escalation: one kernel dispatched over at least this linear-size ratio (largest /
+    # smallest size of the run), reaching at least `escalation_min_size`, with pipe utilization
+    # below `escalation_max_pct` at every size from `escalation_min_size` up. The RTX 5090 stays
+    # at 42 % over 256..8192 (32x); healthy GPUs run their large-size kernels at 73-82 %.
+    escalation_min_range: float = 8.0
+    escalation_min_size: float = 4096
+    escalation_max_pct: float = 60.0
+    # low-utilization: below this fraction of the best utilization the same table shows for the
+    # GPU and mode, judged only where the call fills the GPU (m * n * batch output elements at
+    # least `fill_min_elements`: 2048^2 is 256 tiles of 128x128, about twice an H100's SMs).
+    low_util_fraction: float = 0.6
+    fill_min_elements: float = 2048 * 2048
+    # reference-faster / batched-slower-than-loop: time differences within this margin are noise
+    # (medians of 20+ interleaved repetitions vary by a few % between runs).
+    reference_margin_pct: float = 5.0
+    loop_margin_pct: float = 5.0
+    # A slowdown of at least this ratio makes those two findings high severity.
+    high_ratio: float = 1.25
+    # diff: changes within these margins are noise, beyond them a regression or an improvement.
+    diff_time_noise_pct: float = 5.0
+    diff_util_noise_pts: float = 3.0
+
+
+def names() -> list[str]:
+    return [field.name for field in dataclasses.fields(Thresholds)]
+
+
+def with_overrides(items: Iterable[str], base: Thresholds | None = None) -> Thresholds:
+    """Applies `name=value` overrides; an unknown name or a non-number is a one-line error."""
+    changes: dict[str, float] = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        name = name.strip().replace("-", "_")
+        if not sep:
+            raise AuditError(f"--threshold {item!r}: expected NAME=VALUE")
+        if name not in names():
+            raise AuditError(f"--threshold: unknown name {name!r} (known: {', '.join(names())})")
+        try:
+            number = float(value)
+        except ValueError:
+            raise AuditError(f"--threshold {name}: {value!r} is not a number") from None
+        if number < 0:
+            raise AuditError(f"--threshold {name}: must not be negative, got {value!r}")
+        changes[name] = number
+    return dataclasses.replace(base or Thresholds(), **changes)
