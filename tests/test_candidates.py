@@ -1,0 +1,368 @@
+"""The cuBLASLt candidate audit on the CPU: ranking, left_on_table, confirmation, findings,
+the candidates.csv schema, the Markdown section and repro, and the measuring loop driven by a
+fake GPU (numpy arrays, a scripted cuBLASLt, scripted timings)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, ClassVar
+
+import numpy as np
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from cublas_audit import candidates as cd
+from cublas_audit import lt, timing
+from cublas_audit.cases import Case
+from cublas_audit.cli import app
+from cublas_audit.errors import AuditError, ToolMissingError
+
+CASE_ID = "cublasLt.fp32.256x256x256.b8.nn"
+
+
+def candidate_row(
+    index: int, time_ms: float | None, status: str = "ok", **extra: Any
+) -> dict[str, Any]:
+    return {
+        "schema_version": 1,
+        "gpu_label": "h100",
+        "case_id": CASE_ID,
+        "mode": "fp32",
+        "m": 256,
+        "n": 256,
+        "k": 256,
+        "batch": 8,
+        "candidate": index,
+        "is_default": int(index == 0),
+        "algo_id": 55,
+        "tile": ["32x32", "64x64", "128x128", "64x128"][index % 4],
+        "stages": "8x3",
+        "split_k": 1,
+        "reduction_scheme": "NONE",
+        "cta_swizzling": 0,
+        "cluster_shape": "1x1x1",
+        "custom_option": 0,
+        "inner_shape": 0,
+        "workspace_bytes": 0,
+        "waves_count": 1.5,
+        "status": status,
+        "reason": None if status == "ok" else "scripted",
+        "time_ms": time_ms,
+        **extra,
+    }
+
+
+def gap_case(confirm: float | None) -> list[dict[str, Any]]:
+    """The DESIGN.md measurement: default (32x32) 1.2x the best (64x64); one wrong, one failed
+    candidate (faster on paper: they must never count)."""
+    confirmed: dict[str, Any] = {} if confirm is None else {"confirm_left_on_table": confirm}
+    return [
+        candidate_row(0, 0.012, confirm_time_ms=0.012, **confirmed),
+        candidate_row(1, 0.010, confirm_time_ms=0.012 / confirm if confirm else None, **confirmed),
+        candidate_row(2, 0.005, "wrong", **confirmed),
+        candidate_row(3, None, "failed", **confirmed),
+    ]
+
+
+# ----- ranking and left_on_table --------------------------------------------------------------
+def test_ranks_count_only_correct_timed_candidates() -> None:
+    frame = cd.from_records(gap_case(1.19))
+    assert frame["rank"].tolist() == [2, 1, pd.NA, pd.NA]
+    assert frame["left_on_table"].iloc[0] == pytest.approx(1.2)
+    assert frame["left_on_table"].nunique() == 1  # repeated on every row of the case
+
+
+def test_no_left_on_table_when_the_default_is_wrong() -> None:
+    rows = gap_case(1.19)
+    rows[0]["status"] = "wrong"
+    assert pd.isna(cd.from_records(rows)["left_on_table"].iloc[0])
+
+
+def test_case_summary_names_default_rank_and_best() -> None:
+    summary = cd.case_summary(cd.from_records(gap_case(1.19))).iloc[0]
+    assert (summary["candidates"], summary["correct"]) == (4, 2)
+    assert (summary["default_rank"], summary["best_candidate"]) == (2, 1)
+
+
+def test_a_skipped_case_keeps_its_reason() -> None:
+    skipped = {**candidate_row(0, None), "candidate": None, "status": "skipped", "reason": "OOM"}
+    summary = cd.case_summary(cd.from_records([skipped])).iloc[0]
+    assert (summary["status"], summary["reason"], summary["candidates"]) == ("skipped", "OOM", 0)
+
+
+# ----- findings --------------------------------------------------------------------------------
+def test_a_confirmed_gap_is_a_better_candidate_finding() -> None:
+    (finding,) = cd.find_better_candidates(cd.from_records(gap_case(1.19)), 0.10)
+    assert finding["rule"] == "better-candidate"
+    assert finding["case_id"] == CASE_ID
+    assert finding["default"]["tile"] == "32x32"
+    assert finding["best"]["tile"] == "64x64"
+    assert finding["left_on_table"] == pytest.approx(1.2)
+    assert finding["evidence_rows"] == [0, 1]
+    assert "1.20x" in finding["message"]
+    json.dumps(finding)  # plain Python values only
+
+
+@pytest.mark.parametrize(
+    ("confirm", "threshold", "flagged"),
+    [(1.19, 0.10, True), (1.05, 0.10, False), (None, 0.10, False), (1.19, 0.25, False)],
+)
+def test_findings_need_both_rounds_above_the_threshold(
+    confirm: float | None, threshold: float, flagged: bool
+) -> None:
+    frame = cd.from_records(gap_case(confirm))
+    assert bool(cd.find_better_candidates(frame, threshold)) is flagged
+
+
+def test_exactly_at_the_threshold_counts() -> None:
+    assert cd.is_better(1.10, 1.10, 0.10)
+    assert not cd.is_better(1.10, pd.NA, 0.10)
+
+
+# ----- timing plan -----------------------------------------------------------------------------
+def test_finalists_are_the_default_and_those_near_the_best() -> None:
+    medians = {"0": 3.0, "1": 1.0, "2": 1.2, "3": 1.3}
+    assert cd.finalist_keys(medians, "0") == ["0", "1", "2"]
+
+
+def scripted_timing(
+    monkeypatch: pytest.MonkeyPatch, medians: Mapping[str, float], reps: Callable[[int], int]
+) -> list[list[str]]:
+    """timing.time_interleaved replaced by fixed medians; returns the contenders of each call."""
+    calls: list[list[str]] = []
+
+    def fake(launchers: Mapping[str, Any], min_reps: int = 20) -> dict[str, timing.Timing]:
+        calls.append(list(launchers))
+        return {key: timing.Timing(medians[key], medians[key], reps(min_reps)) for key in launchers}
+
+    monkeypatch.setattr(timing, "time_interleaved", fake)
+    return calls
+
+
+def test_short_calls_need_one_round(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = scripted_timing(monkeypatch, {"0": 1.0, "1": 2.0}, lambda _: 200)
+    times = cd.time_candidates(dict.fromkeys(("0", "1"), lambda: None), "0", 20)
+    assert calls == [["0", "1"]]
+    assert {how for _, how in times.values()} == {"full"}
+
+
+def test_long_calls_get_a_full_round_for_the_finalists(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = scripted_timing(monkeypatch, {"0": 5.0, "1": 1.0, "2": 9.0}, lambda n: n)
+    times = cd.time_candidates(dict.fromkeys(("0", "1", "2"), lambda: None), "0", 20)
+    assert calls == [["0", "1", "2"], ["0", "1"]]
+    assert times["2"][1] == "screen"
+    assert times["0"][0].reps == 20
+
+
+# ----- candidates.csv --------------------------------------------------------------------------
+def test_csv_round_trip(tmp_path: Path) -> None:
+    frame = cd.from_records(gap_case(1.19))
+    cd.write_candidates(frame, tmp_path / cd.CANDIDATES_FILE)
+    back = cd.read_candidates(tmp_path)
+    pd.testing.assert_frame_equal(frame, back, check_exact=False, rtol=1e-5)
+    assert list(back.columns) == list(cd.COLUMNS)
+
+
+@pytest.mark.parametrize(
+    ("column", "value", "message"),
+    [
+        ("m", "big", "column 'm': expected an integer, got 'big'"),
+        ("time_ms", "fast", "column 'time_ms': expected a number"),
+        ("status", "great", "column 'status': unknown value 'great'"),
+        ("mode", "fp64", "column 'mode': unknown value 'fp64'"),
+    ],
+)
+def test_bad_values_are_one_line_errors(
+    tmp_path: Path, column: str, value: str, message: str
+) -> None:
+    frame = cd.from_records(gap_case(1.19)).astype(object)
+    frame.loc[1, column] = value
+    frame.to_csv(tmp_path / "candidates.csv", index=False)
+    with pytest.raises(AuditError, match="row 2, " + message):
+        cd.read_candidates(tmp_path)
+
+
+def test_missing_columns_and_files(tmp_path: Path) -> None:
+    pd.DataFrame({"case_id": ["x"]}).to_csv(tmp_path / "candidates.csv", index=False)
+    with pytest.raises(AuditError, match="missing required column"):
+        cd.read_candidates(tmp_path)
+    with pytest.raises(AuditError, match="no such file"):
+        cd.read_candidates(tmp_path / "nowhere.csv")
+
+
+# ----- Markdown ---------------------------------------------------------------------------------
+def test_markdown_flags_the_case_and_carries_a_repro() -> None:
+    text = cd.render_markdown(cd.from_records(gap_case(1.19)), 0.10)
+    assert "## cuBLASLt heuristic candidates" in text
+    assert "### better-candidate: fp32 256x256x256 batch 8" in text
+    assert "set_(C.TILE_ID, lt.MatmulTile.TILE_64x64)" in text
+    assert "set_(C.STAGES_ID, lt.MatmulStages.STAGES_8x3)" in text
+    code = text.split("```python\n")[1].split("```")[0]
+    compile(code, "repro.py", "exec")
+
+
+def test_unflagged_cases_have_no_repro() -> None:
+    text = cd.render_markdown(cd.from_records(gap_case(1.02)), 0.10)
+    assert "```python" not in text
+
+
+def test_bf16_repro_stores_bf16_bits() -> None:
+    row = cd.from_records([candidate_row(1, 1.0, mode="bf16")]).iloc[0]
+    code = cd.repro(row)
+    assert "COMPUTE_32F" in code and "CUDA_R_16BF" in code and "cp.uint16" in code
+    compile(code, "repro.py", "exec")
+
+
+# ----- the measuring loop on a fake GPU --------------------------------------------------------
+class DevArray(np.ndarray):
+    """A numpy array that answers `.data.ptr` like a cupy array."""
+
+    @property
+    def data(self) -> Any:
+        return SimpleNamespace(ptr=0)
+
+
+class FakeGemm:
+    """cuBLASLt scripted per candidate: 'ok' writes A @ B, 'wrong' writes garbage, 'raise'
+    fails like an unsupported configuration."""
+
+    script: ClassVar[dict[int, str]] = {}
+    workspace: ClassVar[dict[int, int]] = {2: 64 << 20}  # more than the default 32 MiB
+    arrays: ClassVar[Mapping[str, Any]] = {}
+
+    def __init__(self, mode: str, *shape_and_ptrs: int, workspace_bytes: int = 0) -> None:
+        self.workspace_bytes = workspace_bytes
+
+    def heuristics(self, limit: int) -> list[lt.LtCandidate]:
+        return [self._candidate(i) for i in sorted(self.script)[:limit]]
+
+    def default(self) -> lt.LtCandidate:
+        return self._candidate(0)
+
+    def _candidate(self, index: int) -> lt.LtCandidate:
+        algo = np.array([index], dtype=np.uint64)
+        attributes = (55, "64x64", "8x3", 1, "NONE", 0, "1x1x1", 0, 0)
+        return lt.LtCandidate(index, algo, *attributes, self.workspace.get(index, 0), 1.0)
+
+    def run(self, cand: lt.LtCandidate) -> None:
+        a, b, c = (self.arrays[x] for x in "abc")
+        action = self.script[cand.index]
+        if action == "raise":
+            raise RuntimeError("CUBLAS_STATUS_NOT_SUPPORTED")
+        c[...] = b @ a if action == "ok" else 7.0
+
+    def __enter__(self) -> FakeGemm:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+@pytest.fixture
+def fake_gpu(monkeypatch: pytest.MonkeyPatch) -> Iterator[type[FakeGemm]]:
+    def operands(mode: str, m: int, n: int, k: int, batch: int) -> tuple[Any, Any, Any]:
+        if m > 1000:
+            raise MemoryError("out of memory allocating 4 GB")
+        rng = np.random.default_rng(0)
+        arrays = {
+            "a": rng.standard_normal((batch, k, m)).view(DevArray),
+            "b": rng.standard_normal((batch, n, k)).view(DevArray),
+            "c": np.zeros((batch, n, m)).view(DevArray),
+        }
+        FakeGemm.arrays = arrays
+        return arrays["a"], arrays["b"], arrays["c"]
+
+    def normwise(got: Any, want: Any) -> float:
+        return float(np.linalg.norm(got - want) / np.linalg.norm(want))
+
+    fake_cupy = SimpleNamespace(
+        cuda=SimpleNamespace(get_current_stream=lambda: SimpleNamespace(synchronize=lambda: None)),
+        get_default_memory_pool=lambda: SimpleNamespace(free_all_blocks=lambda: None),
+    )
+    monkeypatch.setitem(sys.modules, "cupy", fake_cupy)
+    monkeypatch.setattr(lt, "bindings", lambda: None)
+    monkeypatch.setattr(lt, "operands", operands)
+    monkeypatch.setattr(lt, "LtGemm", FakeGemm)
+    monkeypatch.setattr(lt, "poison", lambda c, mode: c.fill(np.nan))
+    monkeypatch.setattr(lt, "normwise_error", normwise)
+    monkeypatch.setattr(lt, "reference", lambda a, b: b @ a)
+    FakeGemm.script = {0: "ok", 1: "ok", 2: "ok", 3: "wrong", 4: "raise"}
+    yield FakeGemm
+
+
+def test_audit_records_every_kind_of_candidate(
+    fake_gpu: type[FakeGemm], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # Candidate 1 is 1.25x faster than the default in both rounds.
+    calls = scripted_timing(monkeypatch, {"0": 1.25, "1": 1.0}, lambda _: 50)
+    cases = [Case("cublas", "fp32", 8, 8, 8, 2), Case("cublasLt", "fp32", 2048, 8, 8, 2)]
+    lines: list[str] = []
+    frame = cd.run_candidates(cases, tmp_path, 32, progress=lines.append)
+    small = frame[frame["m"] == 8].set_index("candidate")
+    assert small["status"].tolist() == ["ok", "ok", "unsupported", "wrong", "unsupported"]
+    assert "workspace" in str(small.loc[2, "reason"])
+    assert small.loc[0, "is_default"] == 1 and small.loc[0, "rank"] == 2
+    assert calls == [["0", "1"], ["0", "1"]]  # audit round, then the confirmation round
+    assert small.loc[1, "confirm_left_on_table"] == pytest.approx(1.25)
+    big = frame[frame["m"] == 2048]
+    assert big["status"].tolist() == ["skipped"]
+    assert "MemoryError: out of memory" in big["reason"].iloc[0]
+    assert (tmp_path / cd.CANDIDATES_FILE).exists()
+    assert "MemoryError" in (tmp_path / cd.LOG_FILE).read_text()
+    assert len(lines) == 2 and "left on table 1.250" in lines[0]
+    assert cd.find_better_candidates(frame)[0]["best"]["candidate"] == 1
+
+
+def test_no_confirmation_round_without_a_gap(
+    fake_gpu: type[FakeGemm], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls = scripted_timing(monkeypatch, {"0": 1.0, "1": 1.05}, lambda _: 50)
+    fake_gpu.script = {0: "ok", 1: "ok"}
+    frame = cd.run_candidates([Case("cublasLt", "fp32", 8, 8, 8, 2)], None)
+    assert calls == [["0", "1"]]
+    assert frame["confirm_left_on_table"].isna().all()
+    assert frame["left_on_table"].iloc[0] == pytest.approx(1.0)
+
+
+def test_problems_merge_the_apis_and_loop_rows() -> None:
+    cases = [
+        Case("cublas", "fp32", 256, 256, 256, 8),
+        Case("cublasLt", "fp32", 256, 256, 256, 8),
+        Case("cublas", "fp32", 256, 256, 256, 8, loop=True),
+        Case("cublas", "tf32", 256, 256, 256, 8),
+    ]
+    assert [c.case_id for c in cd.problems(cases)] == [
+        "cublasLt.fp32.256x256x256.b8.nn",
+        "cublasLt.tf32.256x256x256.b8.nn",
+    ]
+
+
+# ----- errors and the command line -------------------------------------------------------------
+def test_missing_nvmath_names_the_gpu_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "nvmath.bindings", None)
+    with pytest.raises(ToolMissingError, match=r"pip install 'cublas-audit\[gpu\]'"):
+        lt.bindings()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--sizes", "0"], "--sizes: '0' is not a positive integer"),
+        (["--modes", "fp64"], "--modes: unknown value 'fp64'"),
+        (["--shapes", "4x4"], "--shapes: '4x4' is not MxNxK"),
+    ],
+)
+def test_bad_candidates_arguments_are_one_line_errors(args: list[str], message: str) -> None:
+    result = CliRunner().invoke(app, ["candidates", *args])
+    assert result.exit_code == 2
+    assert message in result.output
+
+
+def test_candidates_help_works_without_a_gpu() -> None:
+    result = CliRunner().invoke(app, ["candidates", "--help"])
+    assert result.exit_code == 0 and "--limit" in result.output
