@@ -271,3 +271,41 @@ def candidates_command(
         )
     else:
         typer.echo(candidates.render_markdown(frame, threshold))
+
+
+@app.command("reference")
+@one_line_errors
+def reference_command(
+    sizes: str = typer.Option(
+        "256,512,1024,2048,4096,8192", help="Square sizes M=N=K, comma-separated."
+    ),
+    batches: str = typer.Option("1,4,8,16", help="Batch counts (1 = the single call)."),
+    format: MdOrJson = typer.Option(MdOrJson.md, "--format", help="Output format."),
+    tune: bool = typer.Option(
+        False, "--tune", help="Search the tile space on this GPU and write its strategy table."
+    ),
+    out: Path | None = typer.Option(
+        None, help="--tune: table path (default: the package's table for this GPU)."
+    ),
+    budget_s: float = typer.Option(180.0, "--budget-s", min=1, help="--tune: time budget."),
+    min_reps: int = typer.Option(20, min=20, help="Timed repetitions per contender, at least."),
+) -> None:
+    """Time the bundled reference SGEMM against cuBLAS (FP32), or tune its strategy table."""
+    from cublas_audit import reference
+    from cublas_audit.cases import parse_int_list
+
+    size_list = parse_int_list(sizes, "--sizes")
+    batch_list = parse_int_list(batches, "--batches")
+
+    def log(line: str) -> None:
+        typer.echo(line, err=True)
+
+    if tune:
+        table = reference.tune(size_list, batch_list, budget_s, log)
+        typer.echo(f"strategy table: {reference.write_table(table, out)}")
+        return
+    rows = reference.comparisons(size_list, batch_list, log, min_reps)
+    if format is MdOrJson.json:
+        print_json([row.to_json() for row in rows])
+    else:
+        typer.echo(reference.markdown(rows))

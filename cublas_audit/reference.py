@@ -581,16 +581,43 @@ def write_table(table: dict[str, Any], out: Path | None) -> Path:
 
 
 def comparisons(
-    sizes: Iterable[int], batches: Iterable[int], log: Callable[[str], None]
+    sizes: Iterable[int],
+    batches: Sequence[int],
+    log: Callable[[str], None],
+    min_reps: int = 20,
 ) -> list[Comparison]:
-    """compare() over a grid of square problems; a failing problem is logged and skipped."""
+    """compare() over a grid of square problems. A missing tool or a wrong result stops it; any
+    other failure (out of memory, a launch error) is logged and the grid goes on."""
     rows = []
     for size in sizes:
         for batch in batches:
             try:
-                rows.append(compare(size, size, size, batch))
+                rows.append(compare(size, size, size, batch, min_reps=min_reps))
             except AuditError:
                 raise
             except Exception as exc:
                 log(f"{size} batch {batch}: {type(exc).__name__}: {exc}".splitlines()[0])
     return rows
+
+
+def markdown(rows: Sequence[Comparison]) -> str:
+    """The comparison as a Markdown table, one row per problem."""
+    from tabulate import tabulate
+
+    body = [
+        [
+            f"{r.m}x{r.n}x{r.k}",
+            r.batch,
+            r.config,
+            f"{r.ref_ms:.4f}",
+            f"{r.cublas_ms:.4f}",
+            f"{r.efficiency:.3f}",
+            f"{r.ref_tflops:.1f}",
+            f"{r.cublas_tflops:.1f}",
+            f"{r.ref_error:.1e}",
+        ]
+        for r in rows
+    ]
+    headers = ["size", "batch", "config", "ref ms", "cuBLAS ms", "efficiency", "ref TFLOP/s"]
+    headers += ["cuBLAS TFLOP/s", "ref rel. error"]
+    return str(tabulate(body, headers=headers, tablefmt="github"))
