@@ -410,4 +410,4 @@ def _stored(values: Any, mode: str) -> Any:
     if STORAGE[mode] == "uint16":  # round to nearest even into the upper 16 bits
         bits = values.view(cupy.uint32)
         return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(cupy.uint16)
-    return values.astype(STORAGE[mode])
+    return values.astype(STORAGE[mode], copy=False)  # fp32: no second copy of a 4 GB operand

@@ -56,7 +56,7 @@ def check(mode: str, m: int, n: int, k: int, batch: int, limit: int) -> int:
         for listed in candidates:
             print(f"    {listed.attributes()}")
         default = gemm.default()
-        same = bool((default.algo == candidates[0].algo).all()) if candidates else False
+        same = bool(candidates) and default.algo.tobytes() == candidates[0].algo.tobytes()
         failures += report(f"{name} default is candidate 0", same, "")
         runs: list[tuple[str, lt.LtCandidate | None]] = [("default", None)]
         runs += [(f"#{x.index}", x) for x in candidates]

@@ -366,3 +366,15 @@ def test_bad_candidates_arguments_are_one_line_errors(args: list[str], message: 
 def test_candidates_help_works_without_a_gpu() -> None:
     result = CliRunner().invoke(app, ["candidates", "--help"])
     assert result.exit_code == 0 and "--limit" in result.output
+
+
+@pytest.mark.gpu
+def test_audit_on_the_gpu(tmp_path: Path) -> None:
+    pytest.importorskip("nvmath")
+    frame = cd.run_candidates([Case("cublasLt", "fp32", 256, 256, 256, 8)], tmp_path, 8)
+    assert frame["is_default"].sum() == 1
+    assert set(frame["status"]) <= {"ok", "wrong", "failed", "unsupported"}
+    default = frame[frame["is_default"] == 1].iloc[0]
+    assert default["status"] == "ok" and default["time_ms"] > 0
+    assert frame["left_on_table"].iloc[0] >= 1.0
+    assert cd.read_candidates(tmp_path)["case_id"].nunique() == 1
