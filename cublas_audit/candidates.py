@@ -248,52 +248,80 @@ def find_better_candidates(
     frame: pd.DataFrame, threshold: float = DEFAULT_THRESHOLD
 ) -> list[dict[str, Any]]:
     """`better-candidate` findings: cases whose best candidate beats the default by >= threshold
-    in the audit round and again in the confirmation round. Plain dicts (see docs/schema.md)."""
+    in the audit round and again in the confirmation round.
+
+    Each is a dict with exactly the fields of `cublas_audit.findings.Finding` (`Finding(**d)`):
+    `rows` are the index labels of the default's and the best's rows in `frame`, `evidence` their
+    records (role, case, configuration, times, both left_on_table measurements).
+    """
     findings = []
-    for case_id, rows in frame.groupby("case_id", sort=False):
+    for _, rows in frame.groupby("case_id", sort=False):
         first = rows.iloc[0]
         if not is_better(first["left_on_table"], first["confirm_left_on_table"], threshold):
             continue
         default = rows[rows["is_default"] == 1].iloc[0]
         best = _best(rows)
         assert best is not None  # a finite left_on_table implies a timed best
-        findings.append(_finding(str(case_id), first, default, best, threshold))
+        findings.append(_finding(first, default, best))
     return findings
 
 
-def _finding(
-    case_id: str, first: pd.Series, default: pd.Series, best: pd.Series, threshold: float
-) -> dict[str, Any]:
+def _finding(first: pd.Series, default: pd.Series, best: pd.Series) -> dict[str, Any]:
     left = float(first["left_on_table"])
     confirm = float(first["confirm_left_on_table"])
     return {
         "rule": RULE,
-        "severity": "warning",
-        "case_id": case_id,
-        "gpu_label": _plain(first["gpu_label"]),
+        "severity": "medium",
+        "gpu_label": _plain(first["gpu_label"]) or "",
+        "api": "cublasLt",
+        "routine": "cublasLtMatmul",
         "mode": str(first["mode"]),
-        "m": int(first["m"]),
-        "n": int(first["n"]),
-        "k": int(first["k"]),
         "batch": int(first["batch"]),
-        "left_on_table": left,
-        "confirm_left_on_table": confirm,
-        "threshold": threshold,
-        "default": _candidate_record(default),
-        "best": _candidate_record(best),
-        "evidence_rows": [_plain(default.name), _plain(best.name)],
+        "sizes": [f"{first['m']}x{first['n']}x{first['k']}"],
+        "kernel": describe(default),
         "message": (
             f"{_problem(first)}: cuBLASLt's default algorithm ({describe(default)}) takes "
-            f"{left:.2f}x the time of candidate #{int(best['candidate'])} ({describe(best)}); "
-            f"a second timing round confirms {confirm:.2f}x"
+            f"{left:.2f}x the time of its heuristic's candidate #{int(best['candidate'])} "
+            f"({describe(best)}); a second timing round confirms {confirm:.2f}x"
         ),
+        "workaround": (
+            f"Run candidate #{int(best['candidate'])}: take it from "
+            "cublasLtMatmulAlgoGetHeuristic's list, or build it with cublasLtMatmulAlgoInit and "
+            "cublasLtMatmulAlgoConfigSetAttribute (the repro below); nvmath-python's "
+            "Matmul.autotune() finds it too."
+        ),
+        "kernel_name": "",
+        "rows": [_plain(default.name), _plain(best.name)],
+        "evidence": [_evidence(default, "default"), _evidence(best, "best")],
     }
 
 
-def _candidate_record(row: pd.Series) -> dict[str, Any]:
-    keys = ("candidate", "algo_id", "tile", "stages", "split_k", "reduction_scheme")
-    more = ("cta_swizzling", "cluster_shape", "custom_option", "inner_shape", "workspace_bytes")
-    return {key: _plain(row[key]) for key in (*keys, *more, "time_ms", "confirm_time_ms")}
+_EVIDENCE_COLUMNS = (
+    "case_id",
+    "m",
+    "n",
+    "k",
+    "batch",
+    "candidate",
+    "algo_id",
+    "tile",
+    "stages",
+    "split_k",
+    "reduction_scheme",
+    "cta_swizzling",
+    "cluster_shape",
+    "custom_option",
+    "inner_shape",
+    "workspace_bytes",
+    "time_ms",
+    "confirm_time_ms",
+    "left_on_table",
+    "confirm_left_on_table",
+)
+
+
+def _evidence(row: pd.Series, role: str) -> dict[str, Any]:
+    return {"role": role, **{key: _plain(row[key]) for key in _EVIDENCE_COLUMNS}}
 
 
 def _plain(value: Any) -> Any:
@@ -345,7 +373,7 @@ def render_markdown(frame: pd.DataFrame, threshold: float = DEFAULT_THRESHOLD) -
         _summary_table(frame, threshold),
     ]
     for finding in find_better_candidates(frame, threshold):
-        rows = frame[frame["case_id"] == finding["case_id"]]
+        rows = frame[frame["case_id"] == finding["evidence"][0]["case_id"]]
         lines += ["", *_flagged_section(finding, rows)]
     return "\n".join(lines) + "\n"
 
@@ -380,7 +408,7 @@ def _flagged_section(finding: Mapping[str, Any], rows: pd.DataFrame) -> list[str
     table = rows[list(TABLE_COLUMNS)].rename(columns=TABLE_COLUMNS).copy()
     table["default"] = table["default"].map({1: "yes", 0: ""})
     table = table.astype(object).where(table.notna(), "")
-    best = rows.loc[finding["evidence_rows"][1]]
+    best = rows.loc[finding["rows"][1]]
     return [
         f"### {RULE}: {_problem(rows.iloc[0])}",
         "",

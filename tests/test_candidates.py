@@ -99,13 +99,22 @@ def test_a_skipped_case_keeps_its_reason() -> None:
 def test_a_confirmed_gap_is_a_better_candidate_finding() -> None:
     (finding,) = cd.find_better_candidates(cd.from_records(gap_case(1.19)), 0.10)
     assert finding["rule"] == "better-candidate"
-    assert finding["case_id"] == CASE_ID
-    assert finding["default"]["tile"] == "32x32"
-    assert finding["best"]["tile"] == "64x64"
-    assert finding["left_on_table"] == pytest.approx(1.2)
-    assert finding["evidence_rows"] == [0, 1]
+    assert (finding["api"], finding["mode"], finding["batch"]) == ("cublasLt", "fp32", 8)
+    assert finding["sizes"] == ["256x256x256"]
+    default, best = finding["evidence"]
+    assert (default["role"], default["tile"], default["case_id"]) == ("default", "32x32", CASE_ID)
+    assert (best["role"], best["tile"]) == ("best", "64x64")
+    assert best["left_on_table"] == pytest.approx(1.2)
+    assert finding["rows"] == [0, 1]
     assert "1.20x" in finding["message"]
     json.dumps(finding)  # plain Python values only
+
+
+def test_findings_have_the_fields_of_a_finding_record() -> None:
+    from cublas_audit.findings import Finding
+
+    (finding,) = cd.find_better_candidates(cd.from_records(gap_case(1.19)), 0.10)
+    assert Finding(**finding).to_json() == finding
 
 
 @pytest.mark.parametrize(
@@ -315,7 +324,7 @@ def test_audit_records_every_kind_of_candidate(
     assert (tmp_path / cd.CANDIDATES_FILE).exists()
     assert "MemoryError" in (tmp_path / cd.LOG_FILE).read_text()
     assert len(lines) == 2 and "left on table 1.250" in lines[0]
-    assert cd.find_better_candidates(frame)[0]["best"]["candidate"] == 1
+    assert cd.find_better_candidates(frame)[0]["evidence"][1]["candidate"] == 1
 
 
 def test_no_confirmation_round_without_a_gap(
