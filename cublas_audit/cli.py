@@ -309,3 +309,61 @@ def reference_command(
         print_json([row.to_json() for row in rows])
     else:
         typer.echo(reference.markdown(rows))
+
+
+class FailOn(StrEnum):
+    regression = "regression"
+
+
+THRESHOLD_HELP = "Override a threshold, NAME=VALUE (repeatable; names in docs/report.md)."
+
+
+@app.command("report")
+@one_line_errors
+def report_command(
+    inputs: list[Path] = typer.Argument(
+        ..., help="Run directories or dispatch tables (CSV/Parquet)."
+    ),
+    out: Path | None = typer.Option(
+        None, "--out", help="Write the Markdown here, plots/ beside it [default: stdout, no plots]."
+    ),
+    format: MdOrJson = typer.Option(MdOrJson.md, "--format", help="Output format."),
+    threshold: list[str] = typer.Option([], "--threshold", help=THRESHOLD_HELP),
+) -> None:
+    """Findings, dispatch and efficiency tables, stalls and reproduce scripts, per GPU."""
+    from cublas_audit import render
+    from cublas_audit.thresholds import with_overrides
+
+    limits = with_overrides(threshold)
+    datasets = render.load_inputs(inputs)
+    if format is MdOrJson.json:
+        print_json(render.findings_json(datasets, limits))
+    elif out is not None:
+        typer.echo(f"report: {render.write_report(datasets, out, limits)}")
+    else:
+        typer.echo(render.render_report(datasets, limits), nl=False)
+
+
+@app.command("diff")
+@one_line_errors
+def diff_command(
+    a: Path = typer.Argument(..., help="Baseline: a run directory or a dispatch table."),
+    b: Path = typer.Argument(..., help="Compared: a run directory or a dispatch table."),
+    format: MdOrJson = typer.Option(MdOrJson.md, "--format", help="Output format."),
+    fail_on: FailOn | None = typer.Option(
+        None, "--fail-on", help="Exit 1 when B has a regression against A (for CI)."
+    ),
+    threshold: list[str] = typer.Option([], "--threshold", help=THRESHOLD_HELP),
+) -> None:
+    """Kernel changes, FMA % and time deltas, regressions and one-side-only cases of two runs."""
+    from cublas_audit import diff, render
+    from cublas_audit.thresholds import with_overrides
+
+    limits = with_overrides(threshold)
+    result = diff.compare(render.load_one_gpu(a), render.load_one_gpu(b), limits)
+    if format is MdOrJson.json:
+        print_json(diff.to_json(result))
+    else:
+        typer.echo(diff.to_markdown(result), nl=False)
+    if fail_on is FailOn.regression and result.has_regression:
+        raise typer.Exit(1)

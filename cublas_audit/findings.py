@@ -1,4 +1,4 @@
-"""Rules over a dispatch table -> `Finding` records: what is wrong, where, the evidence, a workaround.
+"""Rules over a dispatch table -> `Finding` records: what is wrong, where, evidence, workaround.
 
 Every rule reads the prepared table (`prepare`): main launches only, so a split-K reduction is never
 judged as the GEMM, with the derived columns the rules share (short kernel name, utilization of the

@@ -1,0 +1,243 @@
+"""Two dispatch tables -> matched cases, kernel changes, deltas, regressions, one-side-only cases.
+
+Side A is the baseline, side B the candidate: a regression is B worse than A beyond the noise
+thresholds. Whatever differs between the sides (GPU, driver, cuBLAS, a probe setting) is only
+reported in the header, never assumed: the comparison itself is the same for all of them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+
+from cublas_audit.findings import plain, prepare
+from cublas_audit.render import Dataset, _env_value, _template, md_code, md_table, md_text
+from cublas_audit.table import CASE_KEY, TableSource
+from cublas_audit.thresholds import Thresholds
+
+# env.json keys the header compares; env.json may lack any of them (a bare table has none).
+ENV_KEYS = (
+    "gpu_label",
+    "gpu_name",
+    "cc",
+    "driver_version",
+    "cuda_runtime",
+    "cublas_version",
+    "probe_env",
+    "ncu_version",
+    "ncu_clock_control",
+    "tool_version",
+)
+# Provenance a table carries in its own columns, for inputs without env.json.
+TABLE_ENV_COLUMNS = ("gpu_name", "cc", "driver_version", "cublas_version")
+SIDE_COLUMNS = ("kernel_short", "util", "time_ms", "status")
+
+
+@dataclass(frozen=True)
+class Diff:
+    a: str
+    b: str
+    env: list[dict[str, str]]  # key, a, b for every compared key; `differs` says which
+    matched: pd.DataFrame  # one row per case on both sides, with deltas and a verdict
+    only_a: pd.DataFrame
+    only_b: pd.DataFrame
+
+    def rows(self, verdict: str) -> pd.DataFrame:
+        return self.matched[self.matched["verdict"] == verdict]
+
+    @property
+    def kernel_changes(self) -> pd.DataFrame:
+        m = self.matched
+        return m[m["kernel_short_a"].fillna("") != m["kernel_short_b"].fillna("")]
+
+    @property
+    def has_regression(self) -> bool:
+        return not self.rows("regression").empty
+
+
+def compare(a: Dataset, b: Dataset, thresholds: Thresholds | None = None) -> Diff:
+    t = thresholds or Thresholds()
+    key = _case_key(a.frame, b.frame)
+    left, right = _sided(a, key), _sided(b, key)
+    merged = left.merge(right, on=key, how="outer", suffixes=("_a", "_b"), indicator=True)
+    merged = merged.assign(
+        shape=merged["shape_a"].fillna(merged["shape_b"]),
+        size=merged["size_a"].fillna(merged["size_b"]),
+    ).drop(columns=["shape_a", "shape_b", "size_a", "size_b"])
+    merged = merged.sort_values(["api", "mode", "batch", "size", "m", "n", "k"], kind="stable")
+    both = merged[merged["_merge"] == "both"]
+    return Diff(
+        a=str(a.path),
+        b=str(b.path),
+        env=env_differences(a, b),
+        matched=_judge(both, t),
+        only_a=merged[merged["_merge"] == "left_only"],
+        only_b=merged[merged["_merge"] == "right_only"],
+    )
+
+
+def _case_key(a: pd.DataFrame, b: pd.DataFrame) -> list[str]:
+    """CASE_KEY, without routine when either table lacks it (tables from elsewhere may)."""
+    if "routine" in a.columns and "routine" in b.columns:
+        return list(CASE_KEY)
+    return [c for c in CASE_KEY if c != "routine"]
+
+
+def _sided(dataset: Dataset, key: list[str]) -> pd.DataFrame:
+    rows = prepare(dataset.frame)
+    if "status" not in rows.columns:
+        rows["status"] = pd.Series(pd.NA, index=rows.index, dtype="string")
+    duplicated = rows.duplicated(subset=key, keep="first")
+    if duplicated.any():
+        index = rows.index[duplicated][0]
+        position = list(dataset.frame.index).index(index) + 1
+        raise TableSource(dataset.path).error(
+            f"case {', '.join(str(rows.at[index, c]) for c in key)} appears twice",
+            position,
+            key[-1],
+        )
+    columns = [*key, "shape", "size", *SIDE_COLUMNS]
+    return rows[columns].astype({"size": float})
+
+
+def _judge(both: pd.DataFrame, t: Thresholds) -> pd.DataFrame:
+    """Time decides where both sides are timed; otherwise pipe utilization; a call that stops
+    working (status ok -> error / wrong) is a regression whatever the numbers say."""
+    out = both.drop(columns=["_merge"])
+    time_pct = (out["time_ms_b"] / out["time_ms_a"] - 1) * 100
+    util_pts = out["util_b"] - out["util_a"]
+    out = out.assign(time_delta_pct=time_pct, util_delta=util_pts)
+    timed = time_pct.notna()
+    worse = (timed & (time_pct > t.diff_time_noise_pct)) | (
+        ~timed & (util_pts < -t.diff_util_noise_pts).fillna(False)
+    )
+    better = (timed & (time_pct < -t.diff_time_noise_pct)) | (
+        ~timed & (util_pts > t.diff_util_noise_pts).fillna(False)
+    )
+    broke = (out["status_a"].fillna("ok") == "ok") & (out["status_b"].fillna("ok") != "ok")
+    verdict = pd.Series("same", index=out.index, dtype=object)
+    verdict[better.fillna(False).astype(bool)] = "improvement"
+    verdict[(worse.fillna(False) | broke).astype(bool)] = "regression"
+    return out.assign(verdict=verdict)
+
+
+def env_differences(a: Dataset, b: Dataset) -> list[dict[str, str]]:
+    env_a, env_b = _env(a), _env(b)
+    rows = []
+    for key in ENV_KEYS:
+        if key not in env_a and key not in env_b:
+            continue
+        value_a, value_b = env_a.get(key, "not recorded"), env_b.get(key, "not recorded")
+        rows.append({"key": key, "a": value_a, "b": value_b, "differs": str(value_a != value_b)})
+    return rows
+
+
+def _env(dataset: Dataset) -> dict[str, str]:
+    values: dict[str, Any] = {"gpu_label": dataset.gpu_label}
+    for column in TABLE_ENV_COLUMNS:
+        if column in dataset.frame.columns and dataset.frame[column].notna().any():
+            values[column] = dataset.frame[column].dropna().iloc[0]
+    values.update({k: v for k, v in dataset.env.items() if k in ENV_KEYS and v not in (None, "")})
+    return {k: _env_value(v) for k, v in values.items()}
+
+
+# ----- output -----------------------------------------------------------------------------------
+
+_CASE_COLUMNS = ("api", "routine", "mode", "shape", "batch")
+
+
+def to_json(diff: Diff) -> dict[str, Any]:
+    return {
+        "a": diff.a,
+        "b": diff.b,
+        "differs": [row for row in diff.env if row["differs"] == "True"],
+        "regressions": _records(diff.rows("regression")),
+        "improvements": _records(diff.rows("improvement")),
+        "kernel_changes": _records(diff.kernel_changes),
+        "only_a": _records(diff.only_a),
+        "only_b": _records(diff.only_b),
+        "matched": len(diff.matched),
+    }
+
+
+def _records(rows: pd.DataFrame) -> list[dict[str, Any]]:
+    keep = [c for c in rows.columns if c not in ("_merge", "size")]
+    return [
+        {str(k): plain(v) for k, v in record.items()} for record in rows[keep].to_dict("records")
+    ]
+
+
+def to_markdown(diff: Diff) -> str:
+    differs = [r for r in diff.env if r["differs"] == "True"]
+    same = [r["key"] for r in diff.env if r["differs"] != "True"]
+    return _template("diff.md.j2").render(
+        a=md_code(diff.a, in_table=False),
+        b=md_code(diff.b, in_table=False),
+        env=md_table(
+            ["", "A", "B"], [(r["key"], md_text(r["a"]), md_text(r["b"])) for r in differs]
+        ),
+        same=", ".join(same),
+        matched=len(diff.matched),
+        regressions=_delta_table(diff.rows("regression")),
+        improvements=_delta_table(diff.rows("improvement")),
+        kernel_changes=_delta_table(diff.kernel_changes),
+        only_a=_case_table(diff.only_a, "_a"),
+        only_b=_case_table(diff.only_b, "_b"),
+        counts={
+            "regression": len(diff.rows("regression")),
+            "improvement": len(diff.rows("improvement")),
+            "kernel": len(diff.kernel_changes),
+        },
+    )
+
+
+def _case_cells(record: Mapping[Hashable, Any]) -> list[str]:
+    return [md_text(plain(record.get(c)) or "—") for c in _CASE_COLUMNS]
+
+
+def _cell(value: Any, fmt: str) -> str:
+    value = plain(value)
+    return "—" if value is None else fmt.format(value)
+
+
+def _delta_table(rows: pd.DataFrame) -> str:
+    if rows.empty:
+        return ""
+    body = [
+        [
+            *_case_cells(r),
+            _kernel(r["kernel_short_a"], r.get("status_a")),
+            _kernel(r["kernel_short_b"], r.get("status_b")),
+            _cell(r["util_a"], "{:.0f}"),
+            _cell(r["util_b"], "{:.0f}"),
+            _cell(r["time_ms_a"], "{:.4g}"),
+            _cell(r["time_ms_b"], "{:.4g}"),
+            _cell(r["time_delta_pct"], "{:+.1f} %"),
+        ]
+        for r in rows.to_dict("records")
+    ]
+    headers = [*_CASE_COLUMNS, "kernel A", "kernel B", "pipe % A", "pipe % B", "ms A", "ms B"]
+    return md_table([*headers, "time change"], body)
+
+
+def _kernel(kernel: Any, status: Any) -> str:
+    if plain(status) not in (None, "ok"):
+        return md_text(status)
+    return "—" if plain(kernel) is None else md_code(kernel)
+
+
+def _case_table(rows: pd.DataFrame, side: str) -> str:
+    if rows.empty:
+        return ""
+    body: Sequence[list[str]] = [
+        [
+            *_case_cells(r),
+            _kernel(r[f"kernel_short{side}"], r.get(f"status{side}")),
+            _cell(r[f"time_ms{side}"], "{:.4g}"),
+        ]
+        for r in rows.to_dict("records")
+    ]
+    return md_table([*_CASE_COLUMNS, "kernel", "ms"], body)
