@@ -25,7 +25,7 @@ from typing import IO, Any
 import pandas as pd
 from tabulate import tabulate
 
-from cublas_audit import lt
+from cublas_audit import lt, timing
 from cublas_audit.cases import Case
 from cublas_audit.errors import AuditError
 from cublas_audit.table import MODES
@@ -468,12 +468,19 @@ set_ = setter(lt.matmul_algo_config_set_attribute, lt.get_matmul_algo_config_att
               algo.ctypes.data)
 C = lt.MatmulAlgoConfigAttribute
 {settings}
+ws = cp.empty({workspace}, cp.uint8)  # the workspace the audit allowed every algorithm
+pref = lt.matmul_preference_create()
+setter(lt.matmul_preference_set_attribute, lt.get_matmul_preference_attribute_dtype, pref)(
+    lt.MatmulPreferenceAttribute.MAX_WORKSPACE_BYTES, ws.nbytes)
+found, count = np.zeros(1, lt.matmul_heuristic_result_dtype), np.zeros(1, np.int32)
+lt.matmul_algo_get_heuristic(h, desc, la, lb, lc, lc, pref, 1, found.ctypes.data,
+                             count.ctypes.data)
+default = np.ascontiguousarray(found["algo"])  # the heuristic's pick: cuBLASLt's default
 alpha, beta = np.ones(1, np.float32), np.zeros(1, np.float32)
-ws = cp.empty({workspace}, cp.uint8)
-def run(algo_ptr):  # algo_ptr 0: cuBLASLt's own heuristic pick, the default
+def run(algo_ptr):
     lt.matmul(h, desc, alpha.ctypes.data, a.data.ptr, la, b.data.ptr, lb, beta.ctypes.data,
               c.data.ptr, lc, c.data.ptr, lc, algo_ptr, ws.data.ptr, ws.nbytes, 0)
-for name, ptr in (("default", 0), ("candidate", algo.ctypes.data)) * 2:
+for name, ptr in (("default", default.ctypes.data), ("candidate", algo.ctypes.data)) * 2:
     run(ptr)  # warm-up
     start, stop = cp.cuda.Event(), cp.cuda.Event()
     start.record()
@@ -506,8 +513,7 @@ def repro(row: pd.Series) -> str:
         convert=convert,
         algo_id=int(row["algo_id"]),
         settings="\n".join(_repro_settings(row)),
-        # a 1-byte workspace keeps ws.data.ptr valid when the candidate needs none
-        workspace=max(1, int(row["workspace_bytes"])) if pd.notna(row["workspace_bytes"]) else 1,
+        workspace=lt.DEFAULT_WORKSPACE_BYTES,
     ).rstrip()
 
 
@@ -720,19 +726,17 @@ def _time_rows(
     for row in rows:
         measured = times.get(str(row["candidate"]))
         if measured is not None:
-            timing, how = measured
-            row.update(time_ms=timing.median_ms, min_ms=timing.min_ms, reps=timing.reps)
-            row.update(timing=how, tflops=case.flops / (timing.median_ms * 1e9))
+            took, how = measured
+            row.update(time_ms=took.median_ms, min_ms=took.min_ms, reps=took.reps)
+            row.update(timing=how, tflops=case.flops / (took.median_ms * 1e9))
     _confirm(launchers, default_key, rows, settings)
 
 
 def time_candidates(
     launchers: Mapping[str, Callable[[], None]], default_key: str, min_reps: int
-) -> dict[str, tuple[Any, str]]:
+) -> dict[str, tuple[timing.Timing, str]]:
     """key -> (Timing, "full" | "screen"): a screening round over all candidates, then a full
     round (>= min_reps each) over the default and those near the screening's best."""
-    from cublas_audit import timing
-
     screen = timing.time_interleaved(launchers, min(SCREEN_REPS, min_reps))
     if all(t.reps >= min_reps for t in screen.values()):
         return {key: (t, "full") for key, t in screen.items()}  # short calls: screen was full
@@ -757,8 +761,6 @@ def _confirm(
 ) -> None:
     """A second, independent round (fresh warm-up and repetitions) of the default against the
     best, run only where the first round shows a gap at or above the threshold."""
-    from cublas_audit import timing
-
     timed = [r for r in rows if pd.notna(r.get("time_ms"))]
     default = next((r for r in timed if str(r["candidate"]) == default_key), None)
     if default is None:
