@@ -216,6 +216,14 @@ def _kernel(source: str, name: str, smem_bytes: int) -> Any:
     return kernel
 
 
+def build(config: Config, m: int, n: int, k: int, batch: int) -> Any:
+    """The compiled cupy.RawKernel of one specialization (cached in the process and on disk)."""
+    _require_gpu()
+    return _kernel(
+        source_for(config, m, n, k, batch), KERNEL_NAMES[config.kernel], config.smem_bytes
+    )
+
+
 def _require_gpu() -> Any:
     try:
         import cupy
@@ -247,9 +255,7 @@ def prepare(
     limit = cupy.cuda.Device().attributes["MaxSharedMemoryPerBlockOptin"]
     if config.smem_bytes > limit:
         raise AuditError(f"{config.label()} needs {config.smem_bytes} B of shared memory > {limit}")
-    kernel = _kernel(
-        source_for(config, m, n, k, batch), KERNEL_NAMES[config.kernel], config.smem_bytes
-    )
+    kernel = build(config, m, n, k, batch)
     tiles = -(-m // config.bm) * -(-n // config.bn)
     grid, block = (tiles, config.splitk, batch), (config.threads,)
     if config.kernel == "tma":
@@ -318,7 +324,9 @@ def _tensor_map(ptr: int, dims: tuple[int, int, int], box: tuple[int, int]) -> A
 # ----- correctness -------------------------------------------------------------------------------
 
 
-def random_operands(m: int, n: int, k: int, batch: int, seed: int | None = None) -> tuple[Any, ...]:
+def random_operands(
+    m: int, n: int, k: int, batch: int, seed: int | None = None
+) -> tuple[Any, Any, Any]:
     """Fresh standard-normal A and B (never zeros) and a NaN-poisoned C, in the probe's layout."""
     cupy = _require_gpu()
     rng = cupy.random.default_rng(seed)
@@ -332,18 +340,17 @@ def relative_error(a: Any, b: Any, c: Any, seed: int = 0) -> float:
     """max over batch entries of ||C - A.B||_F / ||A.B||_F against float64, NaN if any output
     element is not finite (the output was poisoned with NaN: an unwritten element shows).
     Large outputs compare CHECK_COLUMNS random columns per entry; small ones compare all."""
+    import numpy
+
     cupy = _require_gpu()
     if not bool(cupy.isfinite(c).all()):
         return math.nan
     batch, n, m = c.shape
-    rng = cupy.random.default_rng(seed)
+    rng = numpy.random.default_rng(seed)
     worst = 0.0
     for i in range(batch):
-        cols = (
-            cupy.arange(n)
-            if m * n <= CHECK_FULL
-            else rng.choice(n, size=min(n, CHECK_COLUMNS), replace=False)
-        )
+        picked = numpy.arange(n) if m * n <= CHECK_FULL else rng.permutation(n)[:CHECK_COLUMNS]
+        cols = cupy.asarray(picked)
         # Rows of b[i] are columns of B, rows of c[i] columns of C: C[:, cols]^T = B[:, cols]^T A^T.
         exact = b[i][cols].astype(cupy.float64) @ a[i].astype(cupy.float64)
         diff = c[i][cols].astype(cupy.float64) - exact
@@ -529,11 +536,14 @@ def time_alone(launch: Callable[[], None], reps: int = 10) -> float:
 def tune_problem(
     m: int, n: int, k: int, batch: int, deadline: float, log: Callable[[str], None]
 ) -> Config | None:
-    """The fastest correct candidate for one problem, searched until `deadline` (time.monotonic)."""
+    """The fastest correct candidate for one problem, searched until `deadline` (time.monotonic).
+    The current table's pick goes first, so a short budget still measures it."""
     cc = device_cc()
     a, b, c = random_operands(m, n, k, batch)
+    current = strategy_for(cc, m, n, k, batch)
+    search = [current, *(x for x in candidates(cc, m, n, k, batch) if x != current)]
     best: tuple[float, Config] | None = None
-    for config in candidates(cc, m, n, k, batch):
+    for config in search:
         if time.monotonic() > deadline:
             log(f"  time budget spent at {m}x{n}x{k} batch {batch}")
             break
@@ -556,15 +566,17 @@ def tune_problem(
 def tune(
     sizes: Sequence[int], batches: Sequence[int], budget_s: float, log: Callable[[str], None]
 ) -> dict[str, Any]:
-    """A strategy table for this GPU: the fastest tile per (size, batch), square problems."""
-    deadline = time.monotonic() + budget_s
+    """A strategy table for this GPU: the fastest tile per (size, batch), square problems. Each
+    problem gets an equal share of the budget (what one leaves unused passes to the next)."""
+    problems = [(size, batch) for size in sizes for batch in batches]
+    start = time.monotonic()
     entries = []
-    for size in sizes:
-        for batch in batches:
-            log(f"tuning {size}^3 batch {batch}")
-            best = tune_problem(size, size, size, batch, deadline, log)
-            if best is not None:
-                entries.append({"size": size, "batch": batch, "config": best.to_json()})
+    for i, (size, batch) in enumerate(problems):
+        log(f"tuning {size}^3 batch {batch}")
+        deadline = start + budget_s * (i + 1) / len(problems)
+        best = tune_problem(size, size, size, batch, deadline, log)
+        if best is not None:
+            entries.append({"size": size, "batch": batch, "config": best.to_json()})
     return {
         "arch": f"sm_{device_cc()}",
         "source": "cublas-audit reference --tune",
