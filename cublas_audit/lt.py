@@ -189,13 +189,14 @@ class LtGemm:
                 self._set_layout(layout, "STRIDED_BATCH_OFFSET", rows * cols)
         self._pref = int(self.lt.matmul_preference_create())
         self._set_pref("MAX_WORKSPACE_BYTES", self.workspace_bytes)
+        # Every batch entry starts at ptr + i * stride: both set the alignment cuBLASLt can rely
+        # on (leading dimensions it checks itself).
         item = ELEMENT_BYTES[data_name]
-        strides = (m * k * item, k * n * item, m * n * item)
-        lds = (m * item, k * item, m * item)
-        names = ("MIN_ALIGNMENT_A_BYTES", "MIN_ALIGNMENT_B_BYTES", "MIN_ALIGNMENT_C_BYTES")
-        for name, ptr, stride, ld in zip(names, self.ptrs, strides, lds, strict=True):
-            self._set_pref(name, _alignment(ptr, stride if self.batch > 1 else 0, ld))
-        self._set_pref("MIN_ALIGNMENT_D_BYTES", _alignment(self.ptrs[2], strides[2], lds[2]))
+        strides = (m * k * item, k * n * item, m * n * item) if self.batch > 1 else (0, 0, 0)
+        names = ("A", "B", "C", "D")
+        per_matrix = zip(names, (*self.ptrs, self.ptrs[2]), (*strides, strides[2]), strict=True)
+        for name, ptr, stride in per_matrix:
+            self._set_pref(f"MIN_ALIGNMENT_{name}_BYTES", _alignment(ptr, stride))
 
     def _set_layout(self, layout: int, name: str, value: int) -> None:
         attr = self.lt.MatrixLayoutAttribute[name]

@@ -4,9 +4,11 @@ fake GPU (numpy arrays, a scripted cuBLASLt, scripted timings)."""
 
 from __future__ import annotations
 
+import ctypes
 import json
 import sys
 from collections.abc import Callable, Iterator, Mapping
+from enum import IntEnum
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, ClassVar
@@ -387,3 +389,134 @@ def test_audit_on_the_gpu(tmp_path: Path) -> None:
     assert default["status"] == "ok" and default["time_ms"] > 0
     assert frame["left_on_table"].iloc[0] >= 1.0
     assert cd.read_candidates(tmp_path)["case_id"].nunique() == 1
+
+
+# ----- lt.LtGemm's plumbing against a fake nvmath.bindings.cublasLt ----------------------------
+class FakeLt:
+    """Records every call; answers the heuristic with three results whose first algo word is
+    the result's number, and decodes attributes from that word."""
+
+    Layout = IntEnum("Layout", ["BATCH_COUNT", "STRIDED_BATCH_OFFSET"])
+    Pref = IntEnum("Pref", ["MAX_WORKSPACE_BYTES", *(f"MIN_ALIGNMENT_{x}_BYTES" for x in "ABCD")])
+    # No CLUSTER_SHAPE_ID: an older library; SPLITK_NUM raises: an attribute it rejects.
+    Config = IntEnum("Config", ["ID", "TILE_ID", "STAGES_ID", "SPLITK_NUM", "REDUCTION_SCHEME",
+                                "CTA_SWIZZLING", "CUSTOM_OPTION", "INNER_SHAPE_ID"])  # fmt: skip
+    MatmulTile = IntEnum("MatmulTile", {"TILE_32x32": 10, "TILE_64x64": 11, "TILE_128x128": 12})
+    MatmulStages = IntEnum("MatmulStages", {"STAGES_8x3": 5})
+    ReductionScheme = IntEnum("ReductionScheme", {"NONE": 0, "INPLACE": 1})
+    algo_dtype = np.dtype([("data_", "<u8", (8,))])
+    result_dtype = np.dtype(
+        [("algo", algo_dtype), ("workspace_size", "<u8"), ("state", "<i4"),
+         ("waves_count", "<f4"), ("reserved", "<i4", (4,))]
+    )  # fmt: skip
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[Any, ...]] = []
+        self.MatrixLayoutAttribute = self.Layout
+        self.MatmulPreferenceAttribute = self.Pref
+        self.MatmulAlgoConfigAttribute = self.Config
+        self.matmul_heuristic_result_dtype = self.result_dtype
+
+    def __getattr__(self, name: str) -> Any:  # create / *_destroy / matmul: just record
+        return lambda *args: self.calls.append((name, *args)) or 7
+
+    @staticmethod
+    def _memory(ptr: int, dtype: Any, count: int = 1) -> np.ndarray:
+        size = np.dtype(dtype).itemsize * count
+        return np.frombuffer((ctypes.c_char * size).from_address(ptr), dtype=dtype)
+
+    def get_matrix_layout_attribute_dtype(self, attr: Any) -> Any:
+        return np.int32 if attr.name == "BATCH_COUNT" else np.int64
+
+    def get_matmul_preference_attribute_dtype(self, attr: Any) -> Any:
+        return np.uint64 if attr.name == "MAX_WORKSPACE_BYTES" else np.uint32
+
+    def get_matmul_algo_config_attribute_dtype(self, attr: Any) -> Any:
+        return np.uint32
+
+    def matrix_layout_create(self, *args: int) -> int:
+        self.calls.append(("layout", *args))
+        return 100 + len(self.calls)
+
+    def matrix_layout_set_attribute(self, layout: int, attr: Any, ptr: int, size: int) -> None:
+        dtype = self.get_matrix_layout_attribute_dtype(attr)
+        self.calls.append(("layout_attr", layout, attr.name, int(self._memory(ptr, dtype)[0])))
+
+    def matmul_preference_set_attribute(self, pref: int, attr: Any, ptr: int, size: int) -> None:
+        dtype = self.get_matmul_preference_attribute_dtype(attr)
+        self.calls.append(("pref", attr.name, int(self._memory(ptr, dtype)[0])))
+
+    def matmul_algo_get_heuristic(self, *args: int) -> None:
+        limit, results_ptr, count_ptr = args[7:]
+        found = min(limit, 3)
+        results = self._memory(results_ptr, self.result_dtype, found).copy()
+        for i in range(found):
+            results[i]["algo"]["data_"][0] = i
+            results[i]["workspace_size"] = i << 20
+            results[i]["waves_count"] = 0.5 + i
+        ctypes.memmove(results_ptr, results.ctypes.data, results.nbytes)
+        ctypes.memmove(count_ptr, np.array([found], np.int32).ctypes.data, 4)
+
+    def matmul_algo_config_get_attribute(
+        self, algo_ptr: int, attr: Any, buf: int, size: int, written: int
+    ) -> None:
+        number = int(self._memory(algo_ptr, np.uint64)[0])
+        if attr.name == "SPLITK_NUM":
+            raise RuntimeError("CUBLAS_STATUS_INVALID_VALUE")
+        value = {"ID": 55, "TILE_ID": 10 + number, "STAGES_ID": 5, "REDUCTION_SCHEME": 99}
+        data = np.array([value.get(attr.name, number)], np.uint32)
+        ctypes.memmove(buf, data.ctypes.data, 4)
+
+
+@pytest.fixture
+def fake_lt(monkeypatch: pytest.MonkeyPatch) -> FakeLt:
+    fake = FakeLt()
+    nvmath = SimpleNamespace(CudaDataType=IntEnum("D", {"CUDA_R_32F": 0, "CUDA_R_16F": 2}))
+    cublas = SimpleNamespace(ComputeType=IntEnum("C", {"COMPUTE_32F": 68}))
+    bindings = SimpleNamespace(cublasLt=fake, cublas=cublas)
+    cupy = SimpleNamespace(
+        cuda=SimpleNamespace(
+            runtime=SimpleNamespace(getDevice=lambda: 0), alloc=lambda n: SimpleNamespace(ptr=9)
+        )
+    )
+    for name, module in (("nvmath", nvmath), ("nvmath.bindings", bindings), ("cupy", cupy)):
+        monkeypatch.setitem(sys.modules, name, module)
+    monkeypatch.setitem(sys.modules, "nvmath.bindings.cublasLt", fake)
+    monkeypatch.setattr(lt, "_handles", {})
+    return fake
+
+
+def test_lt_gemm_describes_the_problem_to_cublaslt(fake_lt: FakeLt) -> None:
+    with lt.LtGemm("fp16", 64, 32, 16, 4, 1024, 2048, 4096 + 64) as gemm:
+        candidates = gemm.heuristics(8)
+        gemm.run()
+    calls = fake_lt.calls
+    assert ("matmul_desc_create", 68, 0) in calls  # COMPUTE_32F, FP32 scale
+    layouts = [c[1:] for c in calls if c[0] == "layout"]
+    assert layouts == [(2, 64, 16, 64), (2, 16, 32, 16), (2, 64, 32, 64)]  # R_16F, column-major
+    attrs = [c[2:] for c in calls if c[0] == "layout_attr"]
+    assert attrs[:2] == [("BATCH_COUNT", 4), ("STRIDED_BATCH_OFFSET", 64 * 16)]
+    prefs = dict(c[1:] for c in calls if c[0] == "pref")
+    assert prefs["MAX_WORKSPACE_BYTES"] == 32 << 20
+    assert prefs["MIN_ALIGNMENT_A_BYTES"] == 256
+    assert prefs["MIN_ALIGNMENT_C_BYTES"] == 64  # C starts 64 bytes into an allocation
+    assert [c.tile for c in candidates] == ["32x32", "64x64", "128x128"]
+    first = candidates[0].attributes()
+    assert (first["algo_id"], first["stages"], first["split_k"]) == (55, "8x3", None)
+    assert (first["cluster_shape"], first["reduction_scheme"]) == (None, "99")
+    assert candidates[2].workspace_bytes == 2 << 20 and candidates[2].waves_count == 2.5
+    (launch,) = [c for c in calls if c[0] == "matmul"]
+    assert launch[4] == 1024 and launch[9] == launch[11] == 4096 + 64  # A; C is D, in place
+    assert launch[14:] == (9, 32 << 20, 0)  # workspace pointer and size, stream
+    destroyed = [c[0] for c in calls if c[0].endswith("destroy")]
+    assert (
+        sorted(destroyed)
+        == ["matmul_desc_destroy", "matmul_preference_destroy"] + ["matrix_layout_destroy"] * 3
+    )
+
+
+def test_lt_refuses_a_candidate_over_the_workspace(fake_lt: FakeLt) -> None:
+    with lt.LtGemm("fp32", 64, 64, 64, 1, 0, 0, 0, workspace_bytes=1 << 20) as gemm:
+        big = gemm.heuristics(3)[2]
+        with pytest.raises(ValueError, match="workspace"):
+            gemm.run(big)
