@@ -3,30 +3,31 @@
     PYTHONPATH=$PWD python3 benchmarks/reference_vs_cublas.py [--tune] [--json FILE]
     PYTHONPATH=$PWD python3 benchmarks/reference_vs_cublas.py --profile 8192,1   # under ncu
 
-Steps, each independent (a failure prints its traceback and the script goes on):
-1. build: compiles every candidate tile for an aligned and a ragged problem (NVRTC, via CuPy);
-2. check: each tile on ragged sizes, odd batches and non-square problems against float64, output
-   poisoned with NaN first: PASS/FAIL with the normwise relative error;
-3. tune (--tune): a bounded tile search (--tune-budget-s), written to --table-out and used below;
+Steps (each unit runs in a child process with a time limit, so that a kernel fault, which leaves
+the CUDA context unusable, or a hang costs that unit only; its traceback goes to the log):
+1. check: every candidate tile on ragged sizes, odd batches and non-square problems against
+   float64, output poisoned with NaN first: PASS/FAIL with the normwise relative error;
+2. build: registers and local memory of every candidate tile at 4096 (as the driver loaded it);
+3. tune (--tune): a bounded tile search (--tune-budget-s), written to --table-out, used below;
 4. table: sizes x batches, reference and cuBLAS timed interleaved (first call discarded, median of
    at least 20, CUDA events), efficiency = cuBLAS time / reference time, TFLOP/s against the FP32
    peak of the device (66.9 TFLOP/s on the H100 SXM at 1.98 GHz).
---json writes everything with the device, date and versions. `--profile SIZE,BATCH` runs the
-reference and cuBLAS once each inside NVTX ranges `ref` and `cublas`, for ncu.
+--json is rewritten after every unit, with the device, date and versions. `--profile SIZE,BATCH`
+runs one reference and one cuBLAS call inside NVTX ranges `ref` and `cublas`, for ncu.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
+import subprocess
 import sys
-import time
+import tempfile
 import traceback
-from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -36,39 +37,26 @@ sys.path.insert(0, str(REPO))
 from cublas_audit import reference  # noqa: E402
 
 CHECK_PROBLEMS = [
+    (256, 256, 256, 5),
     (1000, 1000, 1000, 1),
     (1023, 1023, 1023, 3),
+    (1024, 520, 1000, 3),
+    (72, 4100, 36, 1),
     (3000, 3000, 3000, 1),
     (2999, 3001, 3003, 2),
     (4096, 4096, 4096, 3),
-    (256, 256, 256, 5),
-    (1024, 520, 1000, 3),
-    (72, 4100, 36, 1),
 ]
-BUILD_PROBLEMS = [(4096, 4096, 4096, 8), (1023, 1023, 1023, 3)]
+BUILD_PROBLEM = (4096, 4096, 4096, 8)
+UNIT_TIMEOUT_S = 150
 
 
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
-    import cupy
-
     if args.profile:
         return profile_one(args.profile)
-    results: dict[str, Any] = {"device": device_info(cupy), "command": sys.argv}
-    print(json.dumps(results["device"], indent=1), flush=True)
-    cc = results["device"]["cc"]
-    if not args.skip_check:
-        results["build"] = build_all(cc)
-        results["check"] = check_all(cc)
-    table_path: Path | None = None
-    if args.tune:
-        table_path = tune(args, results)
-    results["table"] = time_table(cc, args, table_path)
-    print_table(results["table"], results["device"]["peak_tflops"])
-    if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=1, default=str) + "\n")
-        print(f"\nwrote {args.json}")
-    return 0
+    if args.unit:
+        return run_unit(args)
+    return orchestrate(args)
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -76,15 +64,19 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--sizes", default="256,512,1024,2048,4096,8192")
     parser.add_argument("--batches", default="1,4,8,16")
     parser.add_argument("--tune", action="store_true", help="search tiles first (bounded)")
-    parser.add_argument("--tune-budget-s", type=float, default=180.0)
+    parser.add_argument("--tune-budget-s", type=float, default=150.0)
     parser.add_argument("--tune-sizes", default="256,512,1024,2048,4096,8192")
     parser.add_argument("--tune-batches", default="1,8")
     parser.add_argument(
         "--table-out", help="where --tune writes its table [default: beside --json]"
     )
-    parser.add_argument("--skip-check", action="store_true", help="skip build and check steps")
+    parser.add_argument("--skip-check", action="store_true", help="skip the check and build steps")
     parser.add_argument("--json", help="write all results here")
     parser.add_argument("--profile", help="SIZE,BATCH: one reference and one cuBLAS call, for ncu")
+    parser.add_argument("--unit", help=argparse.SUPPRESS)  # child: one unit of work, JSON out
+    parser.add_argument("--unit-arg", default="", help=argparse.SUPPRESS)
+    parser.add_argument("--unit-out", help=argparse.SUPPRESS)
+    parser.add_argument("--table", help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 
 
@@ -92,11 +84,136 @@ def ints(text: str) -> list[int]:
     return [int(x) for x in text.split(",") if x.strip()]
 
 
-def device_info(cupy: Any) -> dict[str, Any]:
+# ----- parent ------------------------------------------------------------------------------------
+
+
+def orchestrate(args: argparse.Namespace) -> int:
+    results: dict[str, Any] = {"command": sys.argv}
+    results["device"] = child(args, "device", "")
+    print(json.dumps(results["device"], indent=1), flush=True)
+    if not args.skip_check:
+        print("\n== check (normwise relative error vs float64, limit 1e-5) ==", flush=True)
+        results["check"] = [
+            child(args, "check", ",".join(map(str, dims)), results) for dims in CHECK_PROBLEMS
+        ]
+        print("\n== build (registers, local memory, shared memory per variant) ==", flush=True)
+        results["build"] = child(args, "build", "", results)
+    table: Path | None = None
+    if args.tune:
+        print(f"\n== tune (budget {args.tune_budget_s:.0f} s) ==", flush=True)
+        table = Path(
+            args.table_out or Path(args.json or "reference.json").with_suffix(".table.json")
+        )
+        limit = args.tune_budget_s + UNIT_TIMEOUT_S
+        results["tune"] = child(args, "tune", str(table), results, limit)
+        table = table if table.exists() else None
+        results["tuned_table"] = json.loads(table.read_text()) if table else None
+    print("\n== reference vs cuBLAS ==", flush=True)
+    rows: list[dict[str, Any]] = []
+    results["table"] = rows
+    for size in ints(args.sizes):
+        unit = child(args, "time", str(size), results, table=table)
+        rows.extend(unit.get("rows") or [{"size": size, "status": "FAIL", **unit}])
+    print_summary(results)
+    save(args, results)
+    return 0
+
+
+def child(
+    args: argparse.Namespace,
+    unit: str,
+    arg: str,
+    results: dict[str, Any] | None = None,
+    limit: float = UNIT_TIMEOUT_S,
+    table: Path | None = None,
+) -> dict[str, Any]:
+    """Runs one unit in a fresh process; its JSON result, or why there is none."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "unit.json"
+        cmd = [sys.executable, __file__, "--unit", unit, "--unit-arg", arg, "--unit-out", str(out)]
+        cmd += ["--batches", args.batches, "--tune-budget-s", str(args.tune_budget_s)]
+        cmd += ["--tune-sizes", args.tune_sizes, "--tune-batches", args.tune_batches]
+        cmd += ["--table", str(table)] if table else []
+        try:
+            done = subprocess.run(cmd, timeout=limit, check=False, env=os.environ.copy())
+            outcome: dict[str, Any] = (
+                json.loads(out.read_text())
+                if out.exists()
+                else {"status": "FAIL", "error": f"child exited {done.returncode}, no result"}
+            )
+        except subprocess.TimeoutExpired:
+            outcome = {"status": "FAIL", "error": f"timed out after {limit:.0f} s (hang?)"}
+    if outcome.get("status") == "FAIL":
+        print(f"FAIL unit {unit} {arg}: {outcome.get('error')}", flush=True)
+    if results is not None:
+        save(args, {**results, f"last_{unit}": outcome})
+    return outcome
+
+
+def save(args: argparse.Namespace, results: dict[str, Any]) -> None:
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1, default=str) + "\n")
+
+
+def print_summary(results: dict[str, Any]) -> None:
+    from tabulate import tabulate
+
+    checks = [row for unit in results.get("check", []) for row in unit.get("rows", [])]
+    failed = [row for row in checks if row["status"] != "PASS"]
+    print(f"\ncheck: {len(checks) - len(failed)} of {len(checks)} PASS", flush=True)
+    for row in failed:
+        print(f"  FAIL {row['problem']} {row['config']}: {row.get('error')}")
+    peak = results["device"].get("peak_tflops", 66.9)
+    body = [
+        [
+            r["size"],
+            r.get("batch", ""),
+            r.get("config", "FAILED"),
+            f"{r['ref_ms']:.4f}" if "ref_ms" in r else "",
+            f"{r['cublas_ms']:.4f}" if "cublas_ms" in r else "",
+            f"{r['efficiency']:.3f}" if "efficiency" in r else "",
+            f"{r['ref_tflops']:.1f}" if "ref_tflops" in r else "",
+            f"{r['cublas_tflops']:.1f}" if "cublas_tflops" in r else "",
+            f"{peak:.1f}",
+        ]
+        for r in results["table"]
+    ]
+    headers = ["size", "batch", "config", "ref ms", "cuBLAS ms", "eff", "ref TF/s", "cuBLAS TF/s"]
+    print("\n" + tabulate(body, headers=[*headers, "peak TF/s"], tablefmt="github"), flush=True)
+
+
+# ----- child -------------------------------------------------------------------------------------
+
+
+def run_unit(args: argparse.Namespace) -> int:
+    units = {"device": unit_device, "check": unit_check, "build": unit_build}
+    units |= {"tune": unit_tune, "time": unit_time}
+    try:
+        outcome = units[args.unit](args)
+    except Exception as exc:
+        traceback.print_exc()
+        outcome = {"status": "FAIL", "error": f"{type(exc).__name__}: {exc}"}
+    Path(args.unit_out).write_text(json.dumps(outcome, default=str))
+    return 0
+
+
+def attempt(name: str, step: Any) -> dict[str, Any]:
+    """One variant inside a unit: a failure is printed with its traceback, recorded, not raised."""
+    try:
+        result: dict[str, Any] = step()
+        return result
+    except Exception as exc:
+        print(f"FAIL {name}: {type(exc).__name__}: {exc}", flush=True)
+        traceback.print_exc()
+        sys.stderr.flush()
+        return {"status": "FAIL", "error": f"{type(exc).__name__}: {exc}"}
+
+
+def unit_device(args: argparse.Namespace) -> dict[str, Any]:
+    import cupy
     from cupy_backends.cuda.libs import cublas
 
     device = cupy.cuda.Device()
-    props = cupy.cuda.runtime.getDeviceProperties(device.id)
     attrs = device.attributes
     cc = str(device.compute_capability)
     lanes = 64 if cc == "80" else 128  # FP32 FMA lanes per SM
@@ -110,7 +227,7 @@ def device_info(cupy: Any) -> dict[str, Any]:
     except Exception as exc:
         bindings = f"unavailable: {exc}"
     return {
-        "name": props["name"].decode(),
+        "name": cupy.cuda.runtime.getDeviceProperties(device.id)["name"].decode(),
         "cc": cc,
         "sms": sms,
         "clock_ghz": clock_ghz,
@@ -125,135 +242,82 @@ def device_info(cupy: Any) -> dict[str, Any]:
     }
 
 
-def guarded(what: str, step: Callable[[], dict[str, Any]]) -> dict[str, Any]:
-    """Runs one step; a failure is printed with its traceback and recorded, never raised."""
-    try:
-        return step()
-    except Exception as exc:
-        print(f"FAIL {what}: {type(exc).__name__}: {exc}", flush=True)
-        traceback.print_exc()
-        sys.stderr.flush()
-        return {"status": "FAIL", "error": f"{type(exc).__name__}: {exc}"}
-
-
 def all_tiles(cc: str, m: int, n: int, k: int, batch: int) -> list[reference.Config]:
-    """Every candidate tile with and without split-K, fitted to the problem."""
-    found = dict.fromkeys(reference.candidates(cc, m, n, k, batch))
-    for config in list(found):
+    """Every candidate tile (swizzle 8) with and without 4-way split-K, fitted to the problem."""
+    tiles = [c for c in reference.candidates(cc, m, n, k, batch) if c.swizzle == 8]
+    found = dict.fromkeys(tiles)
+    for config in tiles:
         found[reference.fit(replace(config, splitk=4), cc, m, n, k)] = None
     return list(found)
 
 
-def build_all(cc: str) -> list[dict[str, Any]]:
-    print("\n== build (registers and local memory as the driver reports them) ==", flush=True)
+def unit_check(args: argparse.Namespace) -> dict[str, Any]:
+    m, n, k, batch = ints(args.unit_arg)
+    cc = reference.device_cc()
+    a, b, c = reference.random_operands(m, n, k, batch)
+    default = reference.strategy_for(cc, m, n, k, batch)
     rows = []
-    for dims in BUILD_PROBLEMS:
-        for config in all_tiles(cc, *dims):
-            name = f"{config.label()} @ {'x'.join(map(str, dims))}"
-            row = {"variant": name, **guarded(name, partial(build_one, config, dims))}
-            print(
-                f"{row['status']:4s} {name}  {row.get('registers', '?')} regs, local "
-                f"{row.get('local_bytes', '?')} B, smem {config.smem_bytes} B",
-                flush=True,
-            )
-            rows.append(row)
-    return rows
+    for config in [default, *(x for x in all_tiles(cc, m, n, k, batch) if x != default)]:
+        name = f"{m}x{n}x{k} batch {batch} {config.label()}"
+
+        def check(config: reference.Config = config) -> dict[str, Any]:
+            error = reference.checked(reference.prepare(m, n, k, batch, a, b, c, config), a, b, c)
+            return {"status": "PASS" if error <= reference.TOLERANCE else "FAIL", "error": error}
+
+        row = {"problem": [m, n, k, batch], "config": config.label(), **attempt(name, check)}
+        print(f"{row['status']:4s} {name}: {row['error']}", flush=True)
+        rows.append(row)
+    return {"status": "ok", "rows": rows}
 
 
-def build_one(config: reference.Config, dims: tuple[int, int, int, int]) -> dict[str, Any]:
-    kernel = reference.build(config, *dims)
-    return {"status": "ok", "registers": kernel.num_regs, "local_bytes": kernel.local_size_bytes}
-
-
-def check_all(cc: str) -> list[dict[str, Any]]:
-    print("\n== check (normwise relative error vs float64, limit 1e-5) ==", flush=True)
+def unit_build(args: argparse.Namespace) -> dict[str, Any]:
+    cc = reference.device_cc()
     rows = []
-    for dims in CHECK_PROBLEMS:
-        operands = reference.random_operands(*dims)
-        default = reference.strategy_for(cc, *dims)
-        for config in [default, *(x for x in all_tiles(cc, *dims) if x != default)]:
-            name = f"{'x'.join(map(str, dims[:3]))} batch {dims[3]} {config.label()}"
-            row = {
-                "problem": list(dims),
-                "config": config.label(),
-                **guarded(name, partial(check_one, config, dims, operands)),
-            }
-            print(f"{row['status']:4s} {name}: {row['error']}", flush=True)
-            rows.append(row)
-    return rows
+    for config in all_tiles(cc, *BUILD_PROBLEM):
+        name = f"{config.label()} @ {'x'.join(map(str, BUILD_PROBLEM))}"
+
+        def build(config: reference.Config = config) -> dict[str, Any]:
+            kernel = reference.build(config, *BUILD_PROBLEM)
+            regs, local = kernel.num_regs, kernel.local_size_bytes
+            return {"status": "ok", "registers": regs, "local_bytes": local}
+
+        row = {"variant": name, "smem": config.smem_bytes, **attempt(name, build)}
+        print(
+            f"{row['status']:4s} {name}: {row.get('registers', '?')} registers, "
+            f"{row.get('local_bytes', '?')} B local, {config.smem_bytes} B shared",
+            flush=True,
+        )
+        rows.append(row)
+    return {"status": "ok", "rows": rows}
 
 
-def check_one(
-    config: reference.Config, dims: tuple[int, int, int, int], operands: tuple[Any, Any, Any]
-) -> dict[str, Any]:
-    launch = reference.prepare(*dims, *operands, config)
-    error = reference.checked(launch, *operands)
-    return {"status": "PASS" if error <= reference.TOLERANCE else "FAIL", "error": error}
-
-
-def tune(args: argparse.Namespace, results: dict[str, Any]) -> Path | None:
-    print(f"\n== tune (budget {args.tune_budget_s:.0f} s) ==", flush=True)
-    out = Path(
-        args.table_out or Path(args.json or "reference_vs_cublas.json").with_suffix(".table.json")
+def unit_tune(args: argparse.Namespace) -> dict[str, Any]:
+    table = reference.tune(
+        ints(args.tune_sizes), ints(args.tune_batches), args.tune_budget_s, print
     )
-
-    def run() -> dict[str, Any]:
-        table = reference.tune(
-            ints(args.tune_sizes), ints(args.tune_batches), args.tune_budget_s, print
-        )
-        reference.write_table(table, out)
-        return table
-
-    started = time.monotonic()
-    results["tuned_table"] = guarded("tune", run)
-    print(f"tuning took {time.monotonic() - started:.0f} s; table: {out}", flush=True)
-    return out if out.exists() else None
+    path = reference.write_table(table, Path(args.unit_arg))
+    print(f"strategy table written to {path}", flush=True)
+    return {"status": "ok", "path": str(path)}
 
 
-def time_table(cc: str, args: argparse.Namespace, table: Path | None) -> list[dict[str, Any]]:
-    print("\n== reference vs cuBLAS ==", flush=True)
+def unit_time(args: argparse.Namespace) -> dict[str, Any]:
+    import cupy
+
+    size = int(args.unit_arg)
+    cc = reference.device_cc()
+    table = Path(args.table) if args.table else None
     rows = []
-    for size in ints(args.sizes):
-        for batch in ints(args.batches):
-            name = f"{size} batch {batch}"
+    for batch in ints(args.batches):
 
-            def one(size: int = size, batch: int = batch) -> dict[str, Any]:
-                config = reference.strategy_for(cc, size, size, size, batch, table)
-                row = reference.compare(size, size, size, batch, config).to_json()
-                return {"status": "ok", **row}
+        def one(batch: int = batch) -> dict[str, Any]:
+            config = reference.strategy_for(cc, size, size, size, batch, table)
+            return {"status": "ok", **reference.compare(size, size, size, batch, config).to_json()}
 
-            row = {"size": size, "batch": batch, **guarded(name, one)}
-            print(json.dumps(row), flush=True)
-            rows.append(row)
-            import cupy
-
-            cupy.get_default_memory_pool().free_all_blocks()
-    return rows
-
-
-def print_table(rows: list[dict[str, Any]], peak: float) -> None:
-    from tabulate import tabulate
-
-    body = []
-    for r in rows:
-        if r["status"] != "ok":
-            body.append([r["size"], r["batch"], "FAILED", "", "", "", "", "", f"{peak:.1f}"])
-            continue
-        body.append(
-            [
-                r["size"],
-                r["batch"],
-                r["config"],
-                f"{r['ref_ms']:.4f}",
-                f"{r['cublas_ms']:.4f}",
-                f"{r['efficiency']:.3f}",
-                f"{r['ref_tflops']:.1f}",
-                f"{r['cublas_tflops']:.1f}",
-                f"{peak:.1f}",
-            ]
-        )
-    headers = ["size", "batch", "config", "ref ms", "cuBLAS ms", "eff", "ref TF/s", "cuBLAS TF/s"]
-    print("\n" + tabulate(body, headers=[*headers, "peak TF/s"], tablefmt="github"), flush=True)
+        row = {"size": size, "batch": batch, **attempt(f"{size} batch {batch}", one)}
+        print(json.dumps(row), flush=True)
+        rows.append(row)
+        cupy.get_default_memory_pool().free_all_blocks()
+    return {"status": "ok", "rows": rows}
 
 
 def profile_one(spec: str) -> int:
