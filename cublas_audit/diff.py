@@ -63,10 +63,11 @@ def compare(a: Dataset, b: Dataset, thresholds: Thresholds | None = None) -> Dif
     key = _case_key(a.frame, b.frame)
     left, right = _sided(a, key), _sided(b, key)
     merged = left.merge(right, on=key, how="outer", suffixes=("_a", "_b"), indicator=True)
-    merged = merged.assign(
-        shape=merged["shape_a"].fillna(merged["shape_b"]),
-        size=merged["size_a"].fillna(merged["size_b"]),
-    ).drop(columns=["shape_a", "shape_b", "size_a", "size_b"])
+    # Columns outside the key come in pairs: one value per case for the shared ones.
+    shared = [c for c in ("shape", "size", "routine") if c not in key]
+    merged = merged.assign(**{c: merged[f"{c}_a"].fillna(merged[f"{c}_b"]) for c in shared}).drop(
+        columns=[f"{c}_{side}" for c in shared for side in "ab"]
+    )
     merged = merged.sort_values(["api", "mode", "batch", "size", "m", "n", "k"], kind="stable")
     both = merged[merged["_merge"] == "both"]
     return Diff(
@@ -88,6 +89,10 @@ def _case_key(a: pd.DataFrame, b: pd.DataFrame) -> list[str]:
 
 def _sided(dataset: Dataset, key: list[str]) -> pd.DataFrame:
     rows = prepare(dataset.frame)
+    if "routine" not in key:
+        # Matched without routine, a loop companion has the key of its batched call; a table
+        # without a routine column cannot hold loops, so they have nothing to match there.
+        rows = rows[~rows["is_loop"]]
     if "status" not in rows.columns:
         rows["status"] = pd.Series(pd.NA, index=rows.index, dtype="string")
     duplicated = rows.duplicated(subset=key, keep="first")
@@ -99,7 +104,7 @@ def _sided(dataset: Dataset, key: list[str]) -> pd.DataFrame:
             position,
             key[-1],
         )
-    columns = [*key, "shape", "size", *SIDE_COLUMNS]
+    columns = list(dict.fromkeys([*key, "routine", "shape", "size", *SIDE_COLUMNS]))
     return rows[columns].astype({"size": float})
 
 

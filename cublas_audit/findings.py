@@ -223,7 +223,7 @@ def reference_faster(ctx: RuleContext) -> list[Finding]:
         ratio = float(group["ratio"].max())
         message = (
             f"The bundled reference kernel is {_ratio_range(group['ratio'])} faster than cuBLAS "
-            f"({group['kernel_short'].iloc[0]}) at {_size_list(group)}."
+            f"({_kernel_of(group) or 'kernel not recorded'}) at {_size_list(group)}."
         )
         workaround = (
             "cuBLAS leaves speed on the table here: a hand-written kernel such as the bundled "
@@ -247,7 +247,8 @@ def batched_slower_than_loop(ctx: RuleContext) -> list[Finding]:
     found = []
     for _, group in _by_kernel(slow):
         message = (
-            f"{group['routine'].iloc[0] or 'The batched call'} ({group['kernel_short'].iloc[0]}) "
+            f"{group['routine'].iloc[0] or 'The batched call'} "
+            f"({_kernel_of(group) or 'kernel not recorded'}) "
             f"takes {_ratio_range(group['ratio'])} the time of a loop of {group['batch'].iloc[0]} "
             f"single calls at {_size_list(group)}."
         )
@@ -276,7 +277,8 @@ def _dispatched(rows: pd.DataFrame) -> pd.DataFrame:
 
 def _by_kernel(rows: pd.DataFrame) -> Iterator[tuple[Hashable, pd.DataFrame]]:
     """Groups of one series and one kernel, sizes ascending."""
-    for key, group in rows.groupby([*SERIES, "kernel_short"], sort=True):
+    # dropna=False: a table from elsewhere may carry times but no kernel names.
+    for key, group in rows.groupby([*SERIES, "kernel_short"], sort=True, dropna=False):
         yield key, group.sort_values("size")
 
 
@@ -301,13 +303,18 @@ def _finding(rule: str, severity: str, group: pd.DataFrame, message: str, work: 
         mode=str(first["mode"]),
         batch=int(first["batch"]),
         sizes=[str(s) for s in group["shape"]],
-        kernel=str(first["kernel_short"]),
+        kernel=_kernel_of(group),
         message=message,
         workaround=work,
-        kernel_name=str(first["kernel"]),
+        kernel_name="" if pd.isna(first["kernel"]) else str(first["kernel"]),
         rows=[int(i) for i in group.index],
         evidence=_evidence(group),
     )
+
+
+def _kernel_of(group: pd.DataFrame) -> str:
+    short = group["kernel_short"].iloc[0]
+    return "" if pd.isna(short) else str(short)
 
 
 def _evidence(group: pd.DataFrame) -> list[dict[str, Any]]:

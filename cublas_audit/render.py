@@ -329,6 +329,10 @@ def _heading(key: Sequence[Any]) -> str:
     return md_text(" · ".join(str(p) for p in (api, routine, mode, f"batch {batch}") if p))
 
 
+def _pipe_header(mode: str) -> str:
+    return pipe_name(mode).replace("-pipe", " %")
+
+
 def _kernel_cell(row: Mapping[Hashable, Any]) -> str:
     status = plain(row.get("status"))
     if status not in (None, "ok"):
@@ -342,7 +346,7 @@ def _dispatch_tables(rows: pd.DataFrame, flags: Mapping[int, list[str]]) -> list
     tables = []
     for key, group in rows.groupby(_TABLE_KEY, sort=True):
         group = group.sort_values(["size", "shape"])
-        pipe = pipe_name(str(key[2])).replace("-pipe", " %")
+        pipe = _pipe_header(str(key[2]))
         body = [
             (
                 record["shape"],
@@ -369,7 +373,7 @@ def _efficiency_table(rows: pd.DataFrame) -> str:
         (
             _heading(key),
             record["shape"],
-            md_code(shorten(str(record["kernel_short"]))),
+            _kernel_cell(record),
             _number(record["time_ms"], 3),
             _number(record["ref_time_ms"], 3),
             f"{record['time_ms'] / record['ref_time_ms']:.0%}",
@@ -401,7 +405,7 @@ def side_by_side(datasets: Sequence[Dataset]) -> list[dict[str, str]]:
         merged = pd.concat([c for _, c in present], axis=1).sort_index()
         headers = ["size"]
         for dataset, _ in present:
-            headers += [f"{md_text(dataset.title)} kernel", pipe_name(str(key[2])) + " %"]
+            headers += [f"{md_text(dataset.title)} kernel", _pipe_header(str(key[2]))]
         body = [
             [shape, *values]
             for (_, shape), values in zip(
@@ -547,6 +551,8 @@ def _plot(dataset: Dataset, rows: pd.DataFrame, plots: Path) -> str | None:
         return None
     figure, (speed, util) = plt.subplots(1, 2, figsize=(11, 4))
     for key, group in rows.groupby(_TABLE_KEY, sort=True):
+        if group[["tflops_shown", "util"]].isna().all(axis=None):
+            continue  # skipped or failed calls: nothing to draw
         label = " ".join(str(p) for p in key[1:3]) + f" b{key[3]}"
         (line,) = speed.plot(group["size"], group["tflops_shown"], marker="o", label=label)
         util.plot(group["size"], group["util"], marker="o", color=line.get_color(), label=label)

@@ -1,0 +1,106 @@
+"""`diff` on real recorded runs and the article's published table."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from cublas_audit.cli import app
+from cublas_audit.diff import compare, to_json, to_markdown
+from cublas_audit.errors import AuditError
+from cublas_audit.render import load_one_gpu
+from cublas_audit.table import read_table, write_table
+from cublas_audit.thresholds import Thresholds
+from tests.conftest import FIXTURES
+
+SMOKE = FIXTURES / "h100-smoke"
+BATCHED = FIXTURES / "h100-batched-cublas"
+PUBLISHED_B8 = FIXTURES / "published_article_b8.csv"
+
+
+def _published_gpu(tmp_path: Path, label: str, drop: tuple[str, ...] = ()) -> Path:
+    table = read_table(PUBLISHED_B8)
+    path = tmp_path / f"{label}.csv"
+    write_table(table[table["gpu_label"] == label].drop(columns=list(drop)), path)
+    return path
+
+
+def test_two_h100_runs_match_on_the_case_key() -> None:
+    diff = compare(load_one_gpu(SMOKE), load_one_gpu(BATCHED))
+    assert len(diff.matched) == 6  # 256 and 1024 at batch 8: batched, loop, cuBLASLt
+    # The smoke run's 0.023 ms batched call at 256 took 0.027 ms in the longer run: +14 %.
+    regressions = diff.rows("regression")
+    assert sorted(zip(regressions["routine"], regressions["m"], strict=True)) == [
+        ("cublasSgemmStridedBatched", 256),
+        ("sgemm-loop", 256),
+    ]
+    assert diff.kernel_changes.empty
+    assert set(diff.only_a["routine"]) == {"cublasSgemm", "cublasLtMatmul"}
+    assert all(row["differs"] == "False" for row in diff.env)
+
+
+def test_reverse_direction_is_an_improvement() -> None:
+    diff = compare(load_one_gpu(BATCHED), load_one_gpu(SMOKE))
+    assert not diff.has_regression
+    assert set(diff.rows("improvement")["m"]) == {256}
+    wide = compare(load_one_gpu(SMOKE), load_one_gpu(BATCHED), Thresholds(diff_time_noise_pct=30))
+    assert not wide.has_regression
+
+
+def test_h100_against_the_published_h200(tmp_path: Path) -> None:
+    diff = compare(load_one_gpu(BATCHED), load_one_gpu(_published_gpu(tmp_path, "h200")))
+    differs = {row["key"]: (row["a"], row["b"]) for row in diff.env if row["differs"] == "True"}
+    assert differs["gpu_label"] == ("h100", "h200")
+    assert differs["driver_version"] == ("580.159.04", "not recorded")
+    # Untimed on the published side: FMA % decides, and both dispatchers agree within noise.
+    assert not diff.has_regression
+    # This H100 dispatches the H200's kernel at every published size.
+    assert diff.kernel_changes.empty
+    assert len(diff.matched) == 6
+    text = to_markdown(diff)
+    assert "## What differs" in text and "| gpu_label" in text
+
+
+def test_missing_routine_matches_without_it(tmp_path: Path) -> None:
+    published = _published_gpu(tmp_path, "h200", drop=("routine",))
+    diff = compare(load_one_gpu(BATCHED), load_one_gpu(published))
+    assert len(diff.matched) == 6  # batch 8, 256..8192; the loop rows are left out
+    assert "sgemm-loop" not in set(diff.only_a["routine"].dropna())
+
+
+def test_json_lists_regressions() -> None:
+    data = to_json(compare(load_one_gpu(SMOKE), load_one_gpu(BATCHED)))
+    assert data["matched"] == 6
+    first = data["regressions"][0]
+    assert first["time_ms_a"] == pytest.approx(0.0232, abs=1e-4)
+    assert first["verdict"] == "regression"
+    json.dumps(data)  # serializable as is
+
+
+def test_a_table_of_several_gpus_is_refused() -> None:
+    with pytest.raises(AuditError, match=r"row 7, column 'gpu_label': mixes GPUs"):
+        load_one_gpu(PUBLISHED_B8)
+
+
+def test_duplicate_cases_are_refused(tmp_path: Path) -> None:
+    table = read_table(_published_gpu(tmp_path, "h200"))
+    path = tmp_path / "twice.csv"
+    write_table(pd.concat([table, table.iloc[[2]]]), path)
+    with pytest.raises(AuditError, match=r"twice.csv, row 7.*appears twice"):
+        compare(load_one_gpu(path), load_one_gpu(path))
+
+
+def test_cli_fail_on_regression_exit_codes() -> None:
+    runner = CliRunner()
+    fail = ["--fail-on", "regression"]
+    worse = runner.invoke(app, ["diff", str(SMOKE), str(BATCHED), *fail])
+    assert worse.exit_code == 1, worse.output
+    assert "## Regressions" in worse.output
+    better = runner.invoke(app, ["diff", str(BATCHED), str(SMOKE), *fail])
+    assert better.exit_code == 0, better.output
+    bad = runner.invoke(app, ["diff", str(PUBLISHED_B8), str(SMOKE)])
+    assert bad.exit_code == 2 and "mixes GPUs" in bad.output
