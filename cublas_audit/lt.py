@@ -96,8 +96,10 @@ def bindings() -> ModuleType:
     try:
         from nvmath.bindings import cublasLt as module
     except ImportError as exc:
+        # nvmath itself missing, or one of its own dependencies (cuda-bindings): say which.
+        missing = "" if (exc.name or "nvmath").startswith("nvmath") else f" ({exc})"
         raise ToolMissingError(
-            "nvmath-python is not installed: pip install 'cublas-audit[gpu]'"
+            f"nvmath-python is not installed{missing}: pip install 'cublas-audit[gpu]'"
         ) from exc
     lt: ModuleType = module
     return lt

@@ -356,7 +356,21 @@ def test_problems_merge_the_apis_and_loop_rows() -> None:
 # ----- errors and the command line -------------------------------------------------------------
 def test_missing_nvmath_names_the_gpu_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "nvmath.bindings", None)
-    with pytest.raises(ToolMissingError, match=r"pip install 'cublas-audit\[gpu\]'"):
+    with pytest.raises(ToolMissingError) as raised:
+        lt.bindings()
+    assert str(raised.value) == "nvmath-python is not installed: pip install 'cublas-audit[gpu]'"
+
+
+def test_a_missing_dependency_of_nvmath_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    class Importer:
+        def find_spec(self, name: str, *args: Any) -> None:
+            if name.startswith("nvmath"):
+                raise ModuleNotFoundError("No module named 'cuda.bindings'", name="cuda.bindings")
+
+    monkeypatch.delitem(sys.modules, "nvmath.bindings", raising=False)
+    monkeypatch.delitem(sys.modules, "nvmath", raising=False)
+    monkeypatch.setattr(sys, "meta_path", [Importer(), *sys.meta_path])
+    with pytest.raises(ToolMissingError, match=r"installed \(No module named 'cuda.bindings'\)"):
         lt.bindings()
 
 
