@@ -152,10 +152,10 @@ class LtGemm:
     ) -> None:
         if mode not in MODE_TYPES:
             raise ValueError(f"unknown mode {mode!r} (choose from {', '.join(MODE_TYPES)})")
+        self.lt = bindings()  # first: a missing nvmath is the clear error, not a cupy one
         import cupy
         import numpy
 
-        self.lt = bindings()
         self.mode, self.m, self.n, self.k, self.batch = mode, m, n, k, batch
         self.ptrs = (a_ptr, b_ptr, c_ptr)
         self.stream = stream
