@@ -7,7 +7,7 @@ reported in the header, never assumed: the comparison itself is the same for all
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -151,6 +151,7 @@ def _env(dataset: Dataset) -> dict[str, str]:
 
 # ----- output -----------------------------------------------------------------------------------
 
+LISTED_MAX = 200
 _CASE_COLUMNS = ("api", "routine", "mode", "shape", "batch")
 
 
@@ -186,17 +187,26 @@ def to_markdown(diff: Diff) -> str:
         ),
         same=", ".join(same),
         matched=len(diff.matched),
-        regressions=_delta_table(diff.rows("regression")),
-        improvements=_delta_table(diff.rows("improvement")),
-        kernel_changes=_delta_table(diff.kernel_changes),
-        only_a=_case_table(diff.only_a, "_a"),
-        only_b=_case_table(diff.only_b, "_b"),
+        sections=[
+            _section("Regressions", diff.rows("regression"), _delta_table),
+            _section("Improvements", diff.rows("improvement"), _delta_table),
+            _section("Kernel changes", diff.kernel_changes, _delta_table),
+            _section("Only in A", diff.only_a, lambda rows: _case_table(rows, "_a")),
+            _section("Only in B", diff.only_b, lambda rows: _case_table(rows, "_b")),
+        ],
         counts={
             "regression": len(diff.rows("regression")),
             "improvement": len(diff.rows("improvement")),
             "kernel": len(diff.kernel_changes),
         },
     )
+
+
+def _section(
+    title: str, rows: pd.DataFrame, table: Callable[[pd.DataFrame], str]
+) -> dict[str, Any]:
+    """A titled table of at most LISTED_MAX cases: the JSON output lists them all."""
+    return {"title": title, "table": table(rows.head(LISTED_MAX)), "more": len(rows) - LISTED_MAX}
 
 
 def _case_cells(record: Mapping[Hashable, Any]) -> list[str]:

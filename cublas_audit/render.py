@@ -139,7 +139,10 @@ _MD_SPECIAL = re.compile(r"([\\`*_\[\]<>|])")
 def md_text(value: object) -> str:
     """Plain text for GitHub Markdown: emphasis, HTML, link and table characters escaped; `::`
     escaped too so `cutlass::gemm::` never reads as an emoji shortcode."""
-    return _MD_SPECIAL.sub(r"\\\1", str(value)).replace("::", r"\:\:")
+    text = str(value)
+    if not _MD_SPECIAL.search(text) and "::" not in text:
+        return text  # most cells are plain numbers and names: skip the substitution
+    return _MD_SPECIAL.sub(r"\\\1", text).replace("::", r"\:\:")
 
 
 def md_code(value: object, in_table: bool = True) -> str:
@@ -329,6 +332,23 @@ def _heading(key: Sequence[Any]) -> str:
     return md_text(" · ".join(str(p) for p in (api, routine, mode, f"batch {batch}") if p))
 
 
+# The columns table cells are made of: converting only these to records keeps 10,000-row
+# tables fast (a run's table has 60 columns).
+_CELL_COLUMNS = (
+    "shape",
+    "status",
+    "kernel_short",
+    "util",
+    "tflops_shown",
+    "time_ms",
+    "ref_time_ms",
+)
+
+
+def _records(rows: pd.DataFrame) -> list[dict[Hashable, Any]]:
+    return rows[[c for c in _CELL_COLUMNS if c in rows.columns]].to_dict("records")
+
+
 def _pipe_header(mode: str) -> str:
     return pipe_name(mode).replace("-pipe", " %")
 
@@ -355,7 +375,7 @@ def _dispatch_tables(rows: pd.DataFrame, flags: Mapping[int, list[str]]) -> list
                 _number(record["tflops_shown"], 1),
                 ", ".join(flags.get(int(index), [])),
             )
-            for index, record in zip(group.index, group.to_dict("records"), strict=True)
+            for index, record in zip(group.index, _records(group), strict=True)
         ]
         table = md_table(["size", "kernel", pipe, "TFLOP/s", "findings"], body)
         tables.append({"heading": _heading(key), "table": table})
@@ -382,7 +402,7 @@ def _efficiency_table(rows: pd.DataFrame) -> str:
         )
         for key, record, ref in zip(
             timed[_TABLE_KEY].itertuples(index=False, name=None),
-            timed.to_dict("records"),
+            _records(timed),
             ref_fma,
             strict=True,
         )
@@ -425,7 +445,7 @@ def _gpu_column(rows: pd.DataFrame, key: tuple[Any, ...]) -> pd.DataFrame | None
         return None
     cells = pd.DataFrame(
         {
-            "kernel": [_kernel_cell(r) for r in group.to_dict("records")],
+            "kernel": [_kernel_cell(r) for r in _records(group)],
             "util": [_number(u, 0) for u in group["util"]],
         },
         index=pd.MultiIndex.from_arrays([group["size"], group["shape"]]),

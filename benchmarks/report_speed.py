@@ -1,0 +1,92 @@
+"""Speed of `report` and `diff` on 10,000-row tables (issue 3: at most 3 s each on the CPU machine).
+
+    python benchmarks/report_speed.py [--json FILE]
+
+The tables are real rows repeated: tile i of the recorded H100 batched run (54 rows) is the run
+with m increased by i and n by 2i (never the same shape twice), so the tiles are distinct cases
+with the recorded kernels, metrics and times. Side B of the diff tiles the recorded smoke run the same way; the two
+share the batch-8 cases at 256 and 1024 of each tile, so the diff has matches (with the real +14 %
+regression at 256), kernel-identical cases and cases on one side only.
+Both are timed in-process from the CSV file to the written Markdown (the report with its plot).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+import jinja2  # noqa: E402
+import matplotlib  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from cublas_audit import diff, render, table  # noqa: E402
+
+FIXTURES = REPO / "tests" / "fixtures"
+ROWS = 10_000
+LIMIT_S = 3.0
+
+
+def tiled(run: Path, rows: int, path: Path) -> Path:
+    """Writes `rows` rows made of the recorded run's rows, sizes offset per tile."""
+    recorded = table.read_table(run)
+    tiles = -(-rows // len(recorded))
+    frames = [recorded.assign(m=recorded["m"] + i, n=recorded["n"] + 2 * i) for i in range(tiles)]
+    return table.write_table(pd.concat(frames, ignore_index=True).head(rows), path)
+
+
+def timed(action: Callable[[], Any]) -> float:
+    start = time.perf_counter()
+    action()
+    return time.perf_counter() - start
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--json", type=Path, default=REPO / "benchmarks" / "results" / "report_speed.json"
+    )
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        a = tiled(FIXTURES / "h100-batched-cublas", ROWS, work / "a.csv")
+        b = tiled(FIXTURES / "h100-smoke", ROWS, work / "b.csv")
+        report_s = timed(
+            lambda: render.write_report(render.load_inputs([a]), work / "out" / "report.md")
+        )
+        diff_s = timed(
+            lambda: diff.to_markdown(diff.compare(render.load_one_gpu(a), render.load_one_gpu(b)))
+        )
+    result = {
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "host": platform.node(),
+        "machine": platform.machine(),
+        "python": platform.python_version(),
+        "pandas": pd.__version__,
+        "matplotlib": matplotlib.__version__,
+        "jinja2": jinja2.__version__,
+        "rows": ROWS,
+        "report_s": round(report_s, 3),
+        "diff_s": round(diff_s, 3),
+        "limit_s": LIMIT_S,
+        "ok": report_s <= LIMIT_S and diff_s <= LIMIT_S,
+    }
+    print(f"report of {ROWS} rows (with plot): {report_s:.2f} s (limit {LIMIT_S:.0f} s)")
+    print(f"diff of two {ROWS}-row tables:      {diff_s:.2f} s (limit {LIMIT_S:.0f} s)")
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(result, indent=2) + "\n")
+    return 0 if result["ok"] else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
