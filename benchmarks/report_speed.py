@@ -4,9 +4,9 @@
 
 The tables are real rows repeated: tile i of the recorded H100 batched run (54 rows) is the run
 with m increased by i and n by 2i (never the same shape twice), so the tiles are distinct cases
-with the recorded kernels, metrics and times. Side B of the diff tiles the recorded smoke run the same way; the two
-share the batch-8 cases at 256 and 1024 of each tile, so the diff has matches (with the real +14 %
-regression at 256), kernel-identical cases and cases on one side only.
+with the recorded kernels, metrics and times. Side B of the diff tiles the recorded smoke run the
+same way; the two share the batch-8 cases at 256 and 1024 of each tile, so the diff has matches
+(with the real +14 % regression at 256), identical cases and cases on one side only.
 Both are timed in-process from the CSV file to the written Markdown (the report with its plot).
 """
 
