@@ -37,10 +37,23 @@ SIDE_COLUMNS = ("kernel_short", "util", "time_ms", "status")
 
 
 @dataclass(frozen=True)
+class EnvRow:
+    """One compared env.json key: what each side recorded ("not recorded" when absent)."""
+
+    key: str
+    a: str
+    b: str
+
+    @property
+    def differs(self) -> bool:
+        return self.a != self.b
+
+
+@dataclass(frozen=True)
 class Diff:
     a: str
     b: str
-    env: list[dict[str, str]]  # key, a, b for every compared key; `differs` says which
+    env: list[EnvRow]
     matched: pd.DataFrame  # one row per case on both sides, with deltas and a verdict
     only_a: pd.DataFrame
     only_b: pd.DataFrame
@@ -129,15 +142,14 @@ def _judge(both: pd.DataFrame, t: Thresholds) -> pd.DataFrame:
     return out.assign(verdict=verdict)
 
 
-def env_differences(a: Dataset, b: Dataset) -> list[dict[str, str]]:
+def env_differences(a: Dataset, b: Dataset) -> list[EnvRow]:
     env_a, env_b = _env(a), _env(b)
-    rows = []
-    for key in ENV_KEYS:
-        if key not in env_a and key not in env_b:
-            continue
-        value_a, value_b = env_a.get(key, "not recorded"), env_b.get(key, "not recorded")
-        rows.append({"key": key, "a": value_a, "b": value_b, "differs": str(value_a != value_b)})
-    return rows
+    missing = "not recorded"
+    return [
+        EnvRow(key, env_a.get(key, missing), env_b.get(key, missing))
+        for key in ENV_KEYS
+        if key in env_a or key in env_b
+    ]
 
 
 def _env(dataset: Dataset) -> dict[str, str]:
@@ -159,7 +171,7 @@ def to_json(diff: Diff) -> dict[str, Any]:
     return {
         "a": diff.a,
         "b": diff.b,
-        "differs": [row for row in diff.env if row["differs"] == "True"],
+        "differs": [{"key": r.key, "a": r.a, "b": r.b} for r in diff.env if r.differs],
         "regressions": _records(diff.rows("regression")),
         "improvements": _records(diff.rows("improvement")),
         "kernel_changes": _records(diff.kernel_changes),
@@ -177,14 +189,12 @@ def _records(rows: pd.DataFrame) -> list[dict[str, Any]]:
 
 
 def to_markdown(diff: Diff) -> str:
-    differs = [r for r in diff.env if r["differs"] == "True"]
-    same = [r["key"] for r in diff.env if r["differs"] != "True"]
+    differs = [r for r in diff.env if r.differs]
+    same = [r.key for r in diff.env if not r.differs]
     return _template("diff.md.j2").render(
         a=md_code(diff.a, in_table=False),
         b=md_code(diff.b, in_table=False),
-        env=md_table(
-            ["", "A", "B"], [(r["key"], md_text(r["a"]), md_text(r["b"])) for r in differs]
-        ),
+        env=md_table(["", "A", "B"], [(r.key, md_text(r.a), md_text(r.b)) for r in differs]),
         same=", ".join(same),
         matched=len(diff.matched),
         sections=[

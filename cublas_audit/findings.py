@@ -10,7 +10,7 @@ from `RuleContext.candidates`.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Hashable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -166,7 +166,7 @@ def legacy_kernel(ctx: RuleContext) -> list[Finding]:
     legacy = _dispatched(ctx.rows)
     legacy = legacy[legacy["family"].isin(LEGACY_FAMILIES)]
     found = []
-    for _, group in _by_kernel(legacy):
+    for group in _by_kernel(legacy):
         kernel, family = str(group["kernel_short"].iloc[0]), str(group["family"].iloc[0])
         mode = str(group["mode"].iloc[0])
         message = (
@@ -189,7 +189,7 @@ def low_utilization(ctx: RuleContext) -> list[Finding]:
         best = same_pipe.sort_values("util", kind="stable").iloc[-1]
         fills = same_pipe["m"] * same_pipe["n"] * same_pipe["batch"] >= t.fill_min_elements
         low = same_pipe[fills & (same_pipe["util"] < t.low_util_fraction * best["util"])]
-        for _, group in _by_kernel(low):
+        for group in _by_kernel(low):
             found.append(_low_utilization_finding(group, best))
     return found
 
@@ -219,7 +219,7 @@ def reference_faster(ctx: RuleContext) -> list[Finding]:
     rows = rows.assign(ratio=rows["time_ms"] / rows["ref_time_ms"])
     slow = rows[rows["ratio"] > 1 + t.reference_margin_pct / 100]
     found = []
-    for _, group in _by_kernel(slow):
+    for group in _by_kernel(slow):
         ratio = float(group["ratio"].max())
         message = (
             f"The bundled reference kernel is {_ratio_range(group['ratio'])} faster than cuBLAS "
@@ -245,7 +245,7 @@ def batched_slower_than_loop(ctx: RuleContext) -> list[Finding]:
     paired = paired.set_index("index").assign(ratio=lambda p: p["time_ms"] / p["loop_time_ms"])
     slow = paired[paired["ratio"] > 1 + t.loop_margin_pct / 100]
     found = []
-    for _, group in _by_kernel(slow):
+    for group in _by_kernel(slow):
         message = (
             f"{group['routine'].iloc[0] or 'The batched call'} "
             f"({_kernel_of(group) or 'kernel not recorded'}) "
@@ -275,11 +275,11 @@ def _dispatched(rows: pd.DataFrame) -> pd.DataFrame:
     return rows[~rows["is_loop"] & rows["kernel_short"].notna()]
 
 
-def _by_kernel(rows: pd.DataFrame) -> Iterator[tuple[Hashable, pd.DataFrame]]:
+def _by_kernel(rows: pd.DataFrame) -> Iterator[pd.DataFrame]:
     """Groups of one series and one kernel, sizes ascending."""
     # dropna=False: a table from elsewhere may carry times but no kernel names.
-    for key, group in rows.groupby([*SERIES, "kernel_short"], sort=True, dropna=False):
-        yield key, group.sort_values("size")
+    for _, group in rows.groupby([*SERIES, "kernel_short"], sort=True, dropna=False):
+        yield group.sort_values("size")
 
 
 def _kernel_runs(rows: pd.DataFrame) -> Iterator[pd.DataFrame]:

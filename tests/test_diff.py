@@ -40,7 +40,7 @@ def test_two_h100_runs_match_on_the_case_key() -> None:
     ]
     assert diff.kernel_changes.empty
     assert set(diff.only_a["routine"]) == {"cublasSgemm", "cublasLtMatmul"}
-    assert all(row["differs"] == "False" for row in diff.env)
+    assert not any(row.differs for row in diff.env)
 
 
 def test_reverse_direction_is_an_improvement() -> None:
@@ -53,7 +53,7 @@ def test_reverse_direction_is_an_improvement() -> None:
 
 def test_h100_against_the_published_h200(tmp_path: Path) -> None:
     diff = compare(load_one_gpu(BATCHED), load_one_gpu(_published_gpu(tmp_path, "h200")))
-    differs = {row["key"]: (row["a"], row["b"]) for row in diff.env if row["differs"] == "True"}
+    differs = {row.key: (row.a, row.b) for row in diff.env if row.differs}
     assert differs["gpu_label"] == ("h100", "h200")
     assert differs["driver_version"] == ("580.159.04", "not recorded")
     # Untimed on the published side: FMA % decides, and both dispatchers agree within noise.

@@ -129,3 +129,21 @@ def test_cli_report_json_and_errors() -> None:
     bad = runner.invoke(app, ["report", str(FIXTURES), "--threshold", "nope=1"])
     assert bad.exit_code == 2
     assert "unknown name 'nope'" in bad.output
+
+
+def test_stall_breakdown_sets_a_flagged_case_beside_a_healthy_one() -> None:
+    datasets = load_inputs([FIXTURES / "h100-batched-cublas"])
+    assert "### Stall breakdown" not in render_report(datasets, Thresholds())
+    # Judging the small calls too flags the 256 batch-4 call (18 % FMA): its warps wait on
+    # memory (long scoreboard) where the best call of the run barely does.
+    text = _squeeze(render_report(datasets, Thresholds(fill_min_elements=0)))
+    assert "#### low-utilization: xmma\\_32x32x8 at 256, batch 4" in text
+    assert "|pipe utilization %|18|82|" in text
+    assert "|long\\_scoreboard|111.0|0.3|" in text
+
+
+def test_two_runs_of_one_gpu_get_distinct_sections() -> None:
+    text = _render([str(FIXTURES / "h100-smoke"), str(FIXTURES / "h100-batched-cublas")])
+    assert f"## h100: NVIDIA H100 80GB HBM3 ({FIXTURES / 'h100-smoke'})" in text
+    assert "## Side by side" in text
+    assert "|1024|`simt_256x128_8x4`|79|`simt_256x128_8x4`|79|" in _squeeze(text)
