@@ -531,6 +531,7 @@ def _script(finding: Finding) -> dict[str, str]:
     if finding.routine in SCRIPTED_ROUTINES:
         dtype, data_type, compute = MODE_TYPES[finding.mode]
         script = _template("repro_script.md.j2").render(
+            rule=finding.rule,
             routine=finding.routine,
             kernel=finding.kernel,
             metric=PIPE_METRIC[pipe_name(finding.mode)],

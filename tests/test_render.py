@@ -21,6 +21,7 @@ from cublas_audit.render import (
     shorten,
     write_run_report,
 )
+from cublas_audit.table import read_table, write_table
 from cublas_audit.thresholds import Thresholds
 from tests.conftest import FIXTURES, REPO
 
@@ -147,3 +148,13 @@ def test_two_runs_of_one_gpu_get_distinct_sections() -> None:
     assert f"## h100: NVIDIA H100 80GB HBM3 ({FIXTURES / 'h100-smoke'})" in text
     assert "## Side by side" in text
     assert "|1024|`simt_256x128_8x4`|79|`simt_256x128_8x4`|79|" in _squeeze(text)
+
+
+def test_required_columns_only_and_parquet(tmp_path: Path) -> None:
+    table = read_table(FIXTURES / "published_article_b8.csv")
+    bare = tmp_path / "bare.parquet"
+    write_table(table.drop(columns=["routine"]), bare)
+    text = render_report(load_inputs([bare]), Thresholds())
+    assert "#### cublas · fp32 · batch 8" in text
+    assert "Not measured: the table has no reference timings." in text
+    assert "`no-escalation` · cublas fp32, batch 8" in text
