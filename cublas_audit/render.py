@@ -583,6 +583,9 @@ def _plot(dataset: Dataset, rows: pd.DataFrame, plots: Path) -> str | None:
         axis.set_xlabel("linear size (m·n·k)^(1/3)")
         axis.set_title(title)
         axis.grid(alpha=0.3)
+    for axis, column in ((speed, "tflops_shown"), (util, "util")):
+        if rows[column].isna().all():
+            axis.text(0.5, 0.5, "not measured", transform=axis.transAxes, ha="center")
     speed.legend(fontsize="small")
     figure.suptitle(f"{dataset.title} (dashed: reference kernel)")
     figure.tight_layout()
