@@ -243,8 +243,10 @@ def unit_device(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def all_tiles(cc: str, m: int, n: int, k: int, batch: int) -> list[reference.Config]:
-    """Every candidate tile (swizzle 8) with and without 4-way split-K, fitted to the problem."""
-    tiles = [c for c in reference.candidates(cc, m, n, k, batch) if c.swizzle == 8]
+    """Every candidate tile shape, unsplit and split 4 ways, fitted to the problem."""
+    tiles = [
+        c for c in reference.candidates(cc, m, n, k, batch) if c.swizzle == 8 and c.splitk == 1
+    ]
     found = dict.fromkeys(tiles)
     for config in tiles:
         found[reference.fit(replace(config, splitk=4), cc, m, n, k)] = None
