@@ -72,9 +72,9 @@ def parse_benchmark() -> dict[str, Any]:
     }
 
 
-def sweep_benchmark() -> dict[str, Any]:
+def sweep_benchmark(keep: Path | None) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
-        run_dir = Path(tmp) / "run"
+        run_dir = keep or Path(tmp) / "run"
         argv = [
             sys.executable,
             "-m",
@@ -82,7 +82,7 @@ def sweep_benchmark() -> dict[str, Any]:
             "sweep",
             "--batched",
             "--gpu-label",
-            "bench",
+            "h100",
             "--out",
             str(run_dir),
         ]
@@ -114,8 +114,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("what", choices=("parse", "sweep"))
     parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument("--keep", type=Path, help="sweep: keep the run directory here")
     args = parser.parse_args()
-    figures = parse_benchmark() if args.what == "parse" else sweep_benchmark()
+    figures = parse_benchmark() if args.what == "parse" else sweep_benchmark(args.keep)
     figures.update(
         benchmark=f"sweep_speed {args.what}",
         date=datetime.now(UTC).isoformat(timespec="seconds"),

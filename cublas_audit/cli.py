@@ -120,6 +120,10 @@ def sweep_command(
         [], help="KEY=VALUE for the probe, e.g. CUBLAS_WORKSPACE_CONFIG=:4096:8 (repeatable)."
     ),
     min_reps: int = typer.Option(20, min=20, help="Timed repetitions per call, at least."),
+    candidates: bool = typer.Option(
+        False, "--candidates/--no-candidates", help="Also time every cuBLASLt heuristic candidate."
+    ),
+    limit: int = typer.Option(32, min=1, help="Candidates per problem with --candidates."),
 ) -> None:
     """Run cuBLAS / cuBLASLt calls across sizes under ncu and write a dispatch table."""
     from cublas_audit import cases as plan
@@ -132,10 +136,15 @@ def sweep_command(
         )
     extra_env = sweep.parse_probe_env(probe_env)
     run_single, run_batched = plan.call_kinds(single, batched)
+    candidate_limit = limit if candidates else None
     if resume is not None:
+        # A resumed sweep finishes the run it was: same probe settings, same phases.
         case_list, recorded = sweep.resume_cases(resume)
         label, run_dir = str(recorded.get("gpu_label", "gpu")), resume
         extra_env = {**recorded.get("probe_env", {}), **extra_env}
+        profile = bool(recorded.get("profiled", profile))
+        reference = bool(recorded.get("reference", reference))
+        candidate_limit = candidate_limit or recorded.get("candidate_limit")
     else:
         case_list = plan.build_plan(
             sizes=plan.parse_int_list(sizes, "--sizes") if sizes.strip() else [],
@@ -164,6 +173,7 @@ def sweep_command(
         probe=probe,
         reference=reference,
         min_reps=min_reps,
+        candidate_limit=candidate_limit,
     )
     if resume is None:
         sweep.start_run(config, env, extra_env)

@@ -46,6 +46,7 @@ class SweepConfig:
     probe: profile.ProbeCommand = field(default_factory=profile.ProbeCommand)
     reference: bool = True
     min_reps: int = 20
+    candidate_limit: int | None = None
 
 
 @dataclass
@@ -99,6 +100,7 @@ def start_run(config: SweepConfig, environment: Environment, probe_env: Mapping[
             "ncu_clock_control": config.clock_control,
             "profiled": config.ncu is not None,
             "reference": config.reference,
+            "candidate_limit": config.candidate_limit,
             "command": config.command,
             "tool_version": __version__,
             "started": _now(),
@@ -148,6 +150,9 @@ def run(config: SweepConfig, progress: Progress) -> pd.DataFrame:
                 _profile_chunk(config, env, index, chunk, progress)
         with _timed(phase_seconds, "time"):
             _time_cases(config, env, pending_time, progress)
+        if config.candidate_limit is not None:
+            with _timed(phase_seconds, "candidates"):
+                _audit_candidates(config, progress)
     except KeyboardInterrupt:
         frame = write_table(config)
         finished = frame["status"].ne("not-run").sum() if "status" in frame else 0
@@ -240,6 +245,22 @@ def _time_cases(
             )
             progress.note(f"probe died during {culprit} (exit code {code}); continuing")
         remaining = [c for c in remaining if c.case_id not in read_results(results_path)]
+
+
+def _audit_candidates(config: SweepConfig, progress: Progress) -> None:
+    """cuBLASLt's alternative algorithms for every problem (issue 5); done once per run dir."""
+    from cublas_audit import candidates
+
+    if (config.run_dir / candidates.CANDIDATES_FILE).exists():
+        return
+    candidates.run_candidates(
+        config.cases,
+        config.run_dir,
+        config.candidate_limit or candidates.DEFAULT_LIMIT,
+        min_reps=config.min_reps,
+        gpu_label=config.gpu_label,
+        progress=progress.note,
+    )
 
 
 def _on_probe_line(progress: Progress, run_dir: Path) -> Callable[[str], None]:

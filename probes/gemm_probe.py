@@ -125,6 +125,7 @@ class Runner:
         self.beta = self._host_scalar(0.0)
         self.operands: Operands | None = None
         self.reference_missing: str | None = None
+        self.lt_gemm: Any = None
 
     def _host_scalar(self, value: float) -> Any:
         import numpy
@@ -146,6 +147,10 @@ class Runner:
             traceback.print_exc()
             self.operands = None
             return {"status": "error", "detail": f"{type(exc).__name__}: {exc}".splitlines()[0]}
+        finally:
+            if self.lt_gemm is not None:  # descriptors and workspace are per case
+                self.lt_gemm.close()
+                self.lt_gemm = None
 
     # ----- operands -----------------------------------------------------------------------------
     def prepare(self, case: Case) -> Operands:
@@ -281,11 +286,11 @@ class Runner:
 
     def lt_launcher(self, case: Case, ops: Operands) -> Callable[[], None]:
         try:
-            from cublas_audit import lt
+            from cublas_audit.lt import LtGemm
         except ImportError as exc:
             raise Skip(f"cuBLASLt wrapper unavailable: {exc}") from exc
         try:
-            gemm = lt.LtGemm(
+            gemm = LtGemm(
                 case.mode,
                 case.m,
                 case.n,
@@ -297,6 +302,7 @@ class Runner:
             )
         except ToolMissingError as exc:
             raise Skip(str(exc)) from exc
+        self.lt_gemm = gemm
         launch: Callable[[], None] = gemm.run
         return launch
 
@@ -304,10 +310,10 @@ class Runner:
         """The bundled reference on the same problem: FP32 only, once per problem (cublas api)."""
         if not self.reference or case.mode != "fp32" or case.api != "cublas" or case.loop:
             return None
-        from cublas_audit import reference
+        from cublas_audit.reference import prepare
 
         ref_c = self.empty(ops.c.shape, case.mode)
-        launch: Callable[[], None] = reference.prepare(
+        launch: Callable[[], None] = prepare(
             case.m, case.n, case.k, case.batch, ops.a, ops.b, ref_c
         )
         self.ref_c = ref_c
