@@ -81,8 +81,6 @@ def sweep_benchmark(keep: Path | None) -> dict[str, Any]:
             "cublas_audit",
             "sweep",
             "--batched",
-            "--gpu-label",
-            "h100",
             "--out",
             str(run_dir),
         ]

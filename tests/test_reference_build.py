@@ -63,6 +63,43 @@ def ptxas_report(source: str, target: str, workdir: Path) -> str:
     return done.stderr
 
 
+@pytest.mark.parametrize(
+    ("cc", "m", "k", "kernel", "vec"),
+    [
+        ("90", 4096, 4096, "tma", 4),
+        ("90", 1000, 1000, "tma", 4),
+        ("90", 1023, 1024, "cpasync", 1),
+        ("9.0", 1024, 1022, "cpasync", 1),
+        ("89", 4096, 4096, "cpasync", 4),
+        ("86", 1023, 1023, "cpasync", 1),
+    ],
+)
+def test_strategy_fits_the_gpu_and_the_strides(
+    cc: str, m: int, k: int, kernel: str, vec: int
+) -> None:
+    config = reference.strategy_for(cc, m, 512, k, 3)
+    assert (config.kernel, config.vec) == (kernel, vec)
+    assert not config.problems()
+
+
+def test_split_k_never_exceeds_the_k_tiles() -> None:
+    config = reference.fit(reference.Config(bk=16, splitk=8), "90", 256, 256, 32)
+    assert config.splitk == 2
+
+
+def test_source_carries_the_problem_and_inlines_the_header() -> None:
+    source = reference.source_for(reference.Config(), 1000, 999, 998, 3)
+    for define in ("#define M 1000", "#define N 999", "#define K 998", "#define BATCH 3"):
+        assert define in source
+    assert "#include" not in source
+    assert "cublas_audit_ref_tma_sgemm" in source
+
+
+def test_unknown_architecture_is_a_one_line_error() -> None:
+    with pytest.raises(reference.AuditError):
+        reference.strategy_for("7.5", 1024, 1024, 1024, 1)
+
+
 def test_shipped_tables_have_valid_tiles() -> None:
     for _source, (name, config) in shipped_variants().items():
         assert not config.problems(), f"{name}: {config.problems()}"
