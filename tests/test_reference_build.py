@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from cublas_audit import reference
+from cublas_audit.errors import AuditError
 
 NVCC = shutil.which("nvcc") or (
     "/usr/local/cuda/bin/nvcc" if Path("/usr/local/cuda/bin/nvcc").exists() else None
@@ -96,7 +97,7 @@ def test_source_carries_the_problem_and_inlines_the_header() -> None:
 
 
 def test_unknown_architecture_is_a_one_line_error() -> None:
-    with pytest.raises(reference.AuditError):
+    with pytest.raises(AuditError):
         reference.strategy_for("7.5", 1024, 1024, 1024, 1)
 
 
