@@ -53,7 +53,7 @@ UNIT_TIMEOUT_S = 150
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
     if args.profile:
-        return profile_one(args.profile)
+        return profile_one(args.profile, Path(args.table) if args.table else None)
     if args.unit:
         return run_unit(args)
     return orchestrate(args)
@@ -76,7 +76,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--unit", help=argparse.SUPPRESS)  # child: one unit of work, JSON out
     parser.add_argument("--unit-arg", default="", help=argparse.SUPPRESS)
     parser.add_argument("--unit-out", help=argparse.SUPPRESS)
-    parser.add_argument("--table", help=argparse.SUPPRESS)
+    parser.add_argument("--table", help="strategy table for --profile [default: the shipped one]")
     return parser.parse_args(argv)
 
 
@@ -322,13 +322,15 @@ def unit_time(args: argparse.Namespace) -> dict[str, Any]:
     return {"status": "ok", "rows": rows}
 
 
-def profile_one(spec: str) -> int:
+def profile_one(spec: str, table: Path | None) -> int:
     """One warmed-up reference call and one cuBLAS call, each in its own NVTX range."""
     import cupy
 
     size, batch = ints(spec)
     a, b, c = reference.random_operands(size, size, size, batch)
-    ref = reference.prepare(size, size, size, batch, a, b, c)
+    config = reference.strategy_for(reference.device_cc(), size, size, size, batch, table)
+    print(f"reference {config.label()}", flush=True)
+    ref = reference.prepare(size, size, size, batch, a, b, c, config)
     blas = reference.cublas_launcher(size, size, size, batch, a, b, c)
     print(f"reference error {reference.checked(ref, a, b, c):.3g}", flush=True)
     blas()
