@@ -22,7 +22,7 @@ from cublas_audit.errors import AuditError
 NVCC = shutil.which("nvcc") or (
     "/usr/local/cuda/bin/nvcc" if Path("/usr/local/cuda/bin/nvcc").exists() else None
 )
-pytestmark = pytest.mark.skipif(NVCC is None, reason="nvcc not found")
+needs_nvcc = pytest.mark.skipif(NVCC is None, reason="nvcc not found")
 
 TARGETS = {
     "tma": ["arch=compute_90a,code=sm_90a", "arch=compute_120,code=sm_120"],
@@ -106,6 +106,7 @@ def test_shipped_tables_have_valid_tiles() -> None:
         assert not config.problems(), f"{name}: {config.problems()}"
 
 
+@needs_nvcc
 def test_every_variant_compiles_without_spills(tmp_path: Path) -> None:
     jobs = [
         (name, source, target)
@@ -123,3 +124,20 @@ def test_every_variant_compiles_without_spills(tmp_path: Path) -> None:
         if any(stores or loads for stores, loads in spills):
             failures.append(f"{name} {target}: spills {spills}")
     assert not failures, "\n".join(failures)
+
+
+def test_reference_command_says_what_is_missing_in_one_line() -> None:
+    from typer.testing import CliRunner
+
+    from cublas_audit.cli import app
+
+    try:
+        import cupy  # noqa: F401
+    except ImportError:
+        result = CliRunner().invoke(app, ["reference", "--sizes", "256", "--batches", "1"])
+        assert result.exit_code == 3
+        assert result.output.strip().splitlines() == [
+            "error: the reference kernel needs cupy (No module named 'cupy')"
+        ]
+    else:
+        pytest.skip("cupy is installed here")
