@@ -3,7 +3,7 @@
 A variant is a strategy-table tile fitted to a problem the way `reference.prepare` fits it: an
 aligned size (4096), a ragged one that TMA still describes (1000) and one that forces 4-byte
 cp.async copies (1023). TMA variants build for sm_90a and sm_120; cp.async ones for sm_89, sm_90a
-and sm_120. CPU only: skipped where nvcc is absent.
+and sm_120, plus the pure-Python strategy and CLI checks. The compile test skips without nvcc.
 """
 
 from __future__ import annotations
