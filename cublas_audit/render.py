@@ -415,17 +415,20 @@ def side_by_side(datasets: Sequence[Dataset]) -> list[dict[str, str]]:
     """Per call kind present on two or more GPUs: size | A kernel | A % | B kernel | B % ..."""
     prepared = [prepare(d.frame) for d in datasets]
     prepared = [rows[~rows["is_loop"]] for rows in prepared]
+    # Column names as short as the article's ("5090 kernel"): the label, unless two share it.
+    labels = [d.gpu_label for d in datasets]
+    names = [d.gpu_label if labels.count(d.gpu_label) == 1 else d.title for d in datasets]
     shared = Counter(
         key for rows in prepared for key in set(rows[_TABLE_KEY].itertuples(index=False, name=None))
     )
     tables = []
     for key in sorted(k for k, count in shared.items() if count > 1):
         columns = [_gpu_column(rows, key) for rows in prepared]
-        present = [(d, c) for d, c in zip(datasets, columns, strict=True) if c is not None]
+        present = [(name, c) for name, c in zip(names, columns, strict=True) if c is not None]
         merged = pd.concat([c for _, c in present], axis=1).sort_index()
         headers = ["size"]
-        for dataset, _ in present:
-            headers += [f"{md_text(dataset.title)} kernel", _pipe_header(str(key[2]))]
+        for name, _ in present:
+            headers += [f"{md_text(name)} kernel", _pipe_header(str(key[2]))]
         body = [
             [shape, *values]
             for (_, shape), values in zip(
