@@ -294,8 +294,10 @@ def _env_rows(dataset: Dataset) -> list[tuple[str, str]]:
         values = [env.get(key) for key in keys]
         if values[0] in (None, ""):
             continue
-        shown = ["?" if v in (None, "") else _env_value(v) for v in values]
-        rows.append((title, md_text(pattern.format(*shown))))
+        complete = all(v not in (None, "") for v in values)
+        # The details in the pattern only when all are known: a bare table has the name alone.
+        text = pattern.format(*map(_env_value, values)) if complete else _env_value(values[0])
+        rows.append((title, md_text(text)))
     if not dataset.env:
         rows.append(("source", md_text("a bare table: no env.json, environment not recorded")))
     return rows
