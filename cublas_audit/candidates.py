@@ -38,7 +38,7 @@ DEFAULT_LIMIT = 32
 DEFAULT_THRESHOLD = 0.10
 # A first, short interleaved round (this many timed calls each, at least) ranks the candidates;
 # only those within SCREEN_MARGIN of its best, and the default, get the full >= min_reps round.
-# Calls long enough to need screening (>= ~12 ms) vary by ~1% call to call: a candidate 25%
+# Calls long enough to need screening (>= ~5 ms) vary by ~1% call to call: a candidate 25%
 # behind after two calls is not the best one.
 SCREEN_REPS = 2
 SCREEN_MARGIN = 1.25

@@ -3,12 +3,13 @@
 Layout is the probe's (column-major, cuBLAS "nn"): for a problem (m, n, k, batch), `a` is a float32
 CuPy array of shape (batch, k, m), `b` (batch, n, k) and `c` (batch, n, m), all C-contiguous.
 
-Each problem gets a source with M, N, K, BATCH and the tile parameters as #defines, compiled once
-per process (and once per machine: CuPy keeps compiled cubins in its kernel cache, keyed by the
-full source). GPUs of compute capability 9.0 and newer run the TMA kernel
-(reference_kernels/sgemm_tma.cu); older ones, and sizes TMA cannot describe (M or K not a multiple
-of 4), the cp.async kernel. Tile shapes come from a per-architecture strategy table
-(cublas_audit/data/strategy_sm<cc>.json) that `cublas-audit reference --tune` writes.
+Each problem gets a source with M, N, K and the tile parameters as #defines, compiled once per
+process (and once per machine: CuPy keeps compiled cubins in its kernel cache, keyed by the full
+source). The batch count is the grid's z extent, so every batch count of a problem shares a module.
+GPUs of compute capability 9.0 and newer run the TMA kernel (reference_kernels/sgemm_tma.cu); older
+ones, and sizes TMA cannot describe (M or K not a multiple of 4), the cp.async kernel. Tile shapes
+come from a per-architecture strategy table (cublas_audit/data/strategy_sm<cc>.json) that
+`cublas-audit reference --tune` writes.
 
 CuPy, cuda-bindings and numpy are imported inside the functions: this module imports anywhere.
 """
@@ -179,14 +180,13 @@ FALLBACK = Config(kernel="cpasync", bm=64, bn=64, bk=16, tm=8, tn=4, stages=3)
 # ----- source and compilation --------------------------------------------------------------------
 
 
-def source_for(config: Config, m: int, n: int, k: int, batch: int) -> str:
+def source_for(config: Config, m: int, n: int, k: int) -> str:
     """A self-contained source: the problem's #defines, then the kernel with its header inlined
     (inlined rather than #included so that CuPy's cache key, the source text, changes with it)."""
     values = {
         "M": m,
         "N": n,
         "K": k,
-        "BATCH": batch,
         "BM": config.bm,
         "BN": config.bn,
         "BK": config.bk,
@@ -216,12 +216,10 @@ def _kernel(source: str, name: str, smem_bytes: int) -> Any:
     return kernel
 
 
-def build(config: Config, m: int, n: int, k: int, batch: int) -> Any:
+def build(config: Config, m: int, n: int, k: int) -> Any:
     """The compiled cupy.RawKernel of one specialization (cached in the process and on disk)."""
     _require_gpu()
-    return _kernel(
-        source_for(config, m, n, k, batch), KERNEL_NAMES[config.kernel], config.smem_bytes
-    )
+    return _kernel(source_for(config, m, n, k), KERNEL_NAMES[config.kernel], config.smem_bytes)
 
 
 def _require_gpu() -> Any:
@@ -255,7 +253,7 @@ def prepare(
     limit = cupy.cuda.Device().attributes["MaxSharedMemoryPerBlockOptin"]
     if config.smem_bytes > limit:
         raise AuditError(f"{config.label()} needs {config.smem_bytes} B of shared memory > {limit}")
-    kernel = build(config, m, n, k, batch)
+    kernel = build(config, m, n, k)
     tiles = -(-m // config.bm) * -(-n // config.bn)
     grid, block = (tiles, config.splitk, batch), (config.threads,)
     if config.kernel == "tma":

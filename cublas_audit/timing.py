@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 MIN_REPS = 20
 MAX_REPS = 200
-TARGET_SECONDS = 0.25
+TARGET_SECONDS = 0.1
 
 
 @dataclass(frozen=True)

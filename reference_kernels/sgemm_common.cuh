@@ -1,10 +1,11 @@
 // Shared core of the reference FP32 SGEMM kernels: tile geometry, the register-tile FMA loop over
 // one shared-memory stage, CTA swizzle and the guarded epilogue.
 //
-// Problem: column-major, cuBLAS "nn", C = A x B for BATCH independent matrices
+// Problem: column-major, cuBLAS "nn", C = A x B for gridDim.z independent matrices
 //   A: M x K, lda = M, stride M*K      B: K x N, ldb = K, stride K*N      C: M x N, ldc = M
 // Every size and tile parameter is a compile-time constant (reference.py writes the #defines), so
-// loop bounds fold and the bounds checks of aligned sizes vanish.
+// loop bounds fold and the bounds checks of aligned sizes vanish. The batch count is not: it is
+// the grid's z extent, so one compiled module serves every batch count of a problem.
 //
 // Shared-memory stage layout (what a TMA box of a column-major matrix lands as, unchanged):
 //   As[BK][BM]  m contiguous: one float4 holds 4 rows of A at one k
@@ -27,9 +28,6 @@
 #endif
 #ifndef K
 #define K 4096
-#endif
-#ifndef BATCH
-#define BATCH 1
 #endif
 #ifndef BM
 #define BM 128

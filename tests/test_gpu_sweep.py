@@ -53,7 +53,7 @@ def test_out_of_memory_case_is_skipped_and_the_sweep_goes_on(tmp_path: Path) -> 
         str(tmp_path),
     )
     assert done.returncode == 0, done.stderr
-    frame = table.read_table(tmp_path).set_index("m")
+    frame = table.main_launches(table.read_table(tmp_path)).set_index("m")
     assert frame.loc[200000, "status"] == "skipped"
     assert "out of memory" in str(frame.loc[200000, "status_detail"])
     assert frame.loc[256, "status"] == "ok"

@@ -32,7 +32,7 @@ TARGETS = {
         "arch=compute_120,code=sm_120",
     ],
 }
-PROBLEMS = [(4096, 4096, 4096, 8), (1000, 1000, 1000, 3), (1023, 1023, 1023, 3)]
+PROBLEMS = [(4096, 4096, 4096), (1000, 1000, 1000), (1023, 1023, 1023)]
 SPILLS = re.compile(r"(\d+) bytes spill stores, (\d+) bytes spill loads")
 REGISTERS = re.compile(r"Used (\d+) registers")
 
@@ -43,9 +43,9 @@ def shipped_variants() -> dict[str, tuple[str, reference.Config]]:
     for table in sorted(reference.DATA_DIR.glob("strategy_sm*.json")):
         arch = table.stem.removeprefix("strategy_sm")
         for _size, _batch, config in reference.load_table(table):
-            for m, n, k, batch in PROBLEMS:
+            for m, n, k in PROBLEMS:
                 fitted = reference.fit(config, arch, m, n, k)
-                source = reference.source_for(fitted, m, n, k, batch)
+                source = reference.source_for(fitted, m, n, k)
                 variants.setdefault(source, (f"{fitted.label()} @ {m}x{n}x{k}", fitted))
     return variants
 
@@ -89,9 +89,10 @@ def test_split_k_never_exceeds_the_k_tiles() -> None:
 
 
 def test_source_carries_the_problem_and_inlines_the_header() -> None:
-    source = reference.source_for(reference.Config(), 1000, 999, 998, 3)
-    for define in ("#define M 1000", "#define N 999", "#define K 998", "#define BATCH 3"):
+    source = reference.source_for(reference.Config(), 1000, 999, 998)
+    for define in ("#define M 1000", "#define N 999", "#define K 998"):
         assert define in source
+    assert "BATCH" not in source  # the grid carries the batch: one module for every batch count
     assert "#include" not in source
     assert "cublas_audit_ref_tma_sgemm" in source
 
