@@ -38,10 +38,10 @@ DEFAULT_LIMIT = 32
 DEFAULT_THRESHOLD = 0.10
 # A first, short interleaved round (this many timed calls each, at least) ranks the candidates;
 # only those within SCREEN_MARGIN of its best, and the default, get the full >= min_reps round.
-# Calls long enough to need screening (>= ~5 ms) vary by ~1% call to call: a candidate 25%
+# Calls long enough to need screening (>= ~5 ms) vary by ~1% call to call: a candidate 10%
 # behind after two calls is not the best one.
 SCREEN_REPS = 2
-SCREEN_MARGIN = 1.25
+SCREEN_MARGIN = 1.10
 # Two correct algorithms differ from each other by at most the sum of their errors.
 CROSS_CHECK_FACTOR = 2.0
 
@@ -737,11 +737,12 @@ def time_candidates(
 ) -> dict[str, tuple[timing.Timing, str]]:
     """key -> (Timing, "full" | "screen"): a screening round over all candidates, then a full
     round (>= min_reps each) over the default and those near the screening's best."""
-    screen = timing.time_interleaved(launchers, min(SCREEN_REPS, min_reps))
+    # Every candidate has just run for its correctness check, and the finalists in the screen.
+    screen = timing.time_interleaved(launchers, min(SCREEN_REPS, min_reps), warm=True)
     if all(t.reps >= min_reps for t in screen.values()):
         return {key: (t, "full") for key, t in screen.items()}  # short calls: screen was full
     finalists = finalist_keys({key: t.median_ms for key, t in screen.items()}, default_key)
-    full = timing.time_interleaved({key: launchers[key] for key in finalists}, min_reps)
+    full = timing.time_interleaved({key: launchers[key] for key in finalists}, min_reps, warm=True)
     return {
         key: (full[key], "full") if key in full else (screen[key], "screen") for key in launchers
     }

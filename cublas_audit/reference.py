@@ -23,6 +23,7 @@ import math
 import statistics
 import time
 from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -220,6 +221,15 @@ def build(config: Config, m: int, n: int, k: int) -> Any:
     """The compiled cupy.RawKernel of one specialization (cached in the process and on disk)."""
     _require_gpu()
     return _kernel(source_for(config, m, n, k), KERNEL_NAMES[config.kernel], config.smem_bytes)
+
+
+def precompile(problems: Iterable[tuple[int, int, int, int]], workers: int = 8) -> None:
+    """Builds the strategy table's specialization of every (m, n, k, batch) at once: NVRTC runs
+    outside the GIL, so a sweep's first, cold-cache run compiles in parallel, not case by case."""
+    cc = device_cc()
+    wanted = {(strategy_for(cc, m, n, k, batch), m, n, k) for m, n, k, batch in problems}
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        list(pool.map(lambda item: build(*item), wanted))
 
 
 def _require_gpu() -> Any:

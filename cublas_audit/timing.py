@@ -37,17 +37,20 @@ def repetitions(estimate_ms: float, min_reps: int = MIN_REPS) -> int:
 
 
 def time_interleaved(
-    contenders: Mapping[str, Callable[[], None]], min_reps: int = MIN_REPS
+    contenders: Mapping[str, Callable[[], None]], min_reps: int = MIN_REPS, *, warm: bool = False
 ) -> dict[str, Timing]:
-    """Times each zero-argument launcher on the current stream, round-robin."""
+    """Times each zero-argument launcher on the current stream, round-robin.
+
+    The first round sizes the run. It is discarded, being the warm-up (module loads, cold caches),
+    unless `warm` says every contender has just run (a correctness check is a warm-up too).
+    """
     import cupy
 
     stream = cupy.cuda.get_current_stream()
-    # One discarded call each: it loads modules and warms caches, and its time sizes the run.
-    estimate = max(_one_call_ms(launch, stream) for launch in contenders.values())
-    reps = repetitions(estimate, min_reps)
-    samples: dict[str, list[float]] = {name: [] for name in contenders}
-    for _ in range(reps):
+    first = {name: _one_call_ms(launch, stream) for name, launch in contenders.items()}
+    samples = {name: [took] if warm else [] for name, took in first.items()}
+    reps = repetitions(max(first.values()), min_reps)
+    for _ in range(reps - (1 if warm else 0)):
         for name, launch in contenders.items():
             samples[name].append(_one_call_ms(launch, stream))
     return {
