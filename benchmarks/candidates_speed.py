@@ -29,12 +29,19 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from cublas_audit import candidates, environment  # noqa: E402
-from cublas_audit.cases import DEFAULT_BATCHES, DEFAULT_SIZES, build_plan  # noqa: E402
+from cublas_audit.cases import (  # noqa: E402
+    DEFAULT_BATCHES,
+    DEFAULT_SIZES,
+    build_plan,
+    label_from_gpu_name,
+)
 
 TARGET_S = 60.0
 
 
-def one_run(number: int, out_dir: Path, limit: int, threshold: float) -> dict[str, Any]:
+def one_run(
+    number: int, out_dir: Path, limit: int, threshold: float, gpu_label: str
+) -> dict[str, Any]:
     cases = build_plan(
         sizes=DEFAULT_SIZES,
         batches=DEFAULT_BATCHES,
@@ -46,7 +53,12 @@ def one_run(number: int, out_dir: Path, limit: int, threshold: float) -> dict[st
     start = time.perf_counter()
     try:
         frame = candidates.run_candidates(
-            cases, out_dir, limit, threshold=threshold, progress=lambda line: print(line)
+            cases,
+            out_dir,
+            limit,
+            threshold=threshold,
+            gpu_label=gpu_label,
+            progress=lambda line: print(line, flush=True),
         )
     except Exception as exc:
         traceback.print_exc()
@@ -123,11 +135,13 @@ def main() -> int:
     parser.add_argument("--limit", type=int, default=candidates.DEFAULT_LIMIT)
     parser.add_argument("--threshold", type=float, default=candidates.DEFAULT_THRESHOLD)
     args = parser.parse_args()
+    device = versions()
+    label = label_from_gpu_name(str(device["device"] or ""))
     runs = []
     with tempfile.TemporaryDirectory() as tmp:
         for number in range(1, args.runs + 1):
             keep = args.keep if number == 1 and args.keep else Path(tmp) / f"run{number}"
-            runs.append(one_run(number, keep, args.limit, args.threshold))
+            runs.append(one_run(number, keep, args.limit, args.threshold, label))
     if args.keep and "markdown" in runs[0]:
         (args.keep / "candidates.md").write_text(runs[0]["markdown"])
     spreads = spread(runs)
@@ -137,9 +151,10 @@ def main() -> int:
     figures = {
         "benchmark": "candidates_speed",
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
-        **versions(),
+        **device,
         "grid": {"sizes": list(DEFAULT_SIZES), "batches": list(DEFAULT_BATCHES), "mode": "fp32"},
         "limit": args.limit,
+        "min_reps": candidates.DEFAULT_MIN_REPS,
         "threshold": args.threshold,
         "target_s": TARGET_S,
         "wall_s": walls,

@@ -241,7 +241,9 @@ def candidates_command(
     threshold: float = typer.Option(
         0.10, min=0.0, help="Flag a case when the best candidate beats the default by this much."
     ),
-    min_reps: int = typer.Option(20, min=20, help="Timed repetitions per candidate, at least."),
+    min_reps: int = typer.Option(
+        5, min=2, help="Timed calls per candidate, at least (short calls get ~0.1 s worth)."
+    ),
     workspace_mib: int = typer.Option(32, min=0, help="Workspace a candidate may use, MiB."),
     format: MdOrJson = typer.Option(MdOrJson.md, "--format", help="Output format."),
     out: Path | None = typer.Option(
@@ -262,7 +264,8 @@ def candidates_command(
         single=run_single,
         batched=run_batched,
     )
-    environment.require_gpu(environment.collect())
+    env = environment.collect()
+    environment.require_gpu(env)
     frame = candidates.run_candidates(
         case_list,
         out,
@@ -270,6 +273,7 @@ def candidates_command(
         threshold=threshold,
         min_reps=min_reps,
         workspace_bytes=workspace_mib * 1024 * 1024,
+        gpu_label=plan.label_from_gpu_name(env.gpu_name or ""),
         progress=lambda line: typer.echo(line, err=True),
     )
     if format is MdOrJson.json:

@@ -16,6 +16,7 @@ CuPy, cuda-bindings and numpy are imported inside the functions: this module imp
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import json
@@ -223,13 +224,24 @@ def build(config: Config, m: int, n: int, k: int) -> Any:
     return _kernel(source_for(config, m, n, k), KERNEL_NAMES[config.kernel], config.smem_bytes)
 
 
-def precompile(problems: Iterable[tuple[int, int, int, int]], workers: int = 8) -> None:
-    """Builds the strategy table's specialization of every (m, n, k, batch) at once: NVRTC runs
-    outside the GIL, so a sweep's first, cold-cache run compiles in parallel, not case by case."""
-    cc = device_cc()
-    wanted = {(strategy_for(cc, m, n, k, batch), m, n, k) for m, n, k, batch in problems}
+def build_all(specializations: Iterable[tuple[Config, int, int, int]], workers: int = 8) -> None:
+    """Builds (config, m, n, k) specializations at once: NVRTC runs outside the GIL, so a cold
+    kernel cache costs one compile's time per `workers` modules, not one per module. A build that
+    fails is left for its first use to meet again and report."""
+
+    def attempt(item: tuple[Config, int, int, int]) -> None:
+        with contextlib.suppress(Exception):
+            build(*item)
+
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        list(pool.map(lambda item: build(*item), wanted))
+        list(pool.map(attempt, set(specializations)))
+
+
+def precompile(problems: Iterable[tuple[int, int, int, int]]) -> None:
+    """Builds the strategy table's specialization of every (m, n, k, batch): a sweep's first,
+    cold-cache run compiles in parallel, not case by case."""
+    cc = device_cc()
+    build_all((strategy_for(cc, m, n, k, batch), m, n, k) for m, n, k, batch in problems)
 
 
 def _require_gpu() -> Any:
@@ -550,6 +562,7 @@ def tune_problem(
     a, b, c = random_operands(m, n, k, batch)
     current = strategy_for(cc, m, n, k, batch)
     search = [current, *(x for x in candidates(cc, m, n, k, batch) if x != current)]
+    build_all((config, m, n, k) for config in search)
     best: tuple[float, Config] | None = None
     for config in search:
         if time.monotonic() > deadline:

@@ -259,7 +259,6 @@ def _audit_candidates(config: SweepConfig, progress: Progress) -> None:
         config.cases,
         config.run_dir,
         config.candidate_limit or candidates.DEFAULT_LIMIT,
-        min_reps=config.min_reps,
         gpu_label=config.gpu_label,
         progress=progress.note,
     )

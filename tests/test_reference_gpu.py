@@ -27,6 +27,12 @@ PROBLEMS = [
 ]
 
 
+@pytest.fixture(scope="module", autouse=True)
+def compiled() -> None:
+    """Every table pick built at once, in parallel, before the first test needs one."""
+    reference.precompile(PROBLEMS)
+
+
 @pytest.mark.parametrize(("m", "n", "k", "batch"), PROBLEMS)
 def test_table_pick_is_correct(m: int, n: int, k: int, batch: int) -> None:
     a, b, c = reference.random_operands(m, n, k, batch)
@@ -39,7 +45,9 @@ def test_table_pick_is_correct(m: int, n: int, k: int, batch: int) -> None:
 def test_every_candidate_tile_is_correct(m: int, n: int, k: int, batch: int) -> None:
     cc = reference.device_cc()
     a, b, c = reference.random_operands(m, n, k, batch)
-    for config in reference.candidates(cc, m, n, k, batch):
+    configs = reference.candidates(cc, m, n, k, batch)
+    reference.build_all((config, m, n, k) for config in configs)
+    for config in configs:
         launch = reference.prepare(m, n, k, batch, a, b, c, config)
         error = reference.checked(launch, a, b, c)
         assert error <= reference.TOLERANCE, f"{config.label()}: relative error {error}"

@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# The GPU half of the figures and bundled audits, in one unattended run on a lent GPU:
+#
+#   benchmarks/on_device.sh OUT STEP...
+#
+# Steps run in the order given, each bounded by its own time limit and by DEADLINE_S (default
+# 560 s) for the whole script, each logged to OUT/<step>.log; one failing step never stops the
+# next, since a partial run is still worth bringing back:
+#   audit       the default batched sweep with its cuBLASLt candidate audit, and the single FP32
+#               sweep, into reports/<label>/<timestamp>-{batched,single}/
+#   speed       benchmarks/sweep_speed.py sweep (its run kept as reports/<label>/<ts>-batched)
+#   candidates  benchmarks/candidates_speed.py, three runs (the first kept in that run directory)
+#   reference   benchmarks/reference_vs_cublas.py --tune (tuned table to OUT/strategy.json)
+#   gpu-tests   pytest -m gpu
+# What the steps made is packed into OUT/results.tgz after each step (without the binary .ncu-rep
+# reports), paths relative to the repository, ready to unpack over a checkout.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=$(realpath "$1")
+shift
+mkdir -p "$out" benchmarks/results
+export PYTHONUNBUFFERED=1
+py=${PYTHON:-python3}
+label=$($py -c 'from cublas_audit import environment as e, cases as c
+print(c.label_from_gpu_name(e.collect().gpu_name or ""))')
+stamp=$(date -u +%Y%m%d-%H%M%S)
+run="reports/$label/$stamp"
+deadline=${DEADLINE_S:-560}
+made=()
+
+step() {  # step NAME SECONDS COMMAND...
+    local name=$1 limit=$2
+    shift 2
+    local left=$((deadline - SECONDS - 20))
+    ((limit > left)) && limit=$left
+    if ((limit < 30)); then
+        echo "== $name: skipped, the deadline is near"
+        return
+    fi
+    local start=$SECONDS
+    echo "== $name (limit ${limit}s)"
+    timeout --signal=INT --kill-after=15 "$limit" "$@" >"$out/$name.log" 2>&1
+    echo "== $name: exit $? after $((SECONDS - start)) s"
+    tail -n 25 "$out/$name.log"
+}
+
+pack() {
+    local existing=()
+    for path in "${made[@]}"; do [[ -e $path ]] && existing+=("$path"); done
+    ((${#existing[@]})) && tar czf "$out/results.tgz" --exclude='*.ncu-rep' "${existing[@]}"
+}
+
+for what in "$@"; do
+    case $what in
+    audit)
+        step audit-batched 300 $py -m cublas_audit sweep --batched --candidates \
+            --gpu-label "$label" --out "$run-batched"
+        step audit-single 200 $py -m cublas_audit sweep --single --gpu-label "$label" \
+            --out "$run-single"
+        made+=("$run-batched" "$run-single")
+        ;;
+    speed)
+        step speed 240 $py benchmarks/sweep_speed.py sweep --keep "$run-batched" \
+            --json "benchmarks/results/sweep_speed_$label.json"
+        made+=("$run-batched" "benchmarks/results/sweep_speed_$label.json")
+        ;;
+    candidates)
+        step candidates 300 $py benchmarks/candidates_speed.py --runs 3 --keep "$run-batched" \
+            --json "benchmarks/results/candidates_speed_$label.json"
+        made+=("$run-batched" "benchmarks/results/candidates_speed_$label.json")
+        ;;
+    reference)
+        step reference 330 $py benchmarks/reference_vs_cublas.py --tune --tune-budget-s 60 \
+            --skip-check --table-out "$out/strategy.json" \
+            --json "benchmarks/results/reference_$label.json"
+        made+=("benchmarks/results/reference_$label.json")
+        ;;
+    gpu-tests)
+        step gpu-tests 240 $py -m pytest -q -m gpu -p no:cacheprovider
+        ;;
+    *) echo "unknown step $what" ;;
+    esac
+    pack
+done
+ls -la "$out"
