@@ -6,8 +6,8 @@ Runs the cuBLASLt candidate audit of the default batched FP32 grid (sizes 256..8
 4, 8, 16) `--runs` times in one process and prints each run's wall time (target 60 s), then per
 case the left_on_table of every run and its spread (max - min). The largest spread is the noise
 floor a `better-candidate` threshold must stay above. `--keep DIR` keeps the first run's
-candidates.csv, candidates.log and candidates.md (the bundle for reports/). A failing run is
-recorded with its error and the others still run.
+candidates.csv and candidates.log (in a sweep's run directory, its report renders them). A failing
+run is recorded with its error and the others still run.
 """
 
 from __future__ import annotations
@@ -71,10 +71,11 @@ def one_run(
         "wall_s": round(wall, 2),
         "cases": len(summary),
         "skipped": int((summary["status"] == "skipped").sum()),
-        "findings": [f["case_id"] for f in candidates.find_better_candidates(frame, threshold)],
+        "findings": [
+            f["evidence"][0]["case_id"] for f in candidates.find_better_candidates(frame, threshold)
+        ],
         "left_on_table": _by_case(summary, "left_on_table"),
         "default_rank": _by_case(summary, "default_rank"),
-        "markdown": candidates.render_markdown(frame, threshold),
     }
 
 
@@ -142,8 +143,6 @@ def main() -> int:
         for number in range(1, args.runs + 1):
             keep = args.keep if number == 1 and args.keep else Path(tmp) / f"run{number}"
             runs.append(one_run(number, keep, args.limit, args.threshold, label))
-    if args.keep and "markdown" in runs[0]:
-        (args.keep / "candidates.md").write_text(runs[0]["markdown"])
     spreads = spread(runs)
     report(runs, spreads)
     finite = [s["spread"] for s in spreads.values() if s["spread"] is not None]
@@ -160,7 +159,7 @@ def main() -> int:
         "wall_s": walls,
         "within_target": bool(walls) and max(walls) <= TARGET_S,
         "max_spread": max(finite) if finite else None,
-        "runs": [{k: v for k, v in r.items() if k != "markdown"} for r in runs],
+        "runs": runs,
         "spread": spreads,
     }
     print(f"max spread of left_on_table: {figures['max_spread']}; wall {walls} s")

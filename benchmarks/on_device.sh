@@ -70,7 +70,7 @@ for what in "$@"; do
         made+=("$run-batched" "benchmarks/results/candidates_speed_$label.json")
         ;;
     reference)
-        step reference 330 $py benchmarks/reference_vs_cublas.py --tune --tune-budget-s 60 \
+        step reference 330 $py benchmarks/reference_vs_cublas.py --tune ${TUNE_ARGS:-} \
             --skip-check --table-out "$out/strategy.json" \
             --json "benchmarks/results/reference_$label.json"
         made+=("benchmarks/results/reference_$label.json")

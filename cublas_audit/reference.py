@@ -558,13 +558,9 @@ def tune_problem(
 ) -> Config | None:
     """The fastest correct candidate for one problem, searched until `deadline` (time.monotonic).
     The current table's pick goes first, so a short budget still measures it."""
-    cc = device_cc()
-    a, b, c = random_operands(m, n, k, batch)
-    current = strategy_for(cc, m, n, k, batch)
-    search = [current, *(x for x in candidates(cc, m, n, k, batch) if x != current)]
-    build_all((config, m, n, k) for config in search)
     best: tuple[float, Config] | None = None
-    for config in search:
+    a, b, c = random_operands(m, n, k, batch)
+    for config in search_space(m, n, k, batch):
         if time.monotonic() > deadline:
             log(f"  time budget spent at {m}x{n}x{k} batch {batch}")
             break
@@ -584,24 +580,57 @@ def tune_problem(
     return best[1] if best else None
 
 
+def search_space(m: int, n: int, k: int, batch: int) -> list[Config]:
+    """The current table's pick first, then every other candidate."""
+    cc = device_cc()
+    current = strategy_for(cc, m, n, k, batch)
+    return [current, *(x for x in candidates(cc, m, n, k, batch) if x != current)]
+
+
 def tune(
     sizes: Sequence[int], batches: Sequence[int], budget_s: float, log: Callable[[str], None]
 ) -> dict[str, Any]:
-    """A strategy table for this GPU: the fastest tile per (size, batch), square problems. Each
-    problem gets an equal share of the budget (what one leaves unused passes to the next)."""
+    """This GPU's strategy table with the fastest tile of each (size, batch) searched, square
+    problems. Every candidate is compiled first, in parallel and off the clock; the budget is for
+    measuring, each problem getting an equal share (what one leaves unused passes to the next).
+    Entries of the current table that were not searched, or where nothing was measured in time,
+    stay as they were."""
     problems = [(size, batch) for size in sizes for batch in batches]
+    log(f"compiling the candidates of {len(problems)} problems")
+    build_all(
+        (config, size, size, size)
+        for size, batch in problems
+        for config in search_space(size, size, size, batch)
+    )
     start = time.monotonic()
-    entries = []
+    measured: dict[tuple[int, int], Config] = {}
     for i, (size, batch) in enumerate(problems):
         log(f"tuning {size}^3 batch {batch}")
         deadline = start + budget_s * (i + 1) / len(problems)
         best = tune_problem(size, size, size, batch, deadline, log)
         if best is not None:
-            entries.append({"size": size, "batch": batch, "config": best.to_json()})
+            measured[(size, batch)] = best
+    return merged_table(device_cc(), measured, problems)
+
+
+def merged_table(
+    cc: str, measured: dict[tuple[int, int], Config], searched: Sequence[tuple[int, int]]
+) -> dict[str, Any]:
+    """The current table with the measured entries replaced or added, its source saying which."""
+    entries = {(size, batch): config for size, batch, config in load_table(table_path(cc))}
+    entries.update(measured)
+    sizes = sorted({size for size, _ in measured})
+    source = (
+        f"cublas-audit reference --tune on {len(measured)} of {len(searched)} searched problems "
+        f"(sizes {', '.join(map(str, sizes)) or 'none'}); other entries as before"
+    )
     return {
-        "arch": f"sm_{device_cc()}",
-        "source": "cublas-audit reference --tune",
-        "entries": entries,
+        "arch": f"sm_{arch_of(cc)}",
+        "source": source,
+        "entries": [
+            {"size": size, "batch": batch, "config": config.to_json()}
+            for (size, batch), config in sorted(entries.items())
+        ],
     }
 
 
