@@ -29,13 +29,14 @@ from cublas_audit import lt, timing
 from cublas_audit.cases import Case
 from cublas_audit.errors import AuditError
 from cublas_audit.table import MODES
+from cublas_audit.thresholds import Thresholds
 
 SCHEMA_VERSION = 1
 CANDIDATES_FILE = "candidates.csv"
 LOG_FILE = "candidates.log"
 RULE = "better-candidate"
 DEFAULT_LIMIT = 32
-DEFAULT_THRESHOLD = 0.10
+DEFAULT_THRESHOLD = Thresholds().candidate_gap_pct / 100
 # A first, short interleaved round (this many timed calls each, at least) ranks the candidates;
 # only those within SCREEN_MARGIN of its best, and the default, get the full >= min_reps round.
 # Calls long enough to need screening (>= ~5 ms) vary by ~1% call to call: a candidate 10%
@@ -368,10 +369,13 @@ TABLE_COLUMNS = {
 }
 
 
-def render_markdown(frame: pd.DataFrame, threshold: float = DEFAULT_THRESHOLD) -> str:
-    """The report section: a summary of every case, then each flagged case's table and repro."""
+def render_markdown(
+    frame: pd.DataFrame, threshold: float = DEFAULT_THRESHOLD, level: int = 2
+) -> str:
+    """The report section, its heading at `level`: a summary of every case, then each flagged
+    case's table and repro one level below."""
     lines = [
-        "## cuBLASLt heuristic candidates",
+        f"{'#' * level} cuBLASLt heuristic candidates",
         "",
         f"`left on table` = default time / best candidate time; a case is flagged when both the "
         f"audit round and a second, independent round show at least {1 + threshold:.2f}x.",
@@ -380,7 +384,7 @@ def render_markdown(frame: pd.DataFrame, threshold: float = DEFAULT_THRESHOLD) -
     ]
     for finding in find_better_candidates(frame, threshold):
         rows = frame[frame["case_id"] == finding["evidence"][0]["case_id"]]
-        lines += ["", *_flagged_section(finding, rows)]
+        lines += ["", *_flagged_section(finding, rows, level + 1)]
     return "\n".join(lines) + "\n"
 
 
@@ -410,13 +414,13 @@ def _fmt(value: Any, spec: str) -> str:
     return "" if pd.isna(value) else format(float(value), spec)
 
 
-def _flagged_section(finding: Mapping[str, Any], rows: pd.DataFrame) -> list[str]:
+def _flagged_section(finding: Mapping[str, Any], rows: pd.DataFrame, level: int) -> list[str]:
     table = rows[list(TABLE_COLUMNS)].rename(columns=TABLE_COLUMNS).copy()
     table["default"] = table["default"].map({1: "yes", 0: ""})
     table = table.astype(object).where(table.notna(), "")
     best = rows.loc[finding["rows"][1]]
     return [
-        f"### {RULE}: {_problem(rows.iloc[0])}",
+        f"{'#' * level} {RULE}: {_problem(rows.iloc[0])}",
         "",
         str(finding["message"]) + ".",
         "",

@@ -335,8 +335,11 @@ THRESHOLD_HELP = "Override a threshold, NAME=VALUE (repeatable; names in docs/re
 @app.command("report")
 @one_line_errors
 def report_command(
-    inputs: list[Path] = typer.Argument(
-        ..., help="Run directories or dispatch tables (CSV/Parquet)."
+    inputs: list[Path] | None = typer.Argument(
+        None,
+        help="Run directories or dispatch tables (CSV/Parquet) [default: the audits bundled in "
+        "reports/, each GPU's newest batched run].",
+        show_default=False,
     ),
     out: Path | None = typer.Option(
         None, "--out", help="Write the Markdown here, plots/ beside it [default: stdout, no plots]."
@@ -349,7 +352,7 @@ def report_command(
     from cublas_audit.thresholds import with_overrides
 
     limits = with_overrides(threshold)
-    datasets = render.load_inputs(inputs)
+    datasets = render.load_inputs(inputs or render.bundled_runs())
     if format is MdOrJson.json:
         print_json(render.findings_json(datasets, limits))
     elif out is not None:

@@ -2,9 +2,8 @@
 
 Every rule reads the prepared table (`prepare`): main launches only, so a split-K reduction is never
 judged as the GEMM, with the derived columns the rules share (short kernel name, utilization of the
-pipe that matters for the mode, linear size). Rules are plain functions registered in `RULES`; a
-later rule that needs more input (issue 5's `better-candidate`, from a candidates table) reads it
-from `RuleContext.candidates`.
+pipe that matters for the mode, linear size). Rules are plain functions registered in `RULES`;
+`better-candidate` also reads the run's cuBLASLt candidate audit (`RuleContext.candidates`).
 """
 
 from __future__ import annotations
@@ -258,12 +257,38 @@ def batched_slower_than_loop(ctx: RuleContext) -> list[Finding]:
     return found
 
 
+def better_candidate(ctx: RuleContext) -> list[Finding]:
+    """cuBLASLt's heuristic offers a faster algorithm than its own default (a run's
+    candidates.csv): flagged on the table's cuBLASLt row of the same problem."""
+    if ctx.candidates is None:
+        return []
+    from cublas_audit.candidates import find_better_candidates
+
+    gap = ctx.thresholds.candidate_gap_pct / 100
+    label = str(ctx.rows["gpu_label"].iloc[0]) if len(ctx.rows) else ""
+    found = []
+    for item in find_better_candidates(ctx.candidates, gap):
+        case = item["evidence"][0]
+        same = ctx.rows[
+            (ctx.rows["api"] == "cublasLt")
+            & (ctx.rows["mode"] == item["mode"])
+            & (ctx.rows["batch"] == case["batch"])
+            & (ctx.rows["m"] == case["m"])
+            & (ctx.rows["n"] == case["n"])
+            & (ctx.rows["k"] == case["k"])
+        ]
+        rows = [int(index) for index in same.index]
+        found.append(Finding(**{**item, "gpu_label": item["gpu_label"] or label, "rows": rows}))
+    return found
+
+
 RULES: list[Rule] = [
     no_escalation,
     legacy_kernel,
     low_utilization,
     reference_faster,
     batched_slower_than_loop,
+    better_candidate,
 ]
 
 

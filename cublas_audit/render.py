@@ -20,6 +20,7 @@ import jinja2
 import pandas as pd
 from tabulate import tabulate
 
+from cublas_audit import candidates
 from cublas_audit.errors import AuditError
 from cublas_audit.findings import SEVERITIES, Finding, audit, pipe_name, plain, prepare
 from cublas_audit.table import TABLE_FILE, TableSource, read_table
@@ -27,6 +28,8 @@ from cublas_audit.thresholds import Thresholds
 
 ENV_FILE = "env.json"
 REPORT_FILE = "report.md"
+# The real audits that ship in the repository (reports/README.md lists them).
+BUNDLED = Path(__file__).resolve().parent.parent / "reports"
 PLOTS_DIR = "plots"
 SHORT_NAME_MAX = 40
 STALLS_SHOWN = 8
@@ -57,9 +60,21 @@ class Dataset:
     path: Path
     frame: pd.DataFrame
     env: dict[str, Any] = field(default_factory=dict)
+    # The run's cuBLASLt candidate audit (candidates.csv), when it has one.
+    candidates: pd.DataFrame | None = None
 
 
 # ----- inputs -----------------------------------------------------------------------------------
+
+
+def bundled_runs(root: Path = BUNDLED) -> list[Path]:
+    """The embedded default input: each GPU's newest run of the default batched grid."""
+    labels = sorted(d for d in root.iterdir() if d.is_dir()) if root.is_dir() else []
+    runs = [max(found) for d in labels if (found := sorted(d.glob("*-batched/" + TABLE_FILE)))]
+    runs = [table.parent for table in runs]
+    if not runs:
+        raise AuditError(f"no input given, and no bundled audits under {root}: name a run")
+    return runs
 
 
 def load_inputs(paths: Sequence[Path]) -> list[Dataset]:
@@ -94,7 +109,9 @@ def _dataset(path: Path, frame: pd.DataFrame, env: dict[str, Any]) -> Dataset:
     label = str(frame["gpu_label"].iloc[0])
     name = env.get("gpu_name") or _first(frame, "gpu_name")
     title = f"{label}: {name}" if name and name != label else label
-    return Dataset(title, label, path, frame, env)
+    found = path / candidates.CANDIDATES_FILE if path.is_dir() else None
+    audited = candidates.read_candidates(found) if found and found.exists() else None
+    return Dataset(title, label, path, frame, env, audited)
 
 
 def require_one_gpu(frame: pd.DataFrame, path: Path) -> None:
@@ -171,7 +188,7 @@ def _number(value: Any, digits: int) -> str:
 
 
 def findings_of(datasets: Sequence[Dataset], thresholds: Thresholds) -> list[list[Finding]]:
-    return [audit(d.frame, thresholds) for d in datasets]
+    return [audit(d.frame, thresholds, d.candidates) for d in datasets]
 
 
 def findings_json(datasets: Sequence[Dataset], thresholds: Thresholds) -> list[dict[str, Any]]:
@@ -184,12 +201,12 @@ def render_report(
     """The whole report; with `plots` (a directory), one PNG per GPU is written there and linked."""
     all_findings = findings_of(datasets, thresholds)
     sections = [
-        _section(dataset, found, plots)
+        _section(dataset, found, thresholds, plots)
         for dataset, found in zip(datasets, all_findings, strict=True)
     ]
     counts = {s: sum(f.severity == s for found in all_findings for f in found) for s in SEVERITIES}
     return _template("report.md.j2").render(
-        inputs=[md_code(path, in_table=False) for path in _unique_paths(datasets)],
+        inputs=[md_code(_shown(path), in_table=False) for path in _unique_paths(datasets)],
         counts=counts,
         side_by_side=side_by_side(datasets) if len(datasets) > 1 else [],
         sections=sections,
@@ -217,6 +234,14 @@ def _unique_paths(datasets: Sequence[Dataset]) -> list[Path]:
     return list(dict.fromkeys(d.path for d in datasets))
 
 
+def _shown(path: Path) -> Path:
+    """A path as the reader would type it: relative to the working directory when under it."""
+    try:
+        return path.resolve().relative_to(Path.cwd())
+    except ValueError:
+        return path
+
+
 def _template(name: str) -> jinja2.Template:
     env = jinja2.Environment(
         loader=jinja2.PackageLoader("cublas_audit", "templates"),
@@ -231,7 +256,9 @@ def _template(name: str) -> jinja2.Template:
     return env.get_template(name)
 
 
-def _section(dataset: Dataset, found: list[Finding], plots: Path | None) -> dict[str, Any]:
+def _section(
+    dataset: Dataset, found: list[Finding], thresholds: Thresholds, plots: Path | None
+) -> dict[str, Any]:
     rows = prepare(dataset.frame)
     flags = _flags(found)
     return {
@@ -243,6 +270,7 @@ def _section(dataset: Dataset, found: list[Finding], plots: Path | None) -> dict
         "stalls": _stall_tables(rows, found),
         "command": _command(dataset.env),
         "scripts": [_script(f) for f in found if f.severity == "high"],
+        "candidates": _candidates_section(dataset, thresholds),
         "plot": _plot(dataset, rows, plots) if plots is not None else None,
     }
 
@@ -456,6 +484,14 @@ def _gpu_column(rows: pd.DataFrame, key: tuple[Any, ...]) -> pd.DataFrame | None
         index=pd.MultiIndex.from_arrays([group["size"], group["shape"]]),
     )
     return cells[~cells.index.duplicated()]
+
+
+def _candidates_section(dataset: Dataset, thresholds: Thresholds) -> str:
+    """The candidate audit's summary, flagged cases and repros, under the GPU's section."""
+    if dataset.candidates is None:
+        return ""
+    gap = thresholds.candidate_gap_pct / 100
+    return candidates.render_markdown(dataset.candidates, gap, level=3).rstrip()
 
 
 # ----- stall breakdown --------------------------------------------------------------------------
