@@ -8,6 +8,7 @@ and sm_120, plus the pure-Python strategy and CLI checks. The compile test skips
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -105,6 +106,24 @@ def test_unknown_architecture_is_a_one_line_error() -> None:
 def test_shipped_tables_have_valid_tiles() -> None:
     for _source, (name, config) in shipped_variants().items():
         assert not config.problems(), f"{name}: {config.problems()}"
+
+
+def test_the_shipped_sm90_table_was_tuned_on_the_h100_at_4096_and_8192() -> None:
+    source = json.loads(reference.table_path("90").read_text())["source"]
+    assert source.startswith("cublas-audit reference --tune on 4 of 4 searched problems")
+    # The H100 picked a 32-deep k tile for 8192 single and batch 8 (23.16 vs 23.87 ms single).
+    assert reference.strategy_for("90", 8192, 8192, 8192, 1).bk == 32
+
+
+def test_tuning_refines_the_current_table() -> None:
+    shipped = reference.load_table(reference.table_path("90"))
+    picked = reference.Config(bm=128, bn=64, tm=8, tn=8, swizzle=16)
+    table = reference.merged_table("90", {(4096, 8): picked}, [(4096, 8), (8192, 8)])
+    entries = {(e["size"], e["batch"]): e["config"] for e in table["entries"]}
+    assert len(entries) == len(shipped)  # nothing lost: unsearched entries stay
+    assert entries[(4096, 8)] == picked.to_json()
+    assert entries[(256, 1)] == next(c for s, b, c in shipped if (s, b) == (256, 1)).to_json()
+    assert "on 1 of 2 searched problems (sizes 4096)" in table["source"]
 
 
 @needs_nvcc
