@@ -8,7 +8,7 @@ import sys
 from collections.abc import Callable
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, ParamSpec, TypeVar
+from typing import Annotated, Any, ParamSpec, TypeVar
 
 import typer
 
@@ -24,6 +24,29 @@ app = typer.Typer(
 
 P = ParamSpec("P")
 R = TypeVar("R")
+
+# The problem grid, as `sweep` and `candidates` take it.
+DEFAULT_SIZES = "256,512,1024,2048,4096,8192"
+Single = Annotated[
+    bool | None,
+    typer.Option(
+        "--single/--no-single",
+        help="Non-batched calls (batch 1) (default: both kinds).",
+        show_default=False,
+    ),
+]
+Batched = Annotated[
+    bool | None,
+    typer.Option(
+        "--batched/--no-batched",
+        help="Strided-batched calls (default: both kinds).",
+        show_default=False,
+    ),
+]
+Sizes = Annotated[str, typer.Option(help="Square sizes M=N=K, comma-separated.")]
+Shapes = Annotated[str, typer.Option(help="Extra non-square problems, e.g. 4096x1024x512,...")]
+Batches = Annotated[str, typer.Option(help="Batch counts for the batched calls.")]
+Modes = Annotated[str, typer.Option(help="Compute modes: fp32, tf32, bf16x, fp16, bf16.")]
 
 
 class TextOrJson(StrEnum):
@@ -72,26 +95,20 @@ def env_command(
 @app.command("sweep")
 @one_line_errors
 def sweep_command(
-    single: bool | None = typer.Option(
-        None, "--single/--no-single", help="Non-batched calls (batch 1) [default: both kinds]."
-    ),
-    batched: bool | None = typer.Option(
-        None, "--batched/--no-batched", help="Strided-batched calls [default: both kinds]."
-    ),
-    sizes: str = typer.Option(
-        "256,512,1024,2048,4096,8192", help="Square sizes M=N=K, comma-separated."
-    ),
-    shapes: str = typer.Option("", help="Extra non-square problems, e.g. 4096x1024x512,..."),
-    batches: str = typer.Option("4,8,16", help="Batch counts for the batched calls."),
-    modes: str = typer.Option("fp32", help="Compute modes: fp32, tf32, bf16x, fp16, bf16."),
+    single: Single = None,
+    batched: Batched = None,
+    sizes: Sizes = DEFAULT_SIZES,
+    shapes: Shapes = "",
+    batches: Batches = "4,8,16",
+    modes: Modes = "fp32",
     api: str = typer.Option(
         "cublas,cublasLt", "--api", help="cublas (classic calls), cublasLt, or both."
     ),
     gpu_label: str | None = typer.Option(
-        None, help="Label of this GPU in tables and paths [default: from its name]."
+        None, help="Label of this GPU in tables and paths (default: from its name)."
     ),
     out: Path | None = typer.Option(
-        None, help="Run directory [default: reports/<label>/<timestamp>/]."
+        None, help="Run directory (default: reports/<label>/<timestamp>/)."
     ),
     resume: Path | None = typer.Option(
         None, help="Finish an interrupted sweep in this run directory."
@@ -105,7 +122,7 @@ def sweep_command(
         help="Time and profile the bundled reference kernel (FP32).",
     ),
     ncu: str | None = typer.Option(
-        None, help="Path of the ncu binary [default: PATH, then /usr/local/cuda/bin]."
+        None, help="Path of the ncu binary (default: PATH, then /usr/local/cuda/bin)."
     ),
     clock_control: str = typer.Option(
         "none", help="ncu --clock-control: none (leave clocks alone) or base."
@@ -225,18 +242,12 @@ def _finish_sweep(config: Any, frame: Any) -> None:
 @app.command("candidates")
 @one_line_errors
 def candidates_command(
-    single: bool | None = typer.Option(
-        None, "--single/--no-single", help="Non-batched calls (batch 1) [default: both kinds]."
-    ),
-    batched: bool | None = typer.Option(
-        None, "--batched/--no-batched", help="Strided-batched calls [default: both kinds]."
-    ),
-    sizes: str = typer.Option(
-        "256,512,1024,2048,4096,8192", help="Square sizes M=N=K, comma-separated."
-    ),
-    shapes: str = typer.Option("", help="Extra non-square problems, e.g. 4096x1024x512,..."),
-    batches: str = typer.Option("4,8,16", help="Batch counts for the batched calls."),
-    modes: str = typer.Option("fp32", help="Compute modes: fp32, tf32, bf16x, fp16, bf16."),
+    single: Single = None,
+    batched: Batched = None,
+    sizes: Sizes = DEFAULT_SIZES,
+    shapes: Shapes = "",
+    batches: Batches = "4,8,16",
+    modes: Modes = "fp32",
     limit: int = typer.Option(32, min=1, help="Heuristic candidates per case, at most."),
     threshold: float = typer.Option(
         0.10, min=0.0, help="Flag a case when the best candidate beats the default by this much."
@@ -247,7 +258,7 @@ def candidates_command(
     workspace_mib: int = typer.Option(32, min=0, help="Workspace a candidate may use, MiB."),
     format: MdOrJson = typer.Option(MdOrJson.md, "--format", help="Output format."),
     out: Path | None = typer.Option(
-        None, help="Directory for candidates.csv and candidates.log [default: none]."
+        None, help="Directory for candidates.csv and candidates.log (default: none)."
     ),
 ) -> None:
     """Time every algorithm cuBLASLt's heuristic offers: is its default the fastest?"""
@@ -290,9 +301,7 @@ def candidates_command(
 @app.command("reference")
 @one_line_errors
 def reference_command(
-    sizes: str = typer.Option(
-        "256,512,1024,2048,4096,8192", help="Square sizes M=N=K, comma-separated."
-    ),
+    sizes: Sizes = DEFAULT_SIZES,
     batches: str = typer.Option("1,4,8,16", help="Batch counts (1 = the single call)."),
     format: MdOrJson = typer.Option(MdOrJson.md, "--format", help="Output format."),
     tune: bool = typer.Option(
@@ -337,12 +346,12 @@ THRESHOLD_HELP = "Override a threshold, NAME=VALUE (repeatable; names in docs/re
 def report_command(
     inputs: list[Path] | None = typer.Argument(
         None,
-        help="Run directories or dispatch tables (CSV/Parquet) [default: the audits bundled in "
-        "reports/, each GPU's newest batched run].",
+        help="Run directories or dispatch tables (CSV/Parquet) (default: the audits bundled in "
+        "reports/, each GPU's newest batched run).",
         show_default=False,
     ),
     out: Path | None = typer.Option(
-        None, "--out", help="Write the Markdown here, plots/ beside it [default: stdout, no plots]."
+        None, "--out", help="Write the Markdown here, plots/ beside it (default: stdout, no plots)."
     ),
     format: MdOrJson = typer.Option(MdOrJson.md, "--format", help="Output format."),
     threshold: list[str] = typer.Option([], "--threshold", help=THRESHOLD_HELP),
