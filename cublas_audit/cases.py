@@ -163,6 +163,28 @@ def call_kinds(single: bool | None, batched: bool | None) -> tuple[bool, bool]:
     )
 
 
+def plan_from_options(
+    single: bool | None,
+    batched: bool | None,
+    sizes: str,
+    shapes: str,
+    batches: str,
+    modes: str,
+    apis: str,
+) -> list[Case]:
+    """The plan of the command line's grid options, each checked (a one-line error naming it)."""
+    run_single, run_batched = call_kinds(single, batched)
+    return build_plan(
+        sizes=parse_int_list(sizes, "--sizes") if sizes.strip() else [],
+        shapes=parse_shapes(shapes) if shapes.strip() else [],
+        batches=parse_int_list(batches, "--batches"),
+        modes=parse_modes(modes),
+        apis=parse_apis(apis),
+        single=run_single,
+        batched=run_batched,
+    )
+
+
 def build_plan(
     *,
     sizes: Iterable[int],

@@ -152,7 +152,6 @@ def sweep_command(
             f"--clock-control: {clock_control!r} is not one of {', '.join(CLOCK_CONTROLS)}"
         )
     extra_env = sweep.parse_probe_env(probe_env)
-    run_single, run_batched = plan.call_kinds(single, batched)
     candidate_limit = limit if candidates else None
     if resume is not None:
         # A resumed sweep finishes the run it was: same probe settings, same phases.
@@ -163,15 +162,7 @@ def sweep_command(
         reference = bool(recorded.get("reference", reference))
         candidate_limit = candidate_limit or recorded.get("candidate_limit")
     else:
-        case_list = plan.build_plan(
-            sizes=plan.parse_int_list(sizes, "--sizes") if sizes.strip() else [],
-            shapes=plan.parse_shapes(shapes) if shapes.strip() else [],
-            batches=plan.parse_int_list(batches, "--batches"),
-            modes=plan.parse_modes(modes),
-            apis=plan.parse_apis(api),
-            single=run_single,
-            batched=run_batched,
-        )
+        case_list = plan.plan_from_options(single, batched, sizes, shapes, batches, modes, api)
         label = plan.check_label(gpu_label) if gpu_label else ""
     env = environment.collect(ncu)
     environment.require_gpu(env)
@@ -265,16 +256,7 @@ def candidates_command(
     from cublas_audit import candidates, environment
     from cublas_audit import cases as plan
 
-    run_single, run_batched = plan.call_kinds(single, batched)
-    case_list = plan.build_plan(
-        sizes=plan.parse_int_list(sizes, "--sizes") if sizes.strip() else [],
-        shapes=plan.parse_shapes(shapes) if shapes.strip() else [],
-        batches=plan.parse_int_list(batches, "--batches"),
-        modes=plan.parse_modes(modes),
-        apis=["cublasLt"],
-        single=run_single,
-        batched=run_batched,
-    )
+    case_list = plan.plan_from_options(single, batched, sizes, shapes, batches, modes, "cublasLt")
     env = environment.collect()
     environment.require_gpu(env)
     frame = candidates.run_candidates(
