@@ -70,8 +70,9 @@ class Dataset:
 def bundled_runs(root: Path = BUNDLED) -> list[Path]:
     """The embedded default input: each GPU's newest run of the default batched grid."""
     labels = sorted(d for d in root.iterdir() if d.is_dir()) if root.is_dir() else []
-    runs = [max(found) for d in labels if (found := sorted(d.glob("*-batched/" + TABLE_FILE)))]
-    runs = [table.parent for table in runs]
+    runs = [
+        max(tables).parent for d in labels if (tables := list(d.glob("*-batched/" + TABLE_FILE)))
+    ]
     if not runs:
         raise AuditError(f"no input given, and no bundled audits under {root}: name a run")
     return runs
