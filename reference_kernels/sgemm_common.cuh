@@ -9,8 +9,9 @@
 //
 // Shared-memory stage layout (what a TMA box of a column-major matrix lands as, unchanged):
 //   As[BK][BM]  m contiguous: one float4 holds 4 rows of A at one k
-//   Bs[BN][BK]  k contiguous: one float4 holds 4 k of one column of B
-// so a thread reads B as float4s along k and A as float4s along m, and no transpose is needed.
+//   Bs[BN][BK]  k contiguous: a column of B's tile, one k after the other
+// so a thread reads A as float4s along m and B one k at a time (ptxas merges consecutive k into
+// vector loads), and no transpose is needed.
 //
 // Thread tile: TM (m) x TN (n) accumulators. A warp is 8 lanes along m by 4 lanes along n; a lane's
 // m rows are 4-wide groups 32 rows apart (the 8 lanes of a quarter-warp read 128 contiguous bytes
@@ -92,38 +93,45 @@ __device__ __forceinline__ void k_range(int& first, int& count) {
     count = max(0, min(K_TILES_PER_SPLIT, K_TILES - first));
 }
 
-__device__ __forceinline__ float lane_of(const float4& v, int i) {
-    return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
+// The thread's TM rows of As at depth k: TM/4 float4s, 32 rows apart.
+__device__ __forceinline__ void load_a(const float* __restrict__ as, int k, int m0, float (&a)[TM]) {
+#pragma unroll
+    for (int q = 0; q < TM / 4; ++q) {
+        const float4 v = *reinterpret_cast<const float4*>(as + k * BM + m0 + 32 * q);
+        a[4 * q + 0] = v.x;
+        a[4 * q + 1] = v.y;
+        a[4 * q + 2] = v.z;
+        a[4 * q + 3] = v.w;
+    }
 }
 
-// acc += As^T-slice x Bs-slice for one stage. All loops unroll, so every register index is a
-// constant and acc stays in registers.
+// The thread's TN columns of Bs at depth k: TN scalars (k contiguous, so a column's k are not).
+__device__ __forceinline__ void load_b(const float* __restrict__ bs, int k, int n0, float (&b)[TN]) {
+#pragma unroll
+    for (int j = 0; j < TN; ++j) b[j] = bs[(n0 + j) * BK + k];
+}
+
+// acc += As^T-slice x Bs-slice for one stage, one k at a time, the next k's fragments loaded
+// while this k's FMAs run. All loops unroll, so every register index is a constant and acc stays
+// in registers. Written this way (scalar B, explicit one-k-ahead fragments) rather than as
+// float4s of B covering four k, ptxas emits the same loads (it merges consecutive k of B into
+// LDS.128) but schedules the FMAs better: on the H100 the stage runs 3-4 % faster. Rolled loops
+// (a smaller body for the instruction cache) measured 10-25 % slower: the full unroll stays.
 __device__ __forceinline__ void fma_stage(const float* __restrict__ as, const float* __restrict__ bs,
                                           int m0, int n0, float (&acc)[TM][TN]) {
+    float a[2][TM], b[2][TN];
+    load_a(as, 0, m0, a[0]);
+    load_b(bs, 0, n0, b[0]);
 #pragma unroll
-    for (int kb = 0; kb < BK; kb += 4) {
-        float4 b[TN];
+    for (int k = 0; k < BK; ++k) {
+        if (k + 1 < BK) {
+            load_a(as, k + 1, m0, a[(k + 1) % 2]);
+            load_b(bs, k + 1, n0, b[(k + 1) % 2]);
+        }
 #pragma unroll
         for (int j = 0; j < TN; ++j)
-            b[j] = *reinterpret_cast<const float4*>(bs + (n0 + j) * BK + kb);
 #pragma unroll
-        for (int kq = 0; kq < 4; ++kq) {
-            float a[TM];
-#pragma unroll
-            for (int q = 0; q < TM / 4; ++q) {
-                const float4 v = *reinterpret_cast<const float4*>(as + (kb + kq) * BM + m0 + 32 * q);
-                a[4 * q + 0] = v.x;
-                a[4 * q + 1] = v.y;
-                a[4 * q + 2] = v.z;
-                a[4 * q + 3] = v.w;
-            }
-#pragma unroll
-            for (int j = 0; j < TN; ++j) {
-                const float bj = lane_of(b[j], kq);
-#pragma unroll
-                for (int i = 0; i < TM; ++i) acc[i][j] = fmaf(a[i], bj, acc[i][j]);
-            }
-        }
+            for (int i = 0; i < TM; ++i) acc[i][j] = fmaf(a[k % 2][i], b[k % 2][j], acc[i][j]);
     }
 }
 
