@@ -11,7 +11,9 @@ the CUDA context unusable, or a hang costs that unit only; its traceback goes to
 3. tune (--tune): a bounded tile search (--tune-budget-s), written to --table-out, used below;
 4. table: sizes x batches, reference and cuBLAS timed interleaved (first call discarded, median of
    at least 20, CUDA events), efficiency = cuBLAS time / reference time, TFLOP/s against the FP32
-   peak of the device (66.9 TFLOP/s on the H100 SXM at 1.98 GHz).
+   peak of the device (66.9 TFLOP/s on the H100 SXM at 1.98 GHz);
+5. fma: FMA-pipe utilization of the reference and of cuBLAS under ncu (--fma-problems, one
+   call each, this script's --profile mode as the profiled program).
 --json is rewritten after every unit, with the device, date and versions. `--profile SIZE,BATCH`
 runs one reference and one cuBLAS call inside NVTX ranges `ref` and `cublas`, for ncu.
 """
@@ -34,7 +36,8 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from cublas_audit import reference  # noqa: E402
+from cublas_audit import environment, reference  # noqa: E402
+from cublas_audit.ncu_parse import FMA_PCT  # noqa: E402
 
 CHECK_PROBLEMS = [
     (256, 256, 256, 5),
@@ -73,6 +76,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--skip-check", action="store_true", help="skip the check and build steps")
     parser.add_argument("--json", help="write all results here")
     parser.add_argument("--profile", help="SIZE,BATCH: one reference and one cuBLAS call, for ncu")
+    parser.add_argument(
+        "--fma-problems",
+        default="8192,1;8192,8",
+        help="SIZE,BATCH;...: problems whose FMA-pipe utilization ncu measures ('' skips)",
+    )
     parser.add_argument("--unit", help=argparse.SUPPRESS)  # child: one unit of work, JSON out
     parser.add_argument("--unit-arg", default="", help=argparse.SUPPRESS)
     parser.add_argument("--unit-out", help=argparse.SUPPRESS)
@@ -114,6 +122,10 @@ def orchestrate(args: argparse.Namespace) -> int:
     for size in ints(args.sizes):
         unit = child(args, "time", str(size), results, table=table)
         rows.extend(unit.get("rows") or [{"size": size, "status": "FAIL", **unit}])
+    specs = [spec for spec in args.fma_problems.split(";") if spec.strip()]
+    if specs:
+        print("\n== FMA-pipe utilization under ncu ==", flush=True)
+    results["fma"] = [fma_under_ncu(spec, table) for spec in specs]
     print_summary(results)
     save(args, results)
     return 0
@@ -180,6 +192,54 @@ def print_summary(results: dict[str, Any]) -> None:
     ]
     headers = ["size", "batch", "config", "ref ms", "cuBLAS ms", "eff", "ref TF/s", "cuBLAS TF/s"]
     print("\n" + tabulate(body, headers=[*headers, "peak TF/s"], tablefmt="github"), flush=True)
+    fma = [
+        [r["size"], r["batch"], k["kernel"][:60], f"{k['fma_pct']:.1f}"]
+        for r in results.get("fma", [])
+        for k in r.get("kernels", [])
+    ]
+    if fma:
+        print("\n" + tabulate(fma, headers=["size", "batch", "kernel", "FMA %"]), flush=True)
+
+
+def fma_under_ncu(spec: str, table: Path | None) -> dict[str, Any]:
+    """`sm__pipe_fma_cycles_active` of the reference and of cuBLAS on one problem: ncu profiles
+    this script's --profile mode (NVTX ranges `ref` and `cublas`), then exports its raw page."""
+    size, batch = ints(spec)
+    row: dict[str, Any] = {"size": size, "batch": batch}
+    ncu = environment.find_ncu()
+    if ncu is None:
+        return {**row, "status": "SKIP", "error": "ncu not found"}
+    with tempfile.TemporaryDirectory() as tmp:
+        report = Path(tmp) / "fma.ncu-rep"
+        profiled = [sys.executable, __file__, "--profile", spec]
+        profiled += ["--table", str(table)] if table else []
+        ranges = ["--nvtx", "--nvtx-include", "ref/", "--nvtx-include", "cublas/"]
+        argv = [ncu, *ranges, "--metrics", FMA_PCT, "--export", str(report), *profiled]
+        try:
+            subprocess.run(argv, timeout=UNIT_TIMEOUT_S, check=True, capture_output=True)
+            raw = subprocess.run(
+                [ncu, "--import", str(report), "--csv", "--page", "raw"],
+                timeout=UNIT_TIMEOUT_S,
+                check=True,
+                capture_output=True,
+                text=True,
+            ).stdout
+        except (subprocess.SubprocessError, OSError) as exc:
+            return {**row, "status": "FAIL", "error": f"{type(exc).__name__}: {exc}"}
+    kernels = fma_by_kernel(raw)
+    row |= {"status": "ok", "kernels": kernels}
+    print(json.dumps(row), flush=True)
+    return row
+
+
+def fma_by_kernel(raw_csv: str) -> list[dict[str, Any]]:
+    """(kernel, FMA %) per profiled launch of ncu's raw-page CSV (its second row holds units)."""
+    import csv
+
+    rows = list(csv.DictReader(raw_csv.splitlines()))[1:]
+    return [
+        {"kernel": r["Kernel Name"], "fma_pct": float(r[FMA_PCT].replace(",", ""))} for r in rows
+    ]
 
 
 # ----- child -------------------------------------------------------------------------------------
