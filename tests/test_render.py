@@ -145,7 +145,8 @@ def test_stall_breakdown_sets_a_flagged_case_beside_a_healthy_one() -> None:
 
 def test_two_runs_of_one_gpu_get_distinct_sections() -> None:
     text = _render([str(FIXTURES / "h100-smoke"), str(FIXTURES / "h100-batched-cublas")])
-    assert f"## h100: NVIDIA H100 80GB HBM3 ({FIXTURES / 'h100-smoke'})" in text
+    # The path is Markdown text: escaped, so a checkout under e.g. /tmp/ci_clone still matches.
+    assert f"## h100: NVIDIA H100 80GB HBM3 ({md_text(FIXTURES / 'h100-smoke')})" in text
     assert "## Side by side" in text
     assert "|1024|`simt_256x128_8x4`|79|`simt_256x128_8x4`|79|" in _squeeze(text)
 
