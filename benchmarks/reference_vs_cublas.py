@@ -37,7 +37,9 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from cublas_audit import environment, reference  # noqa: E402
-from cublas_audit.ncu_parse import FMA_PCT  # noqa: E402
+from cublas_audit.errors import AuditError  # noqa: E402
+from cublas_audit.ncu_parse import FMA_PCT, parse_number  # noqa: E402
+from cublas_audit.profile import export_csv  # noqa: E402
 
 CHECK_PROBLEMS = [
     (256, 256, 256, 5),
@@ -193,12 +195,13 @@ def print_summary(results: dict[str, Any]) -> None:
     headers = ["size", "batch", "config", "ref ms", "cuBLAS ms", "eff", "ref TF/s", "cuBLAS TF/s"]
     print("\n" + tabulate(body, headers=[*headers, "peak TF/s"], tablefmt="github"), flush=True)
     fma = [
-        [r["size"], r["batch"], k["kernel"][:60], f"{k['fma_pct']:.1f}"]
+        [r["size"], r["batch"], k["kernel"][:60], k["fma_pct"]]
         for r in results.get("fma", [])
         for k in r.get("kernels", [])
     ]
     if fma:
-        print("\n" + tabulate(fma, headers=["size", "batch", "kernel", "FMA %"]), flush=True)
+        table = tabulate(fma, headers=["size", "batch", "kernel", "FMA %"], floatfmt=".1f")
+        print("\n" + table, flush=True)
 
 
 def fma_under_ncu(spec: str, table: Path | None) -> dict[str, Any]:
@@ -217,14 +220,8 @@ def fma_under_ncu(spec: str, table: Path | None) -> dict[str, Any]:
         argv = [ncu, *ranges, "--metrics", FMA_PCT, "--export", str(report), *profiled]
         try:
             subprocess.run(argv, timeout=UNIT_TIMEOUT_S, check=True, capture_output=True)
-            raw = subprocess.run(
-                [ncu, "--import", str(report), "--csv", "--page", "raw"],
-                timeout=UNIT_TIMEOUT_S,
-                check=True,
-                capture_output=True,
-                text=True,
-            ).stdout
-        except (subprocess.SubprocessError, OSError) as exc:
+            raw = export_csv(ncu, report, Path(tmp) / "fma.csv").read_text()
+        except (subprocess.SubprocessError, OSError, AuditError) as exc:
             return {**row, "status": "FAIL", "error": f"{type(exc).__name__}: {exc}"}
     kernels = fma_by_kernel(raw)
     row |= {"status": "ok", "kernels": kernels}
@@ -237,9 +234,7 @@ def fma_by_kernel(raw_csv: str) -> list[dict[str, Any]]:
     import csv
 
     rows = list(csv.DictReader(raw_csv.splitlines()))[1:]
-    return [
-        {"kernel": r["Kernel Name"], "fma_pct": float(r[FMA_PCT].replace(",", ""))} for r in rows
-    ]
+    return [{"kernel": r["Kernel Name"], "fma_pct": parse_number(r[FMA_PCT])} for r in rows]
 
 
 # ----- child -------------------------------------------------------------------------------------
