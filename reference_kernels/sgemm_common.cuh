@@ -69,7 +69,8 @@
 #define B_STAGE_FLOATS (BN * BK)
 #define STAGE_BYTES (4 * (A_STAGE_FLOATS + B_STAGE_FLOATS))
 
-static_assert(TM % 4 == 0 && BK % 4 == 0, "float4 reads need TM and BK multiples of 4");
+static_assert(TM % 4 == 0 && BK % 4 == 0,
+              "float4 reads of A need TM % 4 == 0; 16-byte copies of B need BK % 4 == 0");
 static_assert(BM % WARP_M == 0 && BN % WARP_N == 0, "the CTA tile must hold whole warp tiles");
 static_assert(SPLITK >= 1 && SWIZZLE >= 1, "SPLITK and SWIZZLE are counts");
 
@@ -105,7 +106,7 @@ __device__ __forceinline__ void load_a(const float* __restrict__ as, int k, int 
     }
 }
 
-// The thread's TN columns of Bs at depth k: TN scalars (k contiguous, so a column's k are not).
+// The thread's TN columns of Bs at depth k: TN scalars, BK apart (Bs is k contiguous).
 __device__ __forceinline__ void load_b(const float* __restrict__ bs, int k, int n0, float (&b)[TN]) {
 #pragma unroll
     for (int j = 0; j < TN; ++j) b[j] = bs[(n0 + j) * BK + k];
