@@ -27,6 +27,7 @@ R = TypeVar("R")
 
 # The problem grid, as `sweep` and `candidates` take it.
 DEFAULT_SIZES = "256,512,1024,2048,4096,8192"
+DEFAULT_BATCHES = "4,8,16"
 Single = Annotated[
     bool | None,
     typer.Option(
@@ -99,7 +100,7 @@ def sweep_command(
     batched: Batched = None,
     sizes: Sizes = DEFAULT_SIZES,
     shapes: Shapes = "",
-    batches: Batches = "4,8,16",
+    batches: Batches = DEFAULT_BATCHES,
     modes: Modes = "fp32",
     api: str = typer.Option(
         "cublas,cublasLt", "--api", help="cublas (classic calls), cublasLt, or both."
@@ -237,7 +238,7 @@ def candidates_command(
     batched: Batched = None,
     sizes: Sizes = DEFAULT_SIZES,
     shapes: Shapes = "",
-    batches: Batches = "4,8,16",
+    batches: Batches = DEFAULT_BATCHES,
     modes: Modes = "fp32",
     limit: int = typer.Option(32, min=1, help="Heuristic candidates per case, at most."),
     threshold: float = typer.Option(
