@@ -334,7 +334,7 @@ def unit_build(args: argparse.Namespace) -> dict[str, Any]:
         name = f"{config.label()} @ {'x'.join(map(str, BUILD_PROBLEM))}"
 
         def build(config: reference.Config = config) -> dict[str, Any]:
-            kernel = reference.build(config, *BUILD_PROBLEM[:3])
+            kernel = reference.build(config, *BUILD_PROBLEM[:3]).sgemm
             regs, local = kernel.num_regs, kernel.local_size_bytes
             return {"status": "ok", "registers": regs, "local_bytes": local}
 

@@ -36,6 +36,17 @@ DATA_DIR = Path(__file__).resolve().parent / "data"
 KERNEL_NAMES = {"tma": "cublas_audit_ref_tma_sgemm", "cpasync": "cublas_audit_ref_cpasync_sgemm"}
 SOURCES = {"tma": "sgemm_tma.cu", "cpasync": "sgemm_cpasync.cu"}
 COMMON_HEADER = "sgemm_common.cuh"
+ZERO_KERNEL = "cublas_audit_ref_zero_tiles"
+FMA_ORDERS = (0, 1, 2)  # fma_order() in sgemm_common.cuh
+# What an SM computes in the few microseconds a work unit spends filling its pipeline and writing
+# (or adding) its tile: the fixed cost of a unit, against which splitting a tile must pay off.
+UNIT_OVERHEAD_FLOP = 1e6
+MIN_BALANCE_GAIN = 0.005  # split a launch's last wave only if that shortens it by this much
+BALANCE_SLACK = 0.0005  # splits this close to the best one count as equal
+# A last wave this much short of full or less is left alone: the SMs that finish first absorb a
+# few leftover tiles (on the H100 splitting 4, 8 or 16 leftover tiles of 132 gained nothing, where
+# splitting 68 or 116 gained 1.3 % and 0.7 %).
+MIN_TAIL_SHARE = 0.25
 TOLERANCE = 1e-5  # normwise relative error; FP32 accumulation over K=8192 lands near 1e-6
 CHECK_COLUMNS = 64  # output columns per batch entry compared with float64 beyond CHECK_FULL
 CHECK_FULL = 2048 * 2048  # outputs per batch entry up to which every column is compared
@@ -56,6 +67,7 @@ class Config:
     swizzle: int = 8
     min_blocks: int = 1
     vec: int = 4
+    order: int = 0
 
     @property
     def threads(self) -> int:
@@ -63,16 +75,19 @@ class Config:
 
     @property
     def smem_bytes(self) -> int:
-        """Dynamic shared memory: the ring, then (TMA) one mbarrier and one counter per stage."""
+        """Dynamic shared memory: the ring (the epilogue parks the C tile there too, so at least a
+        tile), then (TMA) one mbarrier and one counter per stage."""
         ring = self.stages * 4 * (self.bm + self.bn) * self.bk
-        return ring + (16 * self.stages if self.kernel == "tma" else 0)
+        tile = 4 * self.bm * self.bn
+        return max(ring, tile) + (16 * self.stages if self.kernel == "tma" else 0)
 
     def label(self) -> str:
         extra = f" splitk{self.splitk}" if self.splitk > 1 else ""
         vec = " vec1" if self.vec == 1 else ""
+        order = f" o{self.order}" if self.order else ""
         return (
             f"{self.kernel} {self.bm}x{self.bn}x{self.bk} t{self.tm}x{self.tn} "
-            f"s{self.stages} w{self.swizzle}{extra}{vec}"
+            f"s{self.stages} w{self.swizzle}{extra}{vec}{order}"
         )
 
     def problems(self) -> list[str]:
@@ -97,6 +112,8 @@ class Config:
             why.append("cp.async chunks must split evenly over the threads")
         if not 0 < self.threads <= 1024:
             why.append(f"{self.threads} threads per block")
+        if self.order not in FMA_ORDERS:
+            why.append(f"FMA order {self.order} is not one of {sorted(FMA_ORDERS)}")
         return why
 
     def to_json(self) -> dict[str, Any]:
@@ -195,10 +212,10 @@ def source_for(config: Config, m: int, n: int, k: int) -> str:
         "TM": config.tm,
         "TN": config.tn,
         "STAGES": config.stages,
-        "SPLITK": config.splitk,
         "SWIZZLE": config.swizzle,
         "MIN_BLOCKS": config.min_blocks,
         "VEC": config.vec,
+        "ORDER": config.order,
     }
     defines = "".join(f"#define {name} {value}\n" for name, value in values.items())
     header = (KERNEL_DIR / COMMON_HEADER).read_text()
@@ -206,8 +223,16 @@ def source_for(config: Config, m: int, n: int, k: int) -> str:
     return defines + body.replace(f'#include "{COMMON_HEADER}"', header)
 
 
+@dataclass(frozen=True)
+class Kernels:
+    """One compiled specialization: the SGEMM and the kernel that zeroes the tiles it splits."""
+
+    sgemm: Any
+    zero: Any
+
+
 @functools.lru_cache(maxsize=256)
-def _kernel(source: str, name: str, smem_bytes: int) -> Any:
+def _kernel(source: str, name: str, smem_bytes: int) -> Kernels:
     import cupy
 
     # CuPy adds -arch=sm_<cc> (cubin) itself; TMA and mbarrier need only plain sm_90.
@@ -215,13 +240,89 @@ def _kernel(source: str, name: str, smem_bytes: int) -> Any:
     kernel = module.get_function(name)
     if smem_bytes > 48 * 1024:  # above 48 KB a kernel must opt in to more dynamic shared memory
         kernel.max_dynamic_shared_size_bytes = smem_bytes
-    return kernel
+    return Kernels(kernel, module.get_function(ZERO_KERNEL))
 
 
-def build(config: Config, m: int, n: int, k: int) -> Any:
-    """The compiled cupy.RawKernel of one specialization (cached in the process and on disk)."""
+def build(config: Config, m: int, n: int, k: int) -> Kernels:
+    """The compiled kernels of one specialization (cached in the process and on disk)."""
     _require_gpu()
     return _kernel(source_for(config, m, n, k), KERNEL_NAMES[config.kernel], config.smem_bytes)
+
+
+# ----- work units --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Units:
+    """How one launch covers the batch's `tiles` output tiles (the kernel's `Unit`): the first
+    `whole` tiles one CTA each, every later tile `split` CTAs over equal runs of its k tiles, whose
+    partial sums are added into C after the zero kernel cleared those tiles."""
+
+    tiles: int
+    whole: int
+    split: int = 1
+
+    @property
+    def ctas(self) -> int:
+        return self.whole + (self.tiles - self.whole) * self.split
+
+    @property
+    def zeroed(self) -> int:
+        """Tiles that receive partial sums and must be zeroed first."""
+        return self.tiles - self.whole if self.split > 1 else 0
+
+
+def balanced_units(tiles: int, k_tiles: int, slots: int, unit_cost: float) -> Units:
+    """Whole tiles, unless splitting the tiles of the last wave over idle SMs shortens the launch.
+
+    With `slots` CTAs resident at once, `tiles` whole tiles take ceil(tiles / slots) rounds of
+    (k_tiles + unit_cost) k-tile times; a launch whose last round is part-empty leaves SMs idle for
+    a whole tile's time (4096^3 batch 8 in 128x256 tiles on 132 SMs: 31 full rounds and 4 tiles).
+    Splitting the last `tail` tiles (the part round, or it and one or two full rounds before it)
+    into `split` runs of k tiles spreads that work over every slot, where the part round holds at
+    least MIN_TAIL_SHARE of the slots' worth of tiles. Among the splits within
+    BALANCE_SLACK of the shortest estimated makespan, the one with the fewest partial sums wins
+    (each costs an atomic pass over a tile), if it beats whole tiles by MIN_BALANCE_GAIN."""
+    if tiles % slots < MIN_TAIL_SHARE * slots:
+        return Units(tiles, tiles)
+    whole_unit = k_tiles + unit_cost
+    plain_span = -(-tiles // slots) * whole_unit
+    options = []
+    for tail in (tiles % slots + j * slots for j in range(3)):
+        if not 0 < tail <= tiles:
+            continue
+        before = (tiles - tail) // slots * whole_unit
+        for split in range(2, k_tiles + 1):
+            span = before + -(-tail * split // slots) * (-(-k_tiles // split) + unit_cost)
+            options.append((span, tail * split, Units(tiles, tiles - tail, split)))
+    if not options:
+        return Units(tiles, tiles)
+    shortest = min(span for span, _, _ in options)
+    if shortest > plain_span * (1 - MIN_BALANCE_GAIN):
+        return Units(tiles, tiles)
+    near = [option for option in options if option[0] <= shortest + BALANCE_SLACK * plain_span]
+    return min(near, key=lambda option: option[1])[2]
+
+
+def units_for(config: Config, tiles: int, k: int, slots: int) -> Units:
+    """The table's split-K (small problems: every tile), or a balanced last wave."""
+    if config.splitk > 1:
+        return Units(tiles, 0, config.splitk)
+    unit_cost = UNIT_OVERHEAD_FLOP / (2 * config.bm * config.bn * config.bk)
+    return balanced_units(tiles, -(-k // config.bk), slots, unit_cost)
+
+
+def resident_ctas(kernel: Any, threads: int, smem_bytes: int) -> int:
+    """CTAs of this kernel the whole GPU holds at once (the driver's occupancy calculation)."""
+    from cuda.bindings import driver
+
+    cupy = _require_gpu()
+    err, per_sm = driver.cuOccupancyMaxActiveBlocksPerMultiprocessor(
+        driver.CUfunction(kernel.kernel.ptr), threads, smem_bytes
+    )
+    if err != driver.CUresult.CUDA_SUCCESS or per_sm < 1:
+        raise AuditError(f"the reference kernel cannot be resident on this GPU ({err})")
+    return int(per_sm) * int(cupy.cuda.Device().attributes["MultiProcessorCount"])
 
 
 def build_all(specializations: Iterable[tuple[Config, int, int, int]], workers: int = 8) -> None:
@@ -268,6 +369,8 @@ def prepare(
     m: int, n: int, k: int, batch: int, a: Any, b: Any, c: Any, config: Config | None = None
 ) -> Callable[[], None]:
     """A zero-argument launcher computing c = a x b on the current CuPy stream."""
+    import numpy
+
     cupy = _require_gpu()
     _check_operands(m, n, k, batch, a, b, c)
     cc = device_cc()
@@ -275,25 +378,25 @@ def prepare(
     limit = cupy.cuda.Device().attributes["MaxSharedMemoryPerBlockOptin"]
     if config.smem_bytes > limit:
         raise AuditError(f"{config.label()} needs {config.smem_bytes} B of shared memory > {limit}")
-    kernel = build(config, m, n, k)
-    tiles = -(-m // config.bm) * -(-n // config.bn)
-    grid, block = (tiles, config.splitk, batch), (config.threads,)
+    kernels = build(config, m, n, k)
+    tiles = -(-m // config.bm) * -(-n // config.bn) * batch
+    slots = resident_ctas(kernels.sgemm, config.threads, config.smem_bytes)
+    units = units_for(config, tiles, k, slots)
     if config.kernel == "tma":
-        args: tuple[Any, ...] = (
+        operands: tuple[Any, ...] = (
             _tensor_map(a.data.ptr, (m, k, batch), (config.bm, config.bk)),
             _tensor_map(b.data.ptr, (k, n, batch), (config.bk, config.bn)),
             c,
         )
     else:
-        args = (a, b, c)
-    zero_first = config.splitk > 1  # split-K partial sums are added atomically into C
-    nbytes = c.nbytes
+        operands = (a, b, c)
+    args = (*operands, numpy.int32(units.whole), numpy.int32(units.split))
+    zero_args = (c, numpy.int32(units.whole))
 
     def launch() -> None:
-        if zero_first:
-            stream = cupy.cuda.get_current_stream().ptr
-            cupy.cuda.runtime.memsetAsync(c.data.ptr, 0, nbytes, stream)
-        kernel(grid, block, args, shared_mem=config.smem_bytes)
+        if units.zeroed:  # split tiles receive partial sums: clear them first
+            kernels.zero((units.zeroed,), (256,), zero_args)
+        kernels.sgemm((units.ctas,), (config.threads,), args, shared_mem=config.smem_bytes)
 
     return launch
 
@@ -582,10 +685,13 @@ def tune_problem(
 
 
 def search_space(m: int, n: int, k: int, batch: int) -> list[Config]:
-    """The current table's pick first, then every other candidate."""
+    """The current table's pick first, then its tile in the other FMA orders, then every other
+    candidate tile (in the pick's order): a short budget still refines the pick."""
     cc = device_cc()
     current = strategy_for(cc, m, n, k, batch)
-    return [current, *(x for x in candidates(cc, m, n, k, batch) if x != current)]
+    orders = [replace(current, order=order) for order in FMA_ORDERS if order != current.order]
+    tiles = [replace(x, order=current.order) for x in candidates(cc, m, n, k, batch)]
+    return list(dict.fromkeys([current, *orders, *tiles]))
 
 
 def tune(

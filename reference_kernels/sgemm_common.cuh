@@ -1,11 +1,11 @@
 // Shared core of the reference FP32 SGEMM kernels: tile geometry, the register-tile FMA loop over
 // one shared-memory stage, CTA swizzle and the guarded epilogue.
 //
-// Problem: column-major, cuBLAS "nn", C = A x B for gridDim.z independent matrices
+// Problem: column-major, cuBLAS "nn", C = A x B for a batch of independent matrices
 //   A: M x K, lda = M, stride M*K      B: K x N, ldb = K, stride K*N      C: M x N, ldc = M
 // Every size and tile parameter is a compile-time constant (reference.py writes the #defines), so
-// loop bounds fold and the bounds checks of aligned sizes vanish. The batch count is not: it is
-// the grid's z extent, so one compiled module serves every batch count of a problem.
+// loop bounds fold and the bounds checks of aligned sizes vanish. The batch count is not: the
+// launch's work units cover the batch (see Unit), so one compiled module serves every batch count.
 //
 // Shared-memory stage layout (what a TMA box of a column-major matrix lands as, unchanged):
 //   As[BK][BM]  m contiguous: one float4 holds 4 rows of A at one k
@@ -48,11 +48,11 @@
 #ifndef STAGES
 #define STAGES 4
 #endif
-#ifndef SPLITK
-#define SPLITK 1
-#endif
 #ifndef SWIZZLE
 #define SWIZZLE 8
+#endif
+#ifndef ORDER
+#define ORDER 0
 #endif
 
 #define WARP_M (8 * TM)
@@ -63,8 +63,8 @@
 #define CONSUMER_THREADS (32 * CONSUMER_WARPS)
 #define TILES_M ((M + BM - 1) / BM)
 #define TILES_N ((N + BN - 1) / BN)
+#define TILES (TILES_M * TILES_N)
 #define K_TILES ((K + BK - 1) / BK)
-#define K_TILES_PER_SPLIT ((K_TILES + SPLITK - 1) / SPLITK)
 #define A_STAGE_FLOATS (BM * BK)
 #define B_STAGE_FLOATS (BN * BK)
 #define STAGE_BYTES (4 * (A_STAGE_FLOATS + B_STAGE_FLOATS))
@@ -72,26 +72,50 @@
 static_assert(TM % 4 == 0 && BK % 4 == 0,
               "float4 reads of A need TM % 4 == 0; 16-byte copies of B need BK % 4 == 0");
 static_assert(BM % WARP_M == 0 && BN % WARP_N == 0, "the CTA tile must hold whole warp tiles");
-static_assert(SPLITK >= 1 && SWIZZLE >= 1, "SPLITK and SWIZZLE are counts");
+static_assert(SWIZZLE >= 1, "SWIZZLE is a count");
+static_assert(ORDER >= 0 && ORDER <= 2, "fma_order() knows orders 0, 1 and 2");
 
 namespace ref {
 
-// The CTA's output tile. Consecutive CTAs walk SWIZZLE m-tiles down one n-tile column before moving
-// right, so the CTAs resident at one time share B columns and A rows in L2.
-__device__ __forceinline__ void tile_origin(int& tile_m, int& tile_n) {
-    constexpr int group_ctas = SWIZZLE * TILES_N;
-    const int pid = blockIdx.x;
-    const int first_m = (pid / group_ctas) * SWIZZLE;
+// The origin of tile `t` of one matrix of the batch. Consecutive tiles walk SWIZZLE m-tiles down
+// one n-tile column before moving right, so the CTAs resident at one time share B columns and A
+// rows in L2.
+__device__ __forceinline__ void tile_origin(int t, int& tile_m, int& tile_n) {
+    constexpr int group_tiles = SWIZZLE * TILES_N;
+    const int first_m = (t / group_tiles) * SWIZZLE;
     const int rows = min(TILES_M - first_m, SWIZZLE);
-    const int in_group = pid % group_ctas;
+    const int in_group = t % group_tiles;
     tile_m = (first_m + in_group % rows) * BM;
     tile_n = (in_group / rows) * BN;
 }
 
-// The K tiles of this CTA's split: [first, first + count).
-__device__ __forceinline__ void k_range(int& first, int& count) {
-    first = blockIdx.y * K_TILES_PER_SPLIT;
-    count = max(0, min(K_TILES_PER_SPLIT, K_TILES - first));
+// One CTA's work: a tile of C (its origin and batch entry) and a run of its k tiles. The launch
+// numbers the batch's tiles 0 .. batch * TILES - 1 and runs `whole` + (tiles - whole) * `split`
+// CTAs: the first `whole` tiles one CTA each, over all of K; every later tile `split` CTAs, each
+// over an equal run of k tiles, adding its partial sum into a C the launcher zeroed there. The
+// launcher splits only what would otherwise leave SMs idle in the launch's last wave (and, for
+// small problems, every tile).
+struct Unit {
+    int tile_m, tile_n, batch, first_k, k_count;
+
+    __device__ __forceinline__ Unit(int whole, int split) {
+        const int u = blockIdx.x;
+        int tile = u, slice = 0, parts = 1;
+        if (u >= whole) {
+            tile = whole + (u - whole) / split;
+            slice = (u - whole) % split;
+            parts = split;
+        }
+        batch = tile / TILES;
+        tile_origin(tile % TILES, tile_m, tile_n);
+        first_k = slice * K_TILES / parts;
+        k_count = (slice + 1) * K_TILES / parts - first_k;
+    }
+};
+
+// Whether this CTA holds a partial sum (its tile is split over several CTAs).
+__device__ __forceinline__ bool partial_sum(int whole, int split) {
+    return static_cast<int>(blockIdx.x) >= whole && split > 1;
 }
 
 // The thread's TM rows of As at depth k: TM/4 float4s, 32 rows apart.
@@ -112,12 +136,40 @@ __device__ __forceinline__ void load_b(const float* __restrict__ bs, int k, int 
     for (int j = 0; j < TN; ++j) b[j] = bs[(n0 + j) * BK + k];
 }
 
-// acc += As^T-slice x Bs-slice for one stage, one k at a time, the next k's fragments loaded
-// while this k's FMAs run. All loops unroll, so every register index is a constant and acc stays
-// in registers. Written this way (scalar B, explicit one-k-ahead fragments) rather than as
-// float4s of B covering four k, ptxas emits the same loads (it merges consecutive k of B into
-// LDS.128) but schedules the FMAs better: on the H100 the stage runs 3-4 % faster. Rolled loops
-// (a smaller body for the instruction cache) measured 10-25 % slower: the full unroll stays.
+// The x-th FMA of depth k in the register tile: (i, j). The order decides which operand each FMA
+// can take from the operand reuse cache, and which schedule and register assignment ptxas ends
+// up with: on the H100 the same tile ran up to 4 % apart between orders (ncu: fewer
+// register-bank conflicts, "dispatch stall", and fewer waits on shared-memory loads), with no
+// order best for every tile and size, so it is a tuned parameter (docs/reference.md).
+//   0  column by column: j-major, i ascending (B's element reused along a column)
+//   1  row by row (A's element reused along a row), each row snaking back over the previous
+//      one's last column, and the whole walk run backwards on odd k
+//   2  row by row, the snake's direction flipping every second k
+__device__ __forceinline__ constexpr void fma_order(int x, int k, int& i, int& j) {
+    if (ORDER == 0) {
+        j = x / TM;
+        i = x % TM;
+    } else if (ORDER == 1) {
+        const int y = k % 2 ? TM * TN - 1 - x : x;
+        i = y / TN;
+        j = i % 2 ? TN - 1 - y % TN : y % TN;
+    } else {
+        i = x / TN;
+        j = (i + k / 2) % 2 ? TN - 1 - x % TN : x % TN;
+    }
+}
+
+// acc += a x b^T at depth k of a stage, in the tile's FMA order.
+__device__ __forceinline__ void fma_k(int k, const float (&a)[TM], const float (&b)[TN],
+                                      float (&acc)[TM][TN]) {
+#pragma unroll
+    for (int x = 0; x < TM * TN; ++x) {
+        int i = 0, j = 0;
+        fma_order(x, k, i, j);
+        acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
+    }
+}
+
 __device__ __forceinline__ void fma_stage(const float* __restrict__ as, const float* __restrict__ bs,
                                           int m0, int n0, float (&acc)[TM][TN]) {
     float a[2][TM], b[2][TN];
@@ -129,45 +181,83 @@ __device__ __forceinline__ void fma_stage(const float* __restrict__ as, const fl
             load_a(as, k + 1, m0, a[(k + 1) % 2]);
             load_b(bs, k + 1, n0, b[(k + 1) % 2]);
         }
-#pragma unroll
-        for (int j = 0; j < TN; ++j)
-#pragma unroll
-            for (int i = 0; i < TM; ++i) acc[i][j] = fmaf(a[k % 2][i], b[k % 2][j], acc[i][j]);
+        fma_k(k, a[k % 2], b[k % 2], acc);
     }
 }
 
-// Writes the thread's TM x TN block of C. Checks vanish when the tile divides the size; float4
-// stores need 16-byte aligned columns (M % 4 == 0). Split-K partial sums are added atomically
-// into a C the launcher zeroed.
-__device__ __forceinline__ void store_tile(float* __restrict__ c, int tile_m, int tile_n, int m0,
-                                           int n0, const float (&acc)[TM][TN]) {
-    constexpr bool full_m = M % BM == 0;
-    constexpr bool full_n = N % BN == 0;
-    constexpr bool vec4 = M % 4 == 0 && SPLITK == 1;
-    float* batch_c = c + static_cast<size_t>(blockIdx.z) * M * N;
+__device__ __forceinline__ void add_to(float* p, float v) { atomicAdd(p, v); }
+
+__device__ __forceinline__ void add_to(float4* p, float4 v) {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(p), "f"(v.x), "f"(v.y),
+                 "f"(v.z), "f"(v.w)
+                 : "memory");
+#else
+    float* f = reinterpret_cast<float*>(p);
+    atomicAdd(f, v.x);
+    atomicAdd(f + 1, v.y);
+    atomicAdd(f + 2, v.z);
+    atomicAdd(f + 3, v.w);
+#endif
+}
+
+// The epilogue goes through shared memory: every thread parks its register tile in the (now idle)
+// stage ring as one column-major BM x BN tile, then the CTA writes it out, or adds it for a partial
+// sum, in coalesced float4s. Keeping the global stores out of the register-tile code leaves ptxas
+// the same register allocation for the FMA loop whichever way a unit ends, and coalesces the
+// stores.
+#define TILE_BYTES (4 * BM * BN)
+
+__device__ __forceinline__ void park_tile(float* __restrict__ tile, int m0, int n0,
+                                          const float (&acc)[TM][TN]) {
 #pragma unroll
-    for (int j = 0; j < TN; ++j) {
-        const int n = tile_n + n0 + j;
-        if (!full_n && n >= N) continue;
-        float* col = batch_c + static_cast<size_t>(n) * M;
+    for (int j = 0; j < TN; ++j)
 #pragma unroll
-        for (int q = 0; q < TM / 4; ++q) {
-            const int m = tile_m + m0 + 32 * q;
-            if (vec4 && (full_m || m + 3 < M)) {
-                *reinterpret_cast<float4*>(col + m) =
-                    make_float4(acc[4 * q][j], acc[4 * q + 1][j], acc[4 * q + 2][j], acc[4 * q + 3][j]);
-                continue;
-            }
+        for (int q = 0; q < TM / 4; ++q)
+            *reinterpret_cast<float4*>(tile + (n0 + j) * BM + m0 + 32 * q) = make_float4(
+                acc[4 * q][j], acc[4 * q + 1][j], acc[4 * q + 2][j], acc[4 * q + 3][j]);
+}
+
+// Writes (or, for a partial sum, adds) a parked tile to C. Checks vanish when the tile divides
+// the size; float4 accesses need 16-byte aligned columns (M % 4 == 0).
+__device__ __forceinline__ void write_tile(float* __restrict__ c, const float* __restrict__ tile,
+                                           const Unit& unit, bool partial) {
+    constexpr bool full = M % BM == 0 && N % BN == 0;
+    float* batch_c = c + static_cast<size_t>(unit.batch) * M * N;
+    for (int v = threadIdx.x; v < BM * BN / 4; v += CONSUMER_THREADS) {
+        const int m = unit.tile_m + (v % (BM / 4)) * 4, n = unit.tile_n + v / (BM / 4);
+        const float4 x = reinterpret_cast<const float4*>(tile)[v];
+        float* at = batch_c + static_cast<size_t>(n) * M + m;
+        if (M % 4 == 0 && (full || (n < N && m < M))) {
+            if (partial)
+                add_to(reinterpret_cast<float4*>(at), x);
+            else
+                *reinterpret_cast<float4*>(at) = x;
+            continue;
+        }
+        const float parts[4] = {x.x, x.y, x.z, x.w};
 #pragma unroll
-            for (int r = 0; r < 4; ++r) {
-                if (!full_m && m + r >= M) continue;
-                if (SPLITK > 1)
-                    atomicAdd(col + m + r, acc[4 * q + r][j]);
-                else
-                    col[m + r] = acc[4 * q + r][j];
-            }
+        for (int r = 0; r < 4; ++r) {
+            if (n >= N || m + r >= M) continue;
+            if (partial)
+                add_to(at + r, parts[r]);
+            else
+                at[r] = parts[r];
         }
     }
 }
 
 }  // namespace ref
+
+// Zeroes the tiles whole .. whole + gridDim.x - 1 of the batch, the ones the sgemm kernel of the
+// same specialization splits (and adds into). One CTA per tile.
+extern "C" __global__ void cublas_audit_ref_zero_tiles(float* __restrict__ c, int whole) {
+    const int tile = whole + blockIdx.x;
+    int tile_m, tile_n;
+    ref::tile_origin(tile % TILES, tile_m, tile_n);
+    float* batch_c = c + static_cast<size_t>(tile / TILES) * M * N;
+    for (int i = threadIdx.x; i < BM * BN; i += blockDim.x) {
+        const int m = tile_m + i % BM, n = tile_n + i / BM;
+        if (m < M && n < N) batch_c[static_cast<size_t>(n) * M + m] = 0.0f;
+    }
+}

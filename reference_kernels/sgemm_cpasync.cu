@@ -2,7 +2,8 @@
 // describe): every thread copies its share of each tile with cp.async (LDGSTS) into a
 // STAGES-deep shared-memory ring, then all threads FMA over the oldest stage.
 //
-// Pipeline, per CTA (one BM x BN tile of C, one split of K, one batch entry = blockIdx.z):
+// Pipeline, per CTA (one work unit: a BM x BN tile of C of one batch entry, a run of its k tiles;
+// see Unit in sgemm_common.cuh):
 //
 //   prologue: issue tiles 0 .. STAGES-2, one commit group each
 //   for t in k tiles:
@@ -76,22 +77,24 @@ __device__ __forceinline__ void wait_stage() {
     asm volatile("cp.async.wait_group %0;" ::"n"(STAGES - 2) : "memory");
 }
 
+__device__ __forceinline__ void wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
+
 }  // namespace ref
 
 extern "C" __global__ void __launch_bounds__(CONSUMER_THREADS, MIN_BLOCKS)
     cublas_audit_ref_cpasync_sgemm(const float* __restrict__ a, const float* __restrict__ b,
-                                   float* __restrict__ c) {
+                                   float* __restrict__ c, int whole, int split) {
     extern __shared__ __align__(128) unsigned char smem[];
     auto stage_a = [&](int s) { return reinterpret_cast<float*>(smem + s * STAGE_BYTES); };
     auto stage_b = [&](int s) { return stage_a(s) + A_STAGE_FLOATS; };
 
     const int warp = threadIdx.x / 32;
     const int lane = threadIdx.x % 32;
-    int tile_m, tile_n, first_k, k_count;
-    ref::tile_origin(tile_m, tile_n);
-    ref::k_range(first_k, k_count);
-    const float* batch_a = a + static_cast<size_t>(blockIdx.z) * M * K;
-    const float* batch_b = b + static_cast<size_t>(blockIdx.z) * K * N;
+    const ref::Unit unit(whole, split);
+    const int tile_m = unit.tile_m, tile_n = unit.tile_n, first_k = unit.first_k;
+    const int k_count = unit.k_count;
+    const float* batch_a = a + static_cast<size_t>(unit.batch) * M * K;
+    const float* batch_b = b + static_cast<size_t>(unit.batch) * K * N;
 
 #pragma unroll
     for (int s = 0; s < STAGES - 1; ++s) {
@@ -121,5 +124,10 @@ extern "C" __global__ void __launch_bounds__(CONSUMER_THREADS, MIN_BLOCKS)
         s = s + 1 == STAGES ? 0 : s + 1;
         refill = refill + 1 == STAGES ? 0 : refill + 1;
     }
-    ref::store_tile(c, tile_m, tile_n, m0, n0, acc);
+    ref::wait_all();
+    __syncthreads();  // every thread is out of the ring, and no copy into it is pending
+    float* tile = reinterpret_cast<float*>(smem);
+    ref::park_tile(tile, m0, n0, acc);
+    __syncthreads();
+    ref::write_tile(c, tile, unit, ref::partial_sum(whole, split));
 }

@@ -1,15 +1,17 @@
 // Reference FP32 SGEMM for sm_90 and newer: TMA loads into a STAGES-deep shared-memory ring,
 // mbarrier hand-offs, no block-wide barrier in the main loop.
 //
-// Pipeline, per CTA (one BM x BN tile of C, one split of K, one batch entry = blockIdx.z):
+// Pipeline, per CTA (one work unit: a BM x BN tile of C of one batch entry, a run of its k tiles;
+// see Unit in sgemm_common.cuh):
 //
-//   thread 0: init full[s]; issue TMA for k tiles 0 .. STAGES-1 (A box BM x BK, B box BK x BN)
-//   every warp, for t in k tiles (s = t % STAGES):
+//   thread 0: init full[s]; issue TMA for the unit's first STAGES k tiles (A box BM x BK, B box
+//             BK x BN)
+//   every warp, for each k tile t of the unit (s = t % STAGES):
 //     wait full[s]                 the TMA bytes of tile t arrived (expect_tx = STAGE_BYTES)
 //     FMA over stage s into the register tile
 //     lane 0: count this warp out of stage s; the warp that leaves last refills s with
 //             tile t + STAGES
-//   store the register tile (guarded where the tile overhangs M or N)
+//   store the register tile (guarded where the tile overhangs M or N; added if partial)
 //
 // No warp is set aside as a producer: a ninth warp would put three warps on one SM sub-partition
 // and cap registers at 168 per thread, where the 16 x 8 register tile needs about 255. Because
@@ -71,19 +73,20 @@ __device__ __forceinline__ void tma_load_3d(void* dst, const TensorMap* map, int
 
 }  // namespace ref
 
-// Issues k tile `kt` of this CTA into stage `s`.
+// Issues k tile `kt` of this CTA's unit into stage `s`.
 __device__ __forceinline__ void ref_fill(unsigned char* smem, unsigned long long* full, int s, int kt,
-                                         const TensorMap* a_map, const TensorMap* b_map, int tile_m,
-                                         int tile_n) {
+                                         const TensorMap* a_map, const TensorMap* b_map,
+                                         const ref::Unit& unit) {
     float* as = reinterpret_cast<float*>(smem + s * STAGE_BYTES);
     ref::mbar_expect_tx(&full[s], STAGE_BYTES);
-    ref::tma_load_3d(as, a_map, tile_m, kt * BK, blockIdx.z, &full[s]);
-    ref::tma_load_3d(as + A_STAGE_FLOATS, b_map, kt * BK, tile_n, blockIdx.z, &full[s]);
+    ref::tma_load_3d(as, a_map, unit.tile_m, kt * BK, unit.batch, &full[s]);
+    ref::tma_load_3d(as + A_STAGE_FLOATS, b_map, kt * BK, unit.tile_n, unit.batch, &full[s]);
 }
 
 extern "C" __global__ void __launch_bounds__(CONSUMER_THREADS, MIN_BLOCKS)
     cublas_audit_ref_tma_sgemm(const __grid_constant__ TensorMap a_map,
-                               const __grid_constant__ TensorMap b_map, float* __restrict__ c) {
+                               const __grid_constant__ TensorMap b_map, float* __restrict__ c,
+                               int whole, int split) {
     extern __shared__ __align__(128) unsigned char smem[];
     unsigned long long* full = reinterpret_cast<unsigned long long*>(smem + STAGES * STAGE_BYTES);
     // Warps that have left each stage, counted up forever: a multiple of CONSUMER_WARPS means
@@ -92,9 +95,8 @@ extern "C" __global__ void __launch_bounds__(CONSUMER_THREADS, MIN_BLOCKS)
 
     const int warp = threadIdx.x / 32;
     const int lane = threadIdx.x % 32;
-    int tile_m, tile_n, first_k, k_count;
-    ref::tile_origin(tile_m, tile_n);
-    ref::k_range(first_k, k_count);
+    const ref::Unit unit(whole, split);
+    const int k_count = unit.k_count;
 
     if (threadIdx.x == 0) {
         for (int s = 0; s < STAGES; ++s) {
@@ -104,7 +106,7 @@ extern "C" __global__ void __launch_bounds__(CONSUMER_THREADS, MIN_BLOCKS)
         // Make the initialised barriers visible to the async (TMA) proxy.
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
         for (int s = 0; s < STAGES && s < k_count; ++s)
-            ref_fill(smem, full, s, first_k + s, &a_map, &b_map, tile_m, tile_n);
+            ref_fill(smem, full, s, unit.first_k + s, &a_map, &b_map, unit);
     }
     __syncthreads();
 
@@ -131,7 +133,7 @@ extern "C" __global__ void __launch_bounds__(CONSUMER_THREADS, MIN_BLOCKS)
             const unsigned out = atomicAdd(&released[s], 1u) + 1;
             if (out % CONSUMER_WARPS == 0 && t + STAGES < k_count) {
                 __threadfence_block();
-                ref_fill(smem, full, s, first_k + t + STAGES, &a_map, &b_map, tile_m, tile_n);
+                ref_fill(smem, full, s, unit.first_k + t + STAGES, &a_map, &b_map, unit);
             }
         }
         if (++s == STAGES) {
@@ -139,5 +141,9 @@ extern "C" __global__ void __launch_bounds__(CONSUMER_THREADS, MIN_BLOCKS)
             phase ^= 1;
         }
     }
-    ref::store_tile(c, tile_m, tile_n, m0, n0, acc);
+    __syncthreads();  // every warp is out of the ring, and no copy into it is pending
+    float* tile = reinterpret_cast<float*>(smem);
+    ref::park_tile(tile, m0, n0, acc);
+    __syncthreads();
+    ref::write_tile(c, tile, unit, ref::partial_sum(whole, split));
 }

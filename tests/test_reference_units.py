@@ -1,0 +1,86 @@
+"""How a reference launch covers the batch's tiles: whole tiles, and the last wave split over idle
+SMs when that shortens the launch. Pure arithmetic on the H100's shape (132 SMs, one 128x256x32
+CTA per SM), checked against the kernel's own decoding of its work units (Unit in
+reference_kernels/sgemm_common.cuh, mirrored below)."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from cublas_audit import reference
+
+H100_SLOTS = 132
+LARGE = reference.Config(bm=128, bn=256, bk=32, tm=16, tn=8, stages=3, order=1)
+
+
+def tiles(size: int, batch: int, config: reference.Config = LARGE) -> int:
+    return -(-size // config.bm) * -(-size // config.bn) * batch
+
+
+def decode(units: reference.Units, k_tiles: int) -> Counter[tuple[int, int]]:
+    """(tile, k tile) -> how many CTAs compute it, as the kernel's Unit decodes blockIdx.x."""
+    covered: Counter[tuple[int, int]] = Counter()
+    for u in range(units.ctas):
+        tile, slice_, parts = u, 0, 1
+        if u >= units.whole:
+            tile = units.whole + (u - units.whole) // units.split
+            slice_, parts = (u - units.whole) % units.split, units.split
+        first = slice_ * k_tiles // parts
+        for kt in range(first, (slice_ + 1) * k_tiles // parts):
+            covered[(tile, kt)] += 1
+    return covered
+
+
+@pytest.mark.parametrize(("size", "batch"), [(8192, 1), (4096, 1), (4096, 4), (2048, 8)])
+def test_a_part_empty_last_wave_is_split_over_the_idle_sms(size: int, batch: int) -> None:
+    count = tiles(size, batch)
+    units = reference.units_for(LARGE, count, size, H100_SLOTS)
+    assert units.split > 1
+    assert (count - units.whole) % H100_SLOTS == count % H100_SLOTS  # the part wave, and maybe
+    assert units.zeroed == count - units.whole  # full ones before it; those tiles get zeroed
+
+
+@pytest.mark.parametrize(("size", "batch"), [(4096, 8), (8192, 4), (8192, 8), (8192, 16)])
+def test_a_few_leftover_tiles_stay_whole(size: int, batch: int) -> None:
+    # 4, 8, 16 or 0 tiles past the last full wave: splitting them measured no faster on the H100
+    count = tiles(size, batch)
+    assert reference.units_for(LARGE, count, size, H100_SLOTS) == reference.Units(count, count)
+
+
+def test_splitting_shortens_the_estimated_launch() -> None:
+    k_tiles, cost = 256, 0.5
+    units = reference.balanced_units(2048, k_tiles, H100_SLOTS, cost)
+    rounds_whole = -(-units.whole // H100_SLOTS)
+    rounds_split = -(-(units.tiles - units.whole) * units.split // H100_SLOTS)
+    span = rounds_whole * (k_tiles + cost) + rounds_split * (-(-k_tiles // units.split) + cost)
+    plain = -(-2048 // H100_SLOTS) * (k_tiles + cost)
+    assert span <= plain * (1 - reference.MIN_BALANCE_GAIN)
+
+
+@pytest.mark.parametrize(
+    "units",
+    [
+        reference.Units(2048, 1980, 13),
+        reference.Units(512, 396, 10),
+        reference.Units(37, 0, 4),
+        reference.Units(100, 100),
+    ],
+)
+def test_every_k_tile_of_every_tile_is_computed_once(units: reference.Units) -> None:
+    k_tiles = 128
+    covered = decode(units, k_tiles)
+    assert set(covered.values()) == {1}
+    assert set(covered) == {(t, kt) for t in range(units.tiles) for kt in range(k_tiles)}
+
+
+def test_table_split_k_splits_every_tile() -> None:
+    config = reference.Config(bm=128, bn=64, bk=16, tm=8, tn=8, splitk=4)
+    assert reference.units_for(config, 32, 512, H100_SLOTS) == reference.Units(32, 0, 4)
+
+
+def test_fma_order_is_a_checked_parameter() -> None:
+    assert reference.Config(order=3).problems()
+    assert " o1" in LARGE.label()
+    assert "#define ORDER 1" in reference.source_for(LARGE, 4096, 4096, 4096)
