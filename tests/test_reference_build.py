@@ -112,12 +112,13 @@ def test_shipped_tables_have_valid_tiles() -> None:
 def test_the_shipped_sm90_table_was_tuned_on_the_h100_at_every_size() -> None:
     source = json.loads(reference.table_path("90").read_text())["source"]
     assert source.startswith("cublas-audit reference --tune on 24 of 24 searched problems")
-    # What the H100 measured: a 32-deep k tile at 8192 (128x256x32 351.6 ms against 256x128x16
-    # 366.5 ms at batch 16), and at 1024 single more CTAs rather than split-K (128x64 0.0727 ms,
-    # with split-K 2 0.0827 ms).
-    assert reference.strategy_for("90", 8192, 8192, 8192, 16).bk == 32
+    # What the H100 measured: a 32-deep k tile at 8192 (128x256x32 171.2 ms against 128x256x16
+    # 186.1 ms at batch 8) in the row-snake FMA order (175.5 ms in column order), and at 1024
+    # single a 128x64 tile split 4 ways along K (0.0787 ms, whole tiles 0.0842 ms).
+    large = reference.strategy_for("90", 8192, 8192, 8192, 8)
+    assert (large.bk, large.order) == (32, 1)
     small = reference.strategy_for("90", 1024, 1024, 1024, 1)
-    assert (small.bm, small.bn, small.splitk) == (128, 64, 1)
+    assert (small.bm, small.bn, small.splitk) == (128, 64, 4)
 
 
 def test_tuning_refines_the_current_table() -> None:

@@ -60,7 +60,9 @@ def test_repeated_launches_agree_and_reuse_the_module() -> None:
     builds = reference._kernel.cache_info().misses
     again = reference.checked(reference.prepare(m, n, k, 2, a, b, c), a, b, c)
     assert reference._kernel.cache_info().misses == builds
-    assert first == again
+    # Split tiles add their partial sums atomically, in whatever order the CTAs finish: the
+    # results agree to rounding, not bit for bit.
+    assert first <= reference.TOLERANCE and abs(first - again) < 1e-7
 
 
 def test_the_reference_is_in_the_cublas_league_at_4096() -> None:
