@@ -365,10 +365,24 @@ def device_cc() -> str:
 # ----- launch ------------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class Launch:
+    """A prepared reference call on the current CuPy stream. Calling it computes c = a x b:
+    `zero` clears the tiles that receive partial sums (nothing when no tile is split), then
+    `sgemm` runs the kernel; a profiler can take the two apart to see the SGEMM alone."""
+
+    zero: Callable[[], None]
+    sgemm: Callable[[], None]
+
+    def __call__(self) -> None:
+        self.zero()
+        self.sgemm()
+
+
 def prepare(
     m: int, n: int, k: int, batch: int, a: Any, b: Any, c: Any, config: Config | None = None
-) -> Callable[[], None]:
-    """A zero-argument launcher computing c = a x b on the current CuPy stream."""
+) -> Launch:
+    """The launcher computing c = a x b."""
     import numpy
 
     cupy = _require_gpu()
@@ -393,12 +407,14 @@ def prepare(
     args = (*operands, numpy.int32(units.whole), numpy.int32(units.split))
     zero_args = (c, numpy.int32(units.whole))
 
-    def launch() -> None:
-        if units.zeroed:  # split tiles receive partial sums: clear them first
+    def zero() -> None:
+        if units.zeroed:
             kernels.zero((units.zeroed,), (256,), zero_args)
+
+    def sgemm() -> None:
         kernels.sgemm((units.ctas,), (config.threads,), args, shared_mem=config.smem_bytes)
 
-    return launch
+    return Launch(zero, sgemm)
 
 
 def _check_operands(m: int, n: int, k: int, batch: int, a: Any, b: Any, c: Any) -> None:

@@ -84,3 +84,10 @@ def test_fma_order_is_a_checked_parameter() -> None:
     assert reference.Config(order=3).problems()
     assert " o1" in LARGE.label()
     assert "#define ORDER 1" in reference.source_for(LARGE, 4096, 4096, 4096)
+
+
+def test_a_launch_clears_the_split_tiles_before_the_sgemm() -> None:
+    calls: list[str] = []
+    launch = reference.Launch(lambda: calls.append("zero"), lambda: calls.append("sgemm"))
+    launch()
+    assert calls == ["zero", "sgemm"]
