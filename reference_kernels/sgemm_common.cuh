@@ -207,6 +207,8 @@ __device__ __forceinline__ void add_to(float4* p, float4 v) {
 // the same register allocation for the FMA loop whichever way a unit ends, and coalesces the
 // stores.
 #define TILE_BYTES (4 * BM * BN)
+// The ring, large enough to park the tile in: what the kernels' data take of shared memory.
+#define DATA_BYTES (STAGES * STAGE_BYTES > TILE_BYTES ? STAGES * STAGE_BYTES : TILE_BYTES)
 
 __device__ __forceinline__ void park_tile(float* __restrict__ tile, int m0, int n0,
                                           const float (&acc)[TM][TN]) {

@@ -88,7 +88,8 @@ extern "C" __global__ void __launch_bounds__(CONSUMER_THREADS, MIN_BLOCKS)
                                const __grid_constant__ TensorMap b_map, float* __restrict__ c,
                                int whole, int split) {
     extern __shared__ __align__(128) unsigned char smem[];
-    unsigned long long* full = reinterpret_cast<unsigned long long*>(smem + STAGES * STAGE_BYTES);
+    // The barriers live past the parked tile too: the epilogue never writes over them.
+    unsigned long long* full = reinterpret_cast<unsigned long long*>(smem + DATA_BYTES);
     // Warps that have left each stage, counted up forever: a multiple of CONSUMER_WARPS means
     // every warp is done with the stage's current tile.
     unsigned* released = reinterpret_cast<unsigned*>(full + STAGES);
