@@ -277,7 +277,7 @@ def balanced_units(tiles: int, k_tiles: int, slots: int, unit_cost: float) -> Un
 
     With `slots` CTAs resident at once, `tiles` whole tiles take ceil(tiles / slots) rounds of
     (k_tiles + unit_cost) k-tile times; a launch whose last round is part-empty leaves SMs idle for
-    a whole tile's time (4096^3 batch 8 in 128x256 tiles on 132 SMs: 31 full rounds and 4 tiles).
+    a whole tile's time (8192^3 in 128x256 tiles on 132 SMs: 15 full rounds and 68 tiles).
     Splitting the last `tail` tiles (the part round, or it and one or two full rounds before it)
     into `split` runs of k tiles spreads that work over every slot, where the part round holds at
     least MIN_TAIL_SHARE of the slots' worth of tiles. Among the splits within
