@@ -1,5 +1,5 @@
 // Shared core of the reference FP32 SGEMM kernels: tile geometry, the register-tile FMA loop over
-// one shared-memory stage, CTA swizzle and the guarded epilogue.
+// one shared-memory stage, CTA swizzle, work units and the epilogue through shared memory.
 //
 // Problem: column-major, cuBLAS "nn", C = A x B for a batch of independent matrices
 //   A: M x K, lda = M, stride M*K      B: K x N, ldb = K, stride K*N      C: M x N, ldc = M
@@ -89,6 +89,12 @@ __device__ __forceinline__ void tile_origin(int t, int& tile_m, int& tile_n) {
     tile_n = (in_group / rows) * BN;
 }
 
+// Where tile `tile` of the whole batch (batch entry after batch entry) lies.
+__device__ __forceinline__ void locate(int tile, int& tile_m, int& tile_n, int& batch) {
+    batch = tile / TILES;
+    tile_origin(tile % TILES, tile_m, tile_n);
+}
+
 // One CTA's work: a tile of C (its origin and batch entry) and a run of its k tiles. The launch
 // numbers the batch's tiles 0 .. batch * TILES - 1 and runs `whole` + (tiles - whole) * `split`
 // CTAs: the first `whole` tiles one CTA each, over all of K; every later tile `split` CTAs, each
@@ -106,8 +112,7 @@ struct Unit {
             slice = (u - whole) % split;
             parts = split;
         }
-        batch = tile / TILES;
-        tile_origin(tile % TILES, tile_m, tile_n);
+        locate(tile, tile_m, tile_n, batch);
         first_k = slice * K_TILES / parts;
         k_count = (slice + 1) * K_TILES / parts - first_k;
     }
@@ -249,15 +254,26 @@ __device__ __forceinline__ void write_tile(float* __restrict__ c, const float* _
     }
 }
 
+// The end of every unit, once no warp reads the ring and no copy into it is pending: park the
+// register tiles there, then write (or add) the CTA's tile to C.
+__device__ __forceinline__ void finish_unit(unsigned char* smem, float* __restrict__ c,
+                                            const Unit& unit, int m0, int n0,
+                                            const float (&acc)[TM][TN], bool partial) {
+    __syncthreads();
+    float* tile = reinterpret_cast<float*>(smem);
+    park_tile(tile, m0, n0, acc);
+    __syncthreads();
+    write_tile(c, tile, unit, partial);
+}
+
 }  // namespace ref
 
 // Zeroes the tiles whole .. whole + gridDim.x - 1 of the batch, the ones the sgemm kernel of the
 // same specialization splits (and adds into). One CTA per tile.
 extern "C" __global__ void cublas_audit_ref_zero_tiles(float* __restrict__ c, int whole) {
-    const int tile = whole + blockIdx.x;
-    int tile_m, tile_n;
-    ref::tile_origin(tile % TILES, tile_m, tile_n);
-    float* batch_c = c + static_cast<size_t>(tile / TILES) * M * N;
+    int tile_m, tile_n, batch;
+    ref::locate(whole + blockIdx.x, tile_m, tile_n, batch);
+    float* batch_c = c + static_cast<size_t>(batch) * M * N;
     for (int i = threadIdx.x; i < BM * BN; i += blockDim.x) {
         const int m = tile_m + i % BM, n = tile_n + i / BM;
         if (m < M && n < N) batch_c[static_cast<size_t>(n) * M + m] = 0.0f;

@@ -124,10 +124,6 @@ extern "C" __global__ void __launch_bounds__(CONSUMER_THREADS, MIN_BLOCKS)
         s = s + 1 == STAGES ? 0 : s + 1;
         refill = refill + 1 == STAGES ? 0 : refill + 1;
     }
-    ref::wait_all();
-    __syncthreads();  // every thread is out of the ring, and no copy into it is pending
-    float* tile = reinterpret_cast<float*>(smem);
-    ref::park_tile(tile, m0, n0, acc);
-    __syncthreads();
-    ref::write_tile(c, tile, unit, ref::partial_sum(whole, split));
+    ref::wait_all();  // the trailing (empty) copy groups too, before the ring is reused
+    ref::finish_unit(smem, c, unit, m0, n0, acc, ref::partial_sum(whole, split));
 }

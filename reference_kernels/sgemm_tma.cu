@@ -11,7 +11,8 @@
 //     FMA over stage s into the register tile
 //     lane 0: count this warp out of stage s; the warp that leaves last refills s with
 //             tile t + STAGES
-//   store the register tile (guarded where the tile overhangs M or N; added if partial)
+//   park the register tile in the ring, then write it to C (guarded where the tile overhangs
+//   M or N; added if the unit holds a partial sum)
 //
 // No warp is set aside as a producer: a ninth warp would put three warps on one SM sub-partition
 // and cap registers at 168 per thread, where the 16 x 8 register tile needs about 255. Because
@@ -142,9 +143,6 @@ extern "C" __global__ void __launch_bounds__(CONSUMER_THREADS, MIN_BLOCKS)
             phase ^= 1;
         }
     }
-    __syncthreads();  // every warp is out of the ring, and no copy into it is pending
-    float* tile = reinterpret_cast<float*>(smem);
-    ref::park_tile(tile, m0, n0, acc);
-    __syncthreads();
-    ref::write_tile(c, tile, unit, ref::partial_sum(whole, split));
+    // Every issued copy has been waited for: the ring is idle once all warps are through.
+    ref::finish_unit(smem, c, unit, m0, n0, acc, ref::partial_sum(whole, split));
 }
