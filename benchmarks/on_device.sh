@@ -8,7 +8,8 @@
 # next, since a partial run is still worth bringing back:
 #   audit       the default batched sweep with its cuBLASLt candidate audit, and the single FP32
 #               sweep, into reports/<label>/<timestamp>-{batched,single}/
-#   speed       benchmarks/sweep_speed.py sweep (its run kept as reports/<label>/<ts>-batched)
+#   speed       benchmarks/sweep_speed.py sweep (its run kept as reports/<label>/<ts>-batched,
+#               unless the audit step made that one)
 #   candidates  benchmarks/candidates_speed.py, three runs (the first kept in that run directory)
 #   reference   benchmarks/reference_vs_cublas.py --tune (tuned table to OUT/strategy.json)
 #   gpu-tests   pytest -m gpu
@@ -60,7 +61,10 @@ for what in "$@"; do
         made+=("$run-batched" "$run-single")
         ;;
     speed)
-        step speed 240 $py benchmarks/sweep_speed.py sweep --keep "$run-batched" \
+        # The timed sweep is kept as the batched audit unless an audit step already made one.
+        keep=()
+        [[ -e $run-batched ]] || keep=(--keep "$run-batched")
+        step speed 240 $py benchmarks/sweep_speed.py sweep "${keep[@]}" \
             --json "benchmarks/results/sweep_speed_$label.json"
         made+=("$run-batched" "benchmarks/results/sweep_speed_$label.json")
         ;;

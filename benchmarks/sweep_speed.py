@@ -91,8 +91,10 @@ def sweep_benchmark(keep: Path | None, cold_cache: bool) -> dict[str, Any]:
             str(run_dir),
         ]
         start = time.perf_counter()
-        subprocess.run(argv, check=True, cwd=REPO, env=env, stdout=subprocess.DEVNULL)
+        done = subprocess.run(argv, check=False, cwd=REPO, env=env, stdout=subprocess.DEVNULL)
         wall = time.perf_counter() - start
+        if done.returncode:  # the sweep said why on stderr
+            sys.exit(done.returncode)
         env = json.loads((run_dir / "env.json").read_text())
         plan = json.loads((run_dir / "plan.json").read_text())
     phases = env.get("phase_seconds", {})

@@ -165,6 +165,8 @@ def sweep_command(
     else:
         case_list = plan.plan_from_options(single, batched, sizes, shapes, batches, modes, api)
         label = plan.check_label(gpu_label) if gpu_label else ""
+        if out is not None:
+            sweep.check_new_run_dir(out)
     env = environment.collect(ncu)
     environment.require_gpu(env)
     ncu_path = environment.require_profiler(env) if profile else None

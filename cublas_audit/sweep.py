@@ -110,6 +110,18 @@ def start_run(config: SweepConfig, environment: Environment, probe_env: Mapping[
     )
 
 
+def check_new_run_dir(run_dir: Path) -> None:
+    """A new sweep starts in an empty or absent directory: one holding an earlier run would have
+    its plan and env.json overwritten and its finished cases counted as this sweep's."""
+    if run_dir.is_dir() and any(run_dir.iterdir()):
+        raise AuditError(
+            f"--out: {run_dir} is not empty; finish an earlier sweep there with "
+            f"--resume {run_dir}, or pick a new directory"
+        )
+    if run_dir.exists() and not run_dir.is_dir():
+        raise AuditError(f"--out: {run_dir} is a file, not a directory")
+
+
 def resume_cases(run_dir: Path) -> tuple[list[Case], dict[str, Any]]:
     if not (run_dir / PLAN_FILE).exists() or not (run_dir / ENV_FILE).exists():
         raise AuditError(

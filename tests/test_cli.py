@@ -10,6 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from cublas_audit.cli import app
+from tests.conftest import REPORTS
 
 runner = CliRunner()
 NO_GPU = shutil.which("nvidia-smi") is None
@@ -46,6 +47,19 @@ def test_resume_of_a_directory_that_is_no_run(tmp_path: Path) -> None:
     result = runner.invoke(app, ["sweep", "--resume", str(tmp_path)])
     assert result.exit_code == 2
     assert "is not a cublas-audit run directory" in result.output
+
+
+def test_a_new_sweep_never_writes_into_an_earlier_run(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    shutil.copytree(REPORTS / "h100" / "20261123-094558-single", run)
+    before = {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()}
+    result = runner.invoke(app, ["sweep", "--single", "--out", str(run)])
+    assert result.exit_code == 2
+    assert result.output.strip() == (
+        f"error: --out: {run} is not empty; finish an earlier sweep there with --resume {run}, "
+        "or pick a new directory"
+    )
+    assert {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()} == before
 
 
 @pytest.mark.skipif(not NO_GPU, reason="checks the no-GPU path")
