@@ -68,6 +68,7 @@ class Config:
     min_blocks: int = 1
     vec: int = 4
     order: int = 0
+    acc_by_column: bool = False
 
     @property
     def threads(self) -> int:
@@ -85,6 +86,7 @@ class Config:
         extra = f" splitk{self.splitk}" if self.splitk > 1 else ""
         vec = " vec1" if self.vec == 1 else ""
         order = f" o{self.order}" if self.order else ""
+        order += " acc-col" if self.acc_by_column else ""
         return (
             f"{self.kernel} {self.bm}x{self.bn}x{self.bk} t{self.tm}x{self.tn} "
             f"s{self.stages} w{self.swizzle}{extra}{vec}{order}"
@@ -216,6 +218,7 @@ def source_for(config: Config, m: int, n: int, k: int) -> str:
         "MIN_BLOCKS": config.min_blocks,
         "VEC": config.vec,
         "ORDER": config.order,
+        "ACC_COLUMNS": int(config.acc_by_column),
     }
     defines = "".join(f"#define {name} {value}\n" for name, value in values.items())
     header = (KERNEL_DIR / COMMON_HEADER).read_text()
@@ -701,13 +704,21 @@ def tune_problem(
 
 
 def search_space(m: int, n: int, k: int, batch: int) -> list[Config]:
-    """The current table's pick first, then its tile in the other FMA orders, then every other
-    candidate tile (in the pick's order): a short budget still refines the pick."""
+    """The current table's pick first, then its tile in the other FMA orders and accumulator
+    storages, then every other candidate tile (in the pick's order and storage): a short budget
+    still refines the pick."""
     cc = device_cc()
     current = strategy_for(cc, m, n, k, batch)
-    orders = [replace(current, order=order) for order in FMA_ORDERS if order != current.order]
-    tiles = [replace(x, order=current.order) for x in candidates(cc, m, n, k, batch)]
-    return list(dict.fromkeys([current, *orders, *tiles]))
+    loops = [
+        replace(current, order=order, acc_by_column=by_column)
+        for by_column in (current.acc_by_column, not current.acc_by_column)
+        for order in FMA_ORDERS
+    ]
+    tiles = [
+        replace(x, order=current.order, acc_by_column=current.acc_by_column)
+        for x in candidates(cc, m, n, k, batch)
+    ]
+    return list(dict.fromkeys([current, *loops, *tiles]))
 
 
 def tune(

@@ -54,6 +54,9 @@
 #ifndef ORDER
 #define ORDER 0
 #endif
+#ifndef ACC_COLUMNS
+#define ACC_COLUMNS 0
+#endif
 
 #define WARP_M (8 * TM)
 #define WARP_N (4 * TN)
@@ -74,6 +77,18 @@ static_assert(TM % 4 == 0 && BK % 4 == 0,
 static_assert(BM % WARP_M == 0 && BN % WARP_N == 0, "the CTA tile must hold whole warp tiles");
 static_assert(SWIZZLE >= 1, "SWIZZLE is a count");
 static_assert(ORDER >= 0 && ORDER <= 2, "fma_order() knows orders 0, 1 and 2");
+
+// The register tile's storage: row by row, acc[i][j] (ACC_COLUMNS 0), or column by column,
+// acc[j][i] (1), for row i and column j. The code is the same either way; the storage sets the
+// order in which the loop-carried accumulators reach ptxas, and with it ptxas's register
+// assignment, which the FMA loop's speed follows (docs/reference.md). A tuned parameter.
+#if ACC_COLUMNS
+#define ACC_TILE [TN][TM]
+#define ACC(i, j) acc[j][i]
+#else
+#define ACC_TILE [TM][TN]
+#define ACC(i, j) acc[i][j]
+#endif
 
 namespace ref {
 
@@ -166,17 +181,17 @@ __device__ __forceinline__ constexpr void fma_order(int x, int k, int& i, int& j
 
 // acc += a x b^T at depth k of a stage, in the tile's FMA order.
 __device__ __forceinline__ void fma_k(int k, const float (&a)[TM], const float (&b)[TN],
-                                      float (&acc)[TM][TN]) {
+                                      float (&acc)ACC_TILE) {
 #pragma unroll
     for (int x = 0; x < TM * TN; ++x) {
         int i = 0, j = 0;
         fma_order(x, k, i, j);
-        acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
+        ACC(i, j) = fmaf(a[i], b[j], ACC(i, j));
     }
 }
 
 __device__ __forceinline__ void fma_stage(const float* __restrict__ as, const float* __restrict__ bs,
-                                          int m0, int n0, float (&acc)[TM][TN]) {
+                                          int m0, int n0, float (&acc)ACC_TILE) {
     float a[2][TM], b[2][TN];
     load_a(as, 0, m0, a[0]);
     load_b(bs, 0, n0, b[0]);
@@ -216,13 +231,13 @@ __device__ __forceinline__ void add_to(float4* p, float4 v) {
 #define DATA_BYTES (STAGES * STAGE_BYTES > TILE_BYTES ? STAGES * STAGE_BYTES : TILE_BYTES)
 
 __device__ __forceinline__ void park_tile(float* __restrict__ tile, int m0, int n0,
-                                          const float (&acc)[TM][TN]) {
+                                          const float (&acc)ACC_TILE) {
 #pragma unroll
     for (int j = 0; j < TN; ++j)
 #pragma unroll
         for (int q = 0; q < TM / 4; ++q)
             *reinterpret_cast<float4*>(tile + (n0 + j) * BM + m0 + 32 * q) = make_float4(
-                acc[4 * q][j], acc[4 * q + 1][j], acc[4 * q + 2][j], acc[4 * q + 3][j]);
+                ACC(4 * q, j), ACC(4 * q + 1, j), ACC(4 * q + 2, j), ACC(4 * q + 3, j));
 }
 
 // Writes (or, for a partial sum, adds) a parked tile to C. Checks vanish when the tile divides
@@ -258,7 +273,7 @@ __device__ __forceinline__ void write_tile(float* __restrict__ c, const float* _
 // register tiles there, then write (or add) the CTA's tile to C.
 __device__ __forceinline__ void finish_unit(unsigned char* smem, float* __restrict__ c,
                                             const Unit& unit, int m0, int n0,
-                                            const float (&acc)[TM][TN], bool partial) {
+                                            const float (&acc)ACC_TILE, bool partial) {
     __syncthreads();
     float* tile = reinterpret_cast<float*>(smem);
     park_tile(tile, m0, n0, acc);

@@ -114,11 +114,11 @@ extern "C" __global__ void __launch_bounds__(CONSUMER_THREADS, MIN_BLOCKS)
 
     const int m0 = (warp % WARPS_M) * WARP_M + (lane % 8) * 4;
     const int n0 = (warp / WARPS_M) * WARP_N + (lane / 8) * TN;
-    float acc[TM][TN];
+    float acc ACC_TILE;
 #pragma unroll
     for (int i = 0; i < TM; ++i)
 #pragma unroll
-        for (int j = 0; j < TN; ++j) acc[i][j] = 0.0f;
+        for (int j = 0; j < TN; ++j) ACC(i, j) = 0.0f;
 
     int s = 0;
     unsigned phase = 0;

@@ -14,6 +14,7 @@ import re
 import shutil
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -150,6 +151,21 @@ def test_every_variant_compiles_without_spills(tmp_path: Path) -> None:
         if any(stores or loads for stores, loads in spills):
             failures.append(f"{name} {target}: spills {spills}")
     assert not failures, "\n".join(failures)
+
+
+@needs_nvcc
+@pytest.mark.parametrize("by_column", [False, True])
+def test_both_accumulator_storages_of_the_large_tile_compile_without_spills(
+    tmp_path: Path, by_column: bool
+) -> None:
+    large = reference.strategy_for("90", 8192, 8192, 8192, 8)
+    config = replace(large, acc_by_column=by_column)
+    report = ptxas_report(
+        reference.source_for(config, 8192, 8192, 8192), TARGETS["90"][0], tmp_path
+    )
+    assert SPILLS.findall(report) and all(
+        found == ("0", "0") for found in SPILLS.findall(report)
+    ), report
 
 
 def test_reference_command_says_what_is_missing_in_one_line() -> None:

@@ -7,6 +7,8 @@ fails it. Sizes that are not multiples of any tile, odd batches and non-square p
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from cublas_audit import reference
@@ -47,6 +49,22 @@ def test_every_candidate_tile_is_correct(m: int, n: int, k: int, batch: int) -> 
     a, b, c = reference.random_operands(m, n, k, batch)
     configs = reference.candidates(cc, m, n, k, batch)
     reference.build_all((config, m, n, k) for config in configs)
+    for config in configs:
+        launch = reference.prepare(m, n, k, batch, a, b, c, config)
+        error = reference.checked(launch, a, b, c)
+        assert error <= reference.TOLERANCE, f"{config.label()}: relative error {error}"
+
+
+def test_every_fma_order_and_accumulator_storage_is_correct() -> None:
+    m, n, k, batch = 1023, 777, 515, 3
+    large = reference.strategy_for(reference.device_cc(), 8192, 8192, 8192, 8)
+    configs = [
+        replace(large, order=order, acc_by_column=by_column)
+        for order in reference.FMA_ORDERS
+        for by_column in (False, True)
+    ]
+    reference.build_all((config, m, n, k) for config in configs)
+    a, b, c = reference.random_operands(m, n, k, batch)
     for config in configs:
         launch = reference.prepare(m, n, k, batch, a, b, c, config)
         error = reference.checked(launch, a, b, c)

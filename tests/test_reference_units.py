@@ -6,6 +6,7 @@ reference_kernels/sgemm_common.cuh, mirrored below)."""
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 
 import pytest
 
@@ -84,6 +85,17 @@ def test_fma_order_is_a_checked_parameter() -> None:
     assert reference.Config(order=3).problems()
     assert " o1" in LARGE.label()
     assert "#define ORDER 1" in reference.source_for(LARGE, 4096, 4096, 4096)
+
+
+def test_accumulator_storage_is_a_parameter_of_the_source_and_the_table() -> None:
+    by_column = replace(LARGE, acc_by_column=True)
+    assert "#define ACC_COLUMNS 0\n" in reference.source_for(LARGE, 4096, 4096, 4096)
+    assert "#define ACC_COLUMNS 1\n" in reference.source_for(by_column, 4096, 4096, 4096)
+    assert by_column.label().endswith(" o1 acc-col") and "acc-col" not in LARGE.label()
+    assert reference.Config.from_json(by_column.to_json()) == by_column
+    # Tables written before the parameter existed read as row-by-row storage.
+    legacy = {k: v for k, v in LARGE.to_json().items() if k != "acc_by_column"}
+    assert reference.Config.from_json(legacy) == LARGE
 
 
 def test_a_launch_clears_the_split_tiles_before_the_sgemm() -> None:
