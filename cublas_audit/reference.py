@@ -86,10 +86,10 @@ class Config:
         extra = f" splitk{self.splitk}" if self.splitk > 1 else ""
         vec = " vec1" if self.vec == 1 else ""
         order = f" o{self.order}" if self.order else ""
-        order += " acc-col" if self.acc_by_column else ""
+        storage = " acc-col" if self.acc_by_column else ""
         return (
             f"{self.kernel} {self.bm}x{self.bn}x{self.bk} t{self.tm}x{self.tn} "
-            f"s{self.stages} w{self.swizzle}{extra}{vec}{order}"
+            f"s{self.stages} w{self.swizzle}{extra}{vec}{order}{storage}"
         )
 
     def problems(self) -> list[str]:

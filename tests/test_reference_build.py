@@ -53,6 +53,11 @@ def shipped_variants() -> dict[tuple[str, str], tuple[str, reference.Config]]:
     return variants
 
 
+def spills(report: str) -> list[tuple[int, int]]:
+    """(stores, loads) spilled, per function of a ptxas -v report."""
+    return [(int(stores), int(loads)) for stores, loads in SPILLS.findall(report)]
+
+
 def ptxas_report(source: str, target: str, workdir: Path) -> str:
     path = workdir / f"v{abs(hash((source, target)))}.cu"
     path.write_text(source)
@@ -144,12 +149,12 @@ def test_every_variant_compiles_without_spills(tmp_path: Path) -> None:
         reports = list(pool.map(lambda job: ptxas_report(job[1], job[2], tmp_path), jobs))
     failures = []
     for (name, _source, target), report in zip(jobs, reports, strict=True):
-        spills = [tuple(map(int, found)) for found in SPILLS.findall(report)]
+        spilled = spills(report)
         registers = REGISTERS.findall(report)
-        assert spills and registers, f"{name} {target}: no ptxas report:\n{report}"
-        print(f"{name:55s} {target:32s} registers {registers[-1]:>3s} spills {spills[-1]}")
-        if any(stores or loads for stores, loads in spills):
-            failures.append(f"{name} {target}: spills {spills}")
+        assert spilled and registers, f"{name} {target}: no ptxas report:\n{report}"
+        print(f"{name:55s} {target:32s} registers {registers[-1]:>3s} spills {spilled[-1]}")
+        if any(stores or loads for stores, loads in spilled):
+            failures.append(f"{name} {target}: spills {spilled}")
     assert not failures, "\n".join(failures)
 
 
@@ -163,9 +168,8 @@ def test_both_accumulator_storages_of_the_large_tile_compile_without_spills(
     report = ptxas_report(
         reference.source_for(config, 8192, 8192, 8192), TARGETS["90"][0], tmp_path
     )
-    assert SPILLS.findall(report) and all(
-        found == ("0", "0") for found in SPILLS.findall(report)
-    ), report
+    spilled = spills(report)
+    assert spilled and all(found == (0, 0) for found in spilled), report
 
 
 def test_reference_command_says_what_is_missing_in_one_line() -> None:

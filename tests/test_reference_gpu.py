@@ -29,6 +29,18 @@ PROBLEMS = [
 ]
 
 
+def assert_each_is_correct(
+    configs: list[reference.Config], m: int, n: int, k: int, batch: int
+) -> None:
+    """Every config, built at once, computes one fresh random problem within TOLERANCE."""
+    reference.build_all((config, m, n, k) for config in configs)
+    a, b, c = reference.random_operands(m, n, k, batch)
+    for config in configs:
+        launch = reference.prepare(m, n, k, batch, a, b, c, config)
+        error = reference.checked(launch, a, b, c)
+        assert error <= reference.TOLERANCE, f"{config.label()}: relative error {error}"
+
+
 @pytest.fixture(scope="module", autouse=True)
 def compiled() -> None:
     """Every table pick built at once, in parallel, before the first test needs one."""
@@ -45,14 +57,8 @@ def test_table_pick_is_correct(m: int, n: int, k: int, batch: int) -> None:
 
 @pytest.mark.parametrize(("m", "n", "k", "batch"), [(1000, 1000, 1000, 3), (1023, 777, 515, 3)])
 def test_every_candidate_tile_is_correct(m: int, n: int, k: int, batch: int) -> None:
-    cc = reference.device_cc()
-    a, b, c = reference.random_operands(m, n, k, batch)
-    configs = reference.candidates(cc, m, n, k, batch)
-    reference.build_all((config, m, n, k) for config in configs)
-    for config in configs:
-        launch = reference.prepare(m, n, k, batch, a, b, c, config)
-        error = reference.checked(launch, a, b, c)
-        assert error <= reference.TOLERANCE, f"{config.label()}: relative error {error}"
+    configs = reference.candidates(reference.device_cc(), m, n, k, batch)
+    assert_each_is_correct(configs, m, n, k, batch)
 
 
 # M and K multiples of 4 take the TMA kernel, others the cp.async one (reference.fit).
@@ -66,12 +72,7 @@ def test_every_fma_order_and_accumulator_storage_is_correct(
         for order in reference.FMA_ORDERS
         for by_column in (False, True)
     ]
-    reference.build_all((config, m, n, k) for config in configs)
-    a, b, c = reference.random_operands(m, n, k, batch)
-    for config in configs:
-        launch = reference.prepare(m, n, k, batch, a, b, c, config)
-        error = reference.checked(launch, a, b, c)
-        assert error <= reference.TOLERANCE, f"{config.label()}: relative error {error}"
+    assert_each_is_correct(configs, m, n, k, batch)
 
 
 def test_repeated_launches_agree_and_reuse_the_module() -> None:
