@@ -4,7 +4,7 @@
         --problems 8192,8 4096,8 --variants order=0 order=1 order=2 bk=16,stages=4 --json FILE
 
 Each variant is the strategy table's pick for the problem with some Config fields overridden
-(`order=1`, `acc_by_column=1`, `bm=256,bn=128`, ...). Per problem, every variant is compiled (in
+(`order=1`, `acc_layout=blocks`, `bm=256,bn=128`, ...). Per problem, every variant is compiled (in
 parallel), checked against float64 on fresh random inputs (a wrong one is dropped and reported),
 then all of them and cuBLAS are timed interleaved (CUDA events, median of at least --min-reps),
 so drift hits every contender alike. Prints a table per problem, best first; --json writes the
@@ -39,9 +39,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 
 def overrides(text: str) -> dict[str, Any]:
-    """'order=1,bm=256' -> {'order': 1, 'bm': 256}"""
+    """'order=1,acc_layout=blocks' -> {'order': 1, 'acc_layout': 'blocks'}"""
     pairs = (item.split("=", 1) for item in text.split(",") if item)
-    return {key: int(value) for key, value in pairs}
+    return {key: int(value) if value.lstrip("-").isdigit() else value for key, value in pairs}
 
 
 def variants(size: int, batch: int, texts: list[str]) -> dict[str, reference.Config]:

@@ -38,6 +38,7 @@ SOURCES = {"tma": "sgemm_tma.cu", "cpasync": "sgemm_cpasync.cu"}
 COMMON_HEADER = "sgemm_common.cuh"
 ZERO_KERNEL = "cublas_audit_ref_zero_tiles"
 FMA_ORDERS = (0, 1, 2)  # fma_order() in sgemm_common.cuh
+ACC_LAYOUTS = ("rows", "columns", "pairs", "blocks")  # acc_index() in sgemm_common.cuh, in order
 # What an SM computes in the few microseconds a work unit spends filling its pipeline and writing
 # (or adding) its tile: the fixed cost of a unit, against which splitting a tile must pay off.
 UNIT_OVERHEAD_FLOP = 1e6
@@ -68,7 +69,7 @@ class Config:
     min_blocks: int = 1
     vec: int = 4
     order: int = 0
-    acc_by_column: bool = False
+    acc_layout: str = "rows"
 
     @property
     def threads(self) -> int:
@@ -86,10 +87,10 @@ class Config:
         extra = f" splitk{self.splitk}" if self.splitk > 1 else ""
         vec = " vec1" if self.vec == 1 else ""
         order = f" o{self.order}" if self.order else ""
-        storage = " acc-col" if self.acc_by_column else ""
+        layout = f" acc-{self.acc_layout}" if self.acc_layout != "rows" else ""
         return (
             f"{self.kernel} {self.bm}x{self.bn}x{self.bk} t{self.tm}x{self.tn} "
-            f"s{self.stages} w{self.swizzle}{extra}{vec}{order}{storage}"
+            f"s{self.stages} w{self.swizzle}{extra}{vec}{order}{layout}"
         )
 
     def problems(self) -> list[str]:
@@ -116,6 +117,12 @@ class Config:
             why.append(f"{self.threads} threads per block")
         if self.order not in FMA_ORDERS:
             why.append(f"FMA order {self.order} is not one of {sorted(FMA_ORDERS)}")
+        if self.acc_layout not in ACC_LAYOUTS:
+            why.append(
+                f"accumulator layout {self.acc_layout!r} is not one of {', '.join(ACC_LAYOUTS)}"
+            )
+        elif self.acc_layout == "blocks" and self.tn % 4:
+            why.append("4 x 4 blocks of accumulators need TN to be a multiple of 4")
         return why
 
     def to_json(self) -> dict[str, Any]:
@@ -218,7 +225,7 @@ def source_for(config: Config, m: int, n: int, k: int) -> str:
         "MIN_BLOCKS": config.min_blocks,
         "VEC": config.vec,
         "ORDER": config.order,
-        "ACC_COLUMNS": int(config.acc_by_column),
+        "ACC_LAYOUT": ACC_LAYOUTS.index(config.acc_layout),
     }
     defines = "".join(f"#define {name} {value}\n" for name, value in values.items())
     header = (KERNEL_DIR / COMMON_HEADER).read_text()
@@ -683,7 +690,7 @@ def tune_problem(
     The current table's pick goes first, so a short budget still measures it."""
     best: tuple[float, Config] | None = None
     a, b, c = random_operands(m, n, k, batch)
-    for config in search_space(m, n, k, batch):
+    for config in search_space(device_cc(), m, n, k, batch):
         if time.monotonic() > deadline:
             log(f"  time budget spent at {m}x{n}x{k} batch {batch}")
             break
@@ -703,19 +710,16 @@ def tune_problem(
     return best[1] if best else None
 
 
-def search_space(m: int, n: int, k: int, batch: int) -> list[Config]:
-    """The current table's pick first, then its tile in the other FMA orders and accumulator
-    storages, then every other candidate tile (in the pick's order and storage): a short budget
-    still refines the pick."""
-    cc = device_cc()
+def search_space(cc: str, m: int, n: int, k: int, batch: int) -> list[Config]:
+    """The current table's pick first, then its tile in every accumulator layout and FMA order
+    (the pick's order first), then every other candidate tile (in the pick's order and layout): a
+    short budget still refines the pick."""
     current = strategy_for(cc, m, n, k, batch)
-    loops = [
-        replace(current, order=order, acc_by_column=by_column)
-        for by_column in (current.acc_by_column, not current.acc_by_column)
-        for order in FMA_ORDERS
-    ]
+    orders = dict.fromkeys([current.order, *FMA_ORDERS])
+    layouts = dict.fromkeys([current.acc_layout, *ACC_LAYOUTS])
+    loops = [replace(current, order=o, acc_layout=x) for o in orders for x in layouts]
     tiles = [
-        replace(x, order=current.order, acc_by_column=current.acc_by_column)
+        replace(x, order=current.order, acc_layout=current.acc_layout)
         for x in candidates(cc, m, n, k, batch)
     ]
     return list(dict.fromkeys([current, *loops, *tiles]))
@@ -734,7 +738,7 @@ def tune(
     build_all(
         (config, size, size, size)
         for size, batch in problems
-        for config in search_space(size, size, size, batch)
+        for config in search_space(device_cc(), size, size, size, batch)
     )
     start = time.monotonic()
     measured: dict[tuple[int, int], Config] = {}

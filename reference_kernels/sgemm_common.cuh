@@ -54,8 +54,8 @@
 #ifndef ORDER
 #define ORDER 0
 #endif
-#ifndef ACC_COLUMNS
-#define ACC_COLUMNS 0
+#ifndef ACC_LAYOUT
+#define ACC_LAYOUT 0
 #endif
 
 #define WARP_M (8 * TM)
@@ -77,20 +77,28 @@ static_assert(TM % 4 == 0 && BK % 4 == 0,
 static_assert(BM % WARP_M == 0 && BN % WARP_N == 0, "the CTA tile must hold whole warp tiles");
 static_assert(SWIZZLE >= 1, "SWIZZLE is a count");
 static_assert(ORDER >= 0 && ORDER <= 2, "fma_order() knows orders 0, 1 and 2");
+static_assert(ACC_LAYOUT >= 0 && ACC_LAYOUT <= 3, "acc_index() knows layouts 0 to 3");
+static_assert(ACC_LAYOUT != 3 || TN % 4 == 0, "4 x 4 blocks of accumulators need TN % 4 == 0");
 
-// The register tile's storage: row by row, acc[i][j] (ACC_COLUMNS 0), or column by column,
-// acc[j][i] (1), for row i and column j. The code is the same either way; the storage sets the
-// order in which the loop-carried accumulators reach ptxas, and with it ptxas's register
-// assignment, which the FMA loop's speed follows (docs/reference.md). A tuned parameter.
-#if ACC_COLUMNS
-#define ACC_TILE [TN][TM]
-#define ACC(i, j) acc[j][i]
-#else
-#define ACC_TILE [TM][TN]
-#define ACC(i, j) acc[i][j]
-#endif
+// The thread's accumulator in row i, column j of its register tile (see acc_index).
+#define ACC(i, j) acc[ref::acc_index(i, j)]
 
+// Where accumulator (i, j) of the register tile (row i along m, column j along n) lies in the
+// thread's array. The code is the same for every layout: the layout sets the order in which NVVM
+// numbers the loop-carried accumulators, and ptxas assigns registers in that order, so the layout
+// moves register-bank conflicts and with them the FMA loop's issue rate (on the H100, up to 1.2 %
+// at the same tile and FMA order: docs/reference.md). A tuned parameter.
+//   0  rows: row by row            1  columns: column by column
+//   2  pairs: pairs of columns, row by row within a pair
+//   3  blocks: 4 x 4 blocks, row by row within a block, blocks row by row
 namespace ref {
+
+__device__ __forceinline__ constexpr int acc_index(int i, int j) {
+    if (ACC_LAYOUT == 0) return i * TN + j;
+    if (ACC_LAYOUT == 1) return j * TM + i;
+    if (ACC_LAYOUT == 2) return (j / 2) * (2 * TM) + 2 * i + j % 2;
+    return (i / 4) * (4 * TN) + (j / 4) * 16 + (i % 4) * 4 + j % 4;
+}
 
 // The origin of tile `t` of one matrix of the batch. Consecutive tiles walk SWIZZLE m-tiles down
 // one n-tile column before moving right, so the CTAs resident at one time share B columns and A
@@ -181,7 +189,7 @@ __device__ __forceinline__ constexpr void fma_order(int x, int k, int& i, int& j
 
 // acc += a x b^T at depth k of a stage, in the tile's FMA order.
 __device__ __forceinline__ void fma_k(int k, const float (&a)[TM], const float (&b)[TN],
-                                      float (&acc)ACC_TILE) {
+                                      float (&acc)[TM * TN]) {
 #pragma unroll
     for (int x = 0; x < TM * TN; ++x) {
         int i = 0, j = 0;
@@ -191,7 +199,7 @@ __device__ __forceinline__ void fma_k(int k, const float (&a)[TM], const float (
 }
 
 __device__ __forceinline__ void fma_stage(const float* __restrict__ as, const float* __restrict__ bs,
-                                          int m0, int n0, float (&acc)ACC_TILE) {
+                                          int m0, int n0, float (&acc)[TM * TN]) {
     float a[2][TM], b[2][TN];
     load_a(as, 0, m0, a[0]);
     load_b(bs, 0, n0, b[0]);
@@ -231,7 +239,7 @@ __device__ __forceinline__ void add_to(float4* p, float4 v) {
 #define DATA_BYTES (STAGES * STAGE_BYTES > TILE_BYTES ? STAGES * STAGE_BYTES : TILE_BYTES)
 
 __device__ __forceinline__ void park_tile(float* __restrict__ tile, int m0, int n0,
-                                          const float (&acc)ACC_TILE) {
+                                          const float (&acc)[TM * TN]) {
 #pragma unroll
     for (int j = 0; j < TN; ++j)
 #pragma unroll
@@ -273,7 +281,7 @@ __device__ __forceinline__ void write_tile(float* __restrict__ c, const float* _
 // register tiles there, then write (or add) the CTA's tile to C.
 __device__ __forceinline__ void finish_unit(unsigned char* smem, float* __restrict__ c,
                                             const Unit& unit, int m0, int n0,
-                                            const float (&acc)ACC_TILE, bool partial) {
+                                            const float (&acc)[TM * TN], bool partial) {
     __syncthreads();
     float* tile = reinterpret_cast<float*>(smem);
     park_tile(tile, m0, n0, acc);

@@ -105,7 +105,7 @@ extern "C" __global__ void __launch_bounds__(CONSUMER_THREADS, MIN_BLOCKS)
 
     const int m0 = (warp % WARPS_M) * WARP_M + (lane % 8) * 4;
     const int n0 = (warp / WARPS_M) * WARP_N + (lane / 8) * TN;
-    float acc ACC_TILE;
+    float acc[TM * TN];
 #pragma unroll
     for (int i = 0; i < TM; ++i)
 #pragma unroll

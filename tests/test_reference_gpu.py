@@ -63,14 +63,14 @@ def test_every_candidate_tile_is_correct(m: int, n: int, k: int, batch: int) -> 
 
 # M and K multiples of 4 take the TMA kernel, others the cp.async one (reference.fit).
 @pytest.mark.parametrize(("m", "n", "k", "batch"), [(1020, 777, 516, 3), (1023, 777, 515, 3)])
-def test_every_fma_order_and_accumulator_storage_is_correct(
+def test_every_fma_order_and_accumulator_layout_is_correct(
     m: int, n: int, k: int, batch: int
 ) -> None:
     large = reference.strategy_for(reference.device_cc(), 8192, 8192, 8192, 8)
     configs = [
-        replace(large, order=order, acc_by_column=by_column)
+        replace(large, order=order, acc_layout=layout)
         for order in reference.FMA_ORDERS
-        for by_column in (False, True)
+        for layout in reference.ACC_LAYOUTS
     ]
     assert_each_is_correct(configs, m, n, k, batch)
 

@@ -87,15 +87,34 @@ def test_fma_order_is_a_checked_parameter() -> None:
     assert "#define ORDER 1" in reference.source_for(LARGE, 4096, 4096, 4096)
 
 
-def test_accumulator_storage_is_a_parameter_of_the_source_and_the_table() -> None:
-    by_column = replace(LARGE, acc_by_column=True)
-    assert "#define ACC_COLUMNS 0\n" in reference.source_for(LARGE, 4096, 4096, 4096)
-    assert "#define ACC_COLUMNS 1\n" in reference.source_for(by_column, 4096, 4096, 4096)
-    assert by_column.label().endswith(" o1 acc-col") and "acc-col" not in LARGE.label()
-    assert reference.Config.from_json(by_column.to_json()) == by_column
-    # Tables written before the parameter existed read as row-by-row storage.
-    legacy = {k: v for k, v in LARGE.to_json().items() if k != "acc_by_column"}
+def test_accumulator_layout_is_a_checked_parameter_of_the_source_and_the_table() -> None:
+    blocks = replace(LARGE, acc_layout="blocks")
+    assert "#define ACC_LAYOUT 0\n" in reference.source_for(LARGE, 4096, 4096, 4096)
+    assert "#define ACC_LAYOUT 3\n" in reference.source_for(blocks, 4096, 4096, 4096)
+    assert blocks.label().endswith(" o1 acc-blocks") and "acc-" not in LARGE.label()
+    assert reference.Config.from_json(blocks.to_json()) == blocks
+    # Tables written before the parameter existed read as row-by-row layout.
+    legacy = {k: v for k, v in LARGE.to_json().items() if k != "acc_layout"}
     assert reference.Config.from_json(legacy) == LARGE
+    assert replace(LARGE, acc_layout="diagonal").problems()
+    assert replace(LARGE, acc_layout="blocks", tn=2, bn=64).problems()
+
+
+def test_the_tuner_tries_the_pick_first_then_every_layout_and_order_of_its_tile() -> None:
+    pick = reference.strategy_for("90", 8192, 8192, 8192, 8)
+    space = reference.search_space("90", 8192, 8192, 8192, 8)
+    loops = len(reference.FMA_ORDERS) * len(reference.ACC_LAYOUTS)
+    assert space[0] == pick and len(space) == len(set(space))
+    assert {(c.order, c.acc_layout) for c in space[:loops]} == {
+        (o, x) for o in reference.FMA_ORDERS for x in reference.ACC_LAYOUTS
+    }
+    assert all(
+        replace(c, order=pick.order, acc_layout=pick.acc_layout) == pick for c in space[:loops]
+    )
+    assert all(c.order == pick.order for c in space[: len(reference.ACC_LAYOUTS)])
+    tiles = space[loops:]
+    assert tiles and all((c.order, c.acc_layout) == (pick.order, pick.acc_layout) for c in tiles)
+    assert all(not c.problems() for c in space)
 
 
 def test_a_launch_clears_the_split_tiles_before_the_sgemm() -> None:
