@@ -24,7 +24,7 @@ from cublas_audit.table import read_table
 from cublas_audit.thresholds import Thresholds
 from tests.conftest import FIXTURES, REPO, REPORTS
 
-H100 = REPORTS / "h100" / "20261123-134540-batched"
+H100 = REPORTS / "h100" / "20261123-145452-batched"
 # The H100 run of the bundled H100-vs-H200 diff (reports/diffs/h100-vs-h200-batched.md).
 H100_DIFFED = REPORTS / "h100" / "20261123-083413-batched"
 H200 = REPORTS / "h200" / "20261123-083048-batched"
