@@ -684,13 +684,19 @@ def time_alone(launch: Callable[[], None], reps: int = 10) -> float:
 
 
 def tune_problem(
-    m: int, n: int, k: int, batch: int, deadline: float, log: Callable[[str], None]
+    m: int,
+    n: int,
+    k: int,
+    batch: int,
+    space: Sequence[Config],
+    deadline: float,
+    log: Callable[[str], None],
 ) -> Config | None:
-    """The fastest correct candidate for one problem, searched until `deadline` (time.monotonic).
-    The current table's pick goes first, so a short budget still measures it."""
+    """The fastest correct config of `space` (search_space's order) for one problem, measured in
+    that order until `deadline` (time.monotonic)."""
     best: tuple[float, Config] | None = None
     a, b, c = random_operands(m, n, k, batch)
-    for config in search_space(device_cc(), m, n, k, batch):
+    for config in space:
         if time.monotonic() > deadline:
             log(f"  time budget spent at {m}x{n}x{k} batch {batch}")
             break
@@ -733,22 +739,23 @@ def tune(
     measuring, each problem getting an equal share (what one leaves unused passes to the next).
     Entries of the current table that were not searched, or where nothing was measured in time,
     stay as they were."""
-    problems = [(size, batch) for size in sizes for batch in batches]
-    log(f"compiling the candidates of {len(problems)} problems")
-    build_all(
-        (config, size, size, size)
-        for size, batch in problems
-        for config in search_space(device_cc(), size, size, size, batch)
-    )
+    cc = device_cc()
+    spaces = {
+        (size, batch): search_space(cc, size, size, size, batch)
+        for size in sizes
+        for batch in batches
+    }
+    log(f"compiling the candidates of {len(spaces)} problems")
+    build_all((config, size, size, size) for (size, _), space in spaces.items() for config in space)
     start = time.monotonic()
     measured: dict[tuple[int, int], Config] = {}
-    for i, (size, batch) in enumerate(problems):
+    for i, ((size, batch), space) in enumerate(spaces.items()):
         log(f"tuning {size}^3 batch {batch}")
-        deadline = start + budget_s * (i + 1) / len(problems)
-        best = tune_problem(size, size, size, batch, deadline, log)
+        deadline = start + budget_s * (i + 1) / len(spaces)
+        best = tune_problem(size, size, size, batch, space, deadline, log)
         if best is not None:
             measured[(size, batch)] = best
-    return merged_table(device_cc(), measured, problems)
+    return merged_table(cc, measured, list(spaces))
 
 
 def merged_table(
