@@ -24,7 +24,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from reference_variants import variants  # noqa: E402
+from reference_variants import launchers, variants  # noqa: E402
 from reference_vs_cublas import unit_device  # noqa: E402
 
 from cublas_audit import reference  # noqa: E402
@@ -74,9 +74,7 @@ def main(argv: list[str]) -> int:
     args = parse_args(argv)
     size, batch = (int(x) for x in args.problem.split(","))
     a, b, c = reference.random_operands(size, size, size, batch)
-    contenders = {"cublas": reference.cublas_launcher(size, size, size, batch, a, b, c)}
-    for text, config in variants(size, batch, args.variants).items():
-        contenders[text] = reference.prepare(size, size, size, batch, a, b, c, config)
+    contenders = launchers(size, batch, variants(size, batch, args.variants), a, b, c)
     results: dict[str, Any] = {"command": sys.argv, "device": unit_device(args), "rows": []}
     for round_ in range(args.rounds):
         for name, launch in contenders.items():

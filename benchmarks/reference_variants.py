@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -54,17 +55,24 @@ def variants(size: int, batch: int, texts: list[str]) -> dict[str, reference.Con
     return found
 
 
+def launchers(
+    size: int, batch: int, configs: dict[str, reference.Config], a: Any, b: Any, c: Any
+) -> dict[str, Callable[[], None]]:
+    """cuBLAS ("cublas") and every variant on the same operands, the variants compiled in
+    parallel first."""
+    reference.build_all((config, size, size, size) for config in configs.values())
+    found = {"cublas": reference.cublas_launcher(size, size, size, batch, a, b, c)}
+    for text, config in configs.items():
+        found[text] = reference.prepare(size, size, size, batch, a, b, c, config)
+    return found
+
+
 def measure(
     size: int, batch: int, configs: dict[str, reference.Config], min_reps: int
 ) -> list[dict[str, Any]]:
-    reference.build_all((config, size, size, size) for config in configs.values())
     a, b, c = reference.random_operands(size, size, size, batch)
-    blas = reference.cublas_launcher(size, size, size, batch, a, b, c)
-    contenders: dict[str, Any] = {"cublas": blas}
-    labels = {"cublas": "cuBLAS"}
-    for text, config in configs.items():
-        contenders[text] = reference.prepare(size, size, size, batch, a, b, c, config)
-        labels[text] = config.label()
+    contenders = launchers(size, batch, configs, a, b, c)
+    labels = {"cublas": "cuBLAS"} | {text: config.label() for text, config in configs.items()}
     errors = {}
     for name, launch in list(contenders.items()):
         errors[name] = reference.checked(launch, a, b, c)
