@@ -4,11 +4,11 @@
         --problems 8192,8 4096,8 --variants order=0 order=1 order=2 bk=16,stages=4 --json FILE
 
 Each variant is the strategy table's pick for the problem with some Config fields overridden
-(`order=1`, `acc_layout=blocks`, `bm=256,bn=128`, ...). Per problem, every variant is compiled (in
-parallel), checked against float64 on fresh random inputs (a wrong one is dropped and reported),
-then all of them and cuBLAS are timed interleaved (CUDA events, median of at least --min-reps),
-so drift hits every contender alike. Prints a table per problem, best first; --json writes the
-rows with the device, date and versions.
+(`order=1`, `acc_layout=blocks`, `acc_layout=8x4/cc`, `bm=256,bn=128`, ...). Per problem, every
+variant is compiled (in parallel), checked against float64 on fresh random inputs (a wrong one is
+dropped and reported), then all of them and cuBLAS are timed interleaved (CUDA events, median of
+at least --min-reps), so drift hits every contender alike. Prints a table per problem, best
+first; --json writes the rows with the device, date and versions.
 """
 
 from __future__ import annotations

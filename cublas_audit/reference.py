@@ -21,6 +21,7 @@ import ctypes
 import functools
 import json
 import math
+import re
 import statistics
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -38,7 +39,7 @@ SOURCES = {"tma": "sgemm_tma.cu", "cpasync": "sgemm_cpasync.cu"}
 COMMON_HEADER = "sgemm_common.cuh"
 ZERO_KERNEL = "cublas_audit_ref_zero_tiles"
 FMA_ORDERS = (0, 1, 2)  # fma_order() in sgemm_common.cuh
-ACC_LAYOUTS = ("rows", "columns", "pairs", "blocks")  # acc_index() in sgemm_common.cuh, in order
+ACC_LAYOUT_SPELLING = re.compile(r"(\d+)x(\d+)(?:/([rc])([rc]))?")
 # What an SM computes in the few microseconds a work unit spends filling its pipeline and writing
 # (or adding) its tile: the fixed cost of a unit, against which splitting a tile must pay off.
 UNIT_OVERHEAD_FLOP = 1e6
@@ -51,6 +52,47 @@ MIN_TAIL_SHARE = 0.25
 TOLERANCE = 1e-5  # normwise relative error; FP32 accumulation over K=8192 lands near 1e-6
 CHECK_COLUMNS = 64  # output columns per batch entry compared with float64 beyond CHECK_FULL
 CHECK_FULL = 2048 * 2048  # outputs per batch entry up to which every column is compared
+
+
+@dataclass(frozen=True)
+class AccLayout:
+    """Where the thread's accumulators lie in its array (acc_index() in sgemm_common.cuh): the
+    TM x TN register tile cut into block_m x block_n blocks (0: the whole tile's extent), blocks
+    stored row by row of blocks or column by column, each block row by row or column by column."""
+
+    block_m: int = 0
+    block_n: int = 0
+    blocks_by_column: bool = False
+    by_column: bool = False
+
+    @classmethod
+    def named(cls, name: str) -> AccLayout | None:
+        """A name of NAMED_ACC_LAYOUTS, or "RxC" blocks with an optional "/" and two letters, r or
+        c, for the order of the blocks and within them ("4x4/cr"); None if it is neither."""
+        if name in NAMED_ACC_LAYOUTS:
+            return NAMED_ACC_LAYOUTS[name]
+        spelled = ACC_LAYOUT_SPELLING.fullmatch(name)
+        if spelled is None:
+            return None
+        rows, columns, blocks, within = spelled.groups(default="r")
+        return cls(int(rows), int(columns), blocks == "c", within == "c")
+
+    def defines(self, tm: int, tn: int) -> dict[str, int]:
+        return {
+            "ACC_BLOCK_M": self.block_m or tm,
+            "ACC_BLOCK_N": self.block_n or tn,
+            "ACC_BLOCKS_BY_COLUMN": int(self.blocks_by_column),
+            "ACC_BY_COLUMN": int(self.by_column),
+        }
+
+
+NAMED_ACC_LAYOUTS = {
+    "rows": AccLayout(),
+    "columns": AccLayout(by_column=True),
+    "pairs": AccLayout(block_n=2),  # pairs of columns, row by row within a pair
+    "blocks": AccLayout(4, 4),
+}
+ACC_LAYOUTS = tuple(NAMED_ACC_LAYOUTS)  # what the tuner tries for each tile
 
 
 @dataclass(frozen=True)
@@ -117,12 +159,17 @@ class Config:
             why.append(f"{self.threads} threads per block")
         if self.order not in FMA_ORDERS:
             why.append(f"FMA order {self.order} is not one of {sorted(FMA_ORDERS)}")
-        if self.acc_layout not in ACC_LAYOUTS:
+        layout = AccLayout.named(self.acc_layout)
+        if layout is None:
             why.append(
-                f"accumulator layout {self.acc_layout!r} is not one of {', '.join(ACC_LAYOUTS)}"
+                f"accumulator layout {self.acc_layout!r} is neither one of "
+                f"{', '.join(NAMED_ACC_LAYOUTS)} nor blocks spelled like 4x4 or 4x4/cr"
             )
-        elif self.acc_layout == "blocks" and self.tn % 4:
-            why.append("4 x 4 blocks of accumulators need TN to be a multiple of 4")
+        elif any(
+            block and extent % block
+            for block, extent in ((layout.block_m, self.tm), (layout.block_n, self.tn))
+        ):
+            why.append(f"accumulator blocks {self.acc_layout} do not tile t{self.tm}x{self.tn}")
         return why
 
     def to_json(self) -> dict[str, Any]:
@@ -225,8 +272,10 @@ def source_for(config: Config, m: int, n: int, k: int) -> str:
         "MIN_BLOCKS": config.min_blocks,
         "VEC": config.vec,
         "ORDER": config.order,
-        "ACC_LAYOUT": ACC_LAYOUTS.index(config.acc_layout),
     }
+    layout = AccLayout.named(config.acc_layout)
+    if layout is not None:  # an unknown layout is reported by Config.problems()
+        values |= layout.defines(config.tm, config.tn)
     defines = "".join(f"#define {name} {value}\n" for name, value in values.items())
     header = (KERNEL_DIR / COMMON_HEADER).read_text()
     body = (KERNEL_DIR / SOURCES[config.kernel]).read_text()

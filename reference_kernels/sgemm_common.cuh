@@ -54,8 +54,17 @@
 #ifndef ORDER
 #define ORDER 0
 #endif
-#ifndef ACC_LAYOUT
-#define ACC_LAYOUT 0
+#ifndef ACC_BLOCK_M
+#define ACC_BLOCK_M TM
+#endif
+#ifndef ACC_BLOCK_N
+#define ACC_BLOCK_N TN
+#endif
+#ifndef ACC_BLOCKS_BY_COLUMN
+#define ACC_BLOCKS_BY_COLUMN 0
+#endif
+#ifndef ACC_BY_COLUMN
+#define ACC_BY_COLUMN 0
 #endif
 
 #define WARP_M (8 * TM)
@@ -77,8 +86,8 @@ static_assert(TM % 4 == 0 && BK % 4 == 0,
 static_assert(BM % WARP_M == 0 && BN % WARP_N == 0, "the CTA tile must hold whole warp tiles");
 static_assert(SWIZZLE >= 1, "SWIZZLE is a count");
 static_assert(ORDER >= 0 && ORDER <= 2, "fma_order() knows orders 0, 1 and 2");
-static_assert(ACC_LAYOUT >= 0 && ACC_LAYOUT <= 3, "acc_index() knows layouts 0 to 3");
-static_assert(ACC_LAYOUT != 3 || TN % 4 == 0, "4 x 4 blocks of accumulators need TN % 4 == 0");
+static_assert(ACC_BLOCK_M >= 1 && TM % ACC_BLOCK_M == 0 && ACC_BLOCK_N >= 1 && TN % ACC_BLOCK_N == 0,
+              "accumulator blocks must tile the thread's TM x TN tile");
 
 // The thread's accumulator in row i, column j of its register tile (see acc_index).
 #define ACC(i, j) acc[ref::acc_index(i, j)]
@@ -87,17 +96,19 @@ static_assert(ACC_LAYOUT != 3 || TN % 4 == 0, "4 x 4 blocks of accumulators need
 // thread's array. The code is the same for every layout: the layout sets the order in which NVVM
 // numbers the loop-carried accumulators, and ptxas assigns registers in that order, so the layout
 // moves register-bank conflicts and with them the FMA loop's issue rate (on the H100, up to 1.2 %
-// at the same tile and FMA order: docs/reference.md). A tuned parameter.
-//   0  rows: row by row            1  columns: column by column
-//   2  pairs: pairs of columns, row by row within a pair
-//   3  blocks: 4 x 4 blocks, row by row within a block, blocks row by row
+// at the same tile and FMA order: docs/reference.md). A tuned parameter: the tile is cut into
+// ACC_BLOCK_M x ACC_BLOCK_N blocks, stored one after another (row by row of blocks, or column by
+// column with ACC_BLOCKS_BY_COLUMN), each block row by row (or column by column with
+// ACC_BY_COLUMN). One TM x TN block gives plain row- or column-major order.
 namespace ref {
 
 __device__ __forceinline__ constexpr int acc_index(int i, int j) {
-    if (ACC_LAYOUT == 0) return i * TN + j;
-    if (ACC_LAYOUT == 1) return j * TM + i;
-    if (ACC_LAYOUT == 2) return (j / 2) * (2 * TM) + 2 * i + j % 2;
-    return (i / 4) * (4 * TN) + (j / 4) * 16 + (i % 4) * 4 + j % 4;
+    constexpr int blocks_m = TM / ACC_BLOCK_M, blocks_n = TN / ACC_BLOCK_N;
+    const int bi = i / ACC_BLOCK_M, bj = j / ACC_BLOCK_N;
+    const int ii = i % ACC_BLOCK_M, jj = j % ACC_BLOCK_N;
+    const int block = ACC_BLOCKS_BY_COLUMN ? bj * blocks_m + bi : bi * blocks_n + bj;
+    const int within = ACC_BY_COLUMN ? jj * ACC_BLOCK_M + ii : ii * ACC_BLOCK_N + jj;
+    return block * (ACC_BLOCK_M * ACC_BLOCK_N) + within;
 }
 
 // The origin of tile `t` of one matrix of the batch. Consecutive tiles walk SWIZZLE m-tiles down

@@ -164,7 +164,7 @@ def test_every_variant_compiles_without_spills(tmp_path: Path) -> None:
 
 
 @needs_nvcc
-@pytest.mark.parametrize("layout", reference.ACC_LAYOUTS)
+@pytest.mark.parametrize("layout", [*reference.ACC_LAYOUTS, "8x4/cc"])
 def test_every_accumulator_layout_of_the_large_tile_compiles_without_spills(
     tmp_path: Path, layout: str
 ) -> None:

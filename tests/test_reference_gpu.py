@@ -72,7 +72,9 @@ def test_every_fma_order_and_accumulator_layout_is_correct(
         for order in reference.FMA_ORDERS
         for layout in reference.ACC_LAYOUTS
     ]
-    assert_each_is_correct(configs, m, n, k, batch)
+    # Spelled blocks, in the orders of blocks and within them that no named layout uses.
+    spelled = [replace(large, acc_layout=x) for x in ("4x2/rc", "2x4/cr", "8x4/cc")]
+    assert_each_is_correct(configs + spelled, m, n, k, batch)
 
 
 def test_repeated_launches_agree_and_reuse_the_module() -> None:

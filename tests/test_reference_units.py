@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import replace
+from itertools import takewhile
 
 import pytest
 
@@ -87,10 +88,22 @@ def test_fma_order_is_a_checked_parameter() -> None:
     assert "#define ORDER 1" in reference.source_for(LARGE, 4096, 4096, 4096)
 
 
+def layout_defines(config: reference.Config) -> list[str]:
+    """The accumulator #defines that source_for puts in front of the kernel."""
+    source = reference.source_for(config, 4096, 4096, 4096).splitlines()
+    prefix = takewhile(lambda line: line.startswith("#define "), source)
+    return [line for line in prefix if line.startswith("#define ACC_")]
+
+
 def test_accumulator_layout_is_a_checked_parameter_of_the_source_and_the_table() -> None:
     blocks = replace(LARGE, acc_layout="blocks")
-    assert "#define ACC_LAYOUT 0\n" in reference.source_for(LARGE, 4096, 4096, 4096)
-    assert "#define ACC_LAYOUT 3\n" in reference.source_for(blocks, 4096, 4096, 4096)
+    assert layout_defines(LARGE) == [  # rows: one 16 x 8 block, row by row
+        "#define ACC_BLOCK_M 16",
+        "#define ACC_BLOCK_N 8",
+        "#define ACC_BLOCKS_BY_COLUMN 0",
+        "#define ACC_BY_COLUMN 0",
+    ]
+    assert layout_defines(blocks)[:2] == ["#define ACC_BLOCK_M 4", "#define ACC_BLOCK_N 4"]
     assert blocks.label().endswith(" o1 acc-blocks") and "acc-" not in LARGE.label()
     assert reference.Config.from_json(blocks.to_json()) == blocks
     # Tables written before the parameter existed read as row-by-row layout.
@@ -98,6 +111,28 @@ def test_accumulator_layout_is_a_checked_parameter_of_the_source_and_the_table()
     assert reference.Config.from_json(legacy) == LARGE
     assert replace(LARGE, acc_layout="diagonal").problems()
     assert replace(LARGE, acc_layout="blocks", tn=2, bn=64).problems()
+
+
+@pytest.mark.parametrize(
+    ("spelled", "named"),
+    [("4x4", "blocks"), ("4x4/rr", "blocks"), ("16x2", "pairs"), ("16x8/rc", "columns")],
+)
+def test_a_spelled_accumulator_layout_compiles_like_the_named_one(spelled: str, named: str) -> None:
+    assert layout_defines(replace(LARGE, acc_layout=spelled)) == layout_defines(
+        replace(LARGE, acc_layout=named)
+    )
+
+
+def test_spelled_accumulator_blocks_set_their_orders_and_must_tile_the_register_tile() -> None:
+    assert layout_defines(replace(LARGE, acc_layout="8x2/cr")) == [
+        "#define ACC_BLOCK_M 8",
+        "#define ACC_BLOCK_N 2",
+        "#define ACC_BLOCKS_BY_COLUMN 1",
+        "#define ACC_BY_COLUMN 0",
+    ]
+    assert not replace(LARGE, acc_layout="8x2/cr").problems()
+    for bad in ("3x4", "4x16", "4x4/rx", "4x4/", "x4"):
+        assert replace(LARGE, acc_layout=bad).problems(), bad
 
 
 def test_the_tuner_tries_the_pick_first_then_every_layout_and_order_of_its_tile() -> None:
