@@ -66,7 +66,7 @@ class AccLayout:
     by_column: bool = False
 
     @classmethod
-    def named(cls, name: str) -> AccLayout | None:
+    def parse(cls, name: str) -> AccLayout | None:
         """A name of NAMED_ACC_LAYOUTS, or "RxC" blocks with an optional "/" and two letters, r or
         c, for the order of the blocks and within them ("4x4/cr"); None if it is neither."""
         if name in NAMED_ACC_LAYOUTS:
@@ -78,6 +78,7 @@ class AccLayout:
         return cls(int(rows), int(columns), blocks == "c", within == "c")
 
     def defines(self, tm: int, tn: int) -> dict[str, int]:
+        """acc_index()'s #defines for a TM x TN register tile."""
         return {
             "ACC_BLOCK_M": self.block_m or tm,
             "ACC_BLOCK_N": self.block_n or tn,
@@ -159,7 +160,7 @@ class Config:
             why.append(f"{self.threads} threads per block")
         if self.order not in FMA_ORDERS:
             why.append(f"FMA order {self.order} is not one of {sorted(FMA_ORDERS)}")
-        layout = AccLayout.named(self.acc_layout)
+        layout = AccLayout.parse(self.acc_layout)
         if layout is None:
             why.append(
                 f"accumulator layout {self.acc_layout!r} is neither one of "
@@ -273,7 +274,7 @@ def source_for(config: Config, m: int, n: int, k: int) -> str:
         "VEC": config.vec,
         "ORDER": config.order,
     }
-    layout = AccLayout.named(config.acc_layout)
+    layout = AccLayout.parse(config.acc_layout)
     if layout is not None:  # an unknown layout is reported by Config.problems()
         values |= layout.defines(config.tm, config.tn)
     defines = "".join(f"#define {name} {value}\n" for name, value in values.items())
