@@ -94,9 +94,10 @@ static_assert(ACC_BLOCK_M >= 1 && TM % ACC_BLOCK_M == 0 && ACC_BLOCK_N >= 1 && T
 
 // Where accumulator (i, j) of the register tile (row i along m, column j along n) lies in the
 // thread's array. The code is the same for every layout: the layout sets the order in which NVVM
-// numbers the loop-carried accumulators, and ptxas assigns registers in that order, so the layout
-// moves register-bank conflicts and with them the FMA loop's issue rate (on the H100, up to 1.2 %
-// at the same tile and FMA order: docs/reference.md). A tuned parameter: the tile is cut into
+// numbers the loop-carried accumulators, which ptxas's register assignment partly follows (the 80
+// possible blocks of a 16 x 8 tile give 14 distinct FMA loops), so the layout moves register-bank
+// conflicts and with them the FMA loop's issue rate (on the H100, up to 1.2 % at the same tile
+// and FMA order: docs/reference.md). A tuned parameter: the tile is cut into
 // ACC_BLOCK_M x ACC_BLOCK_N blocks, stored one after another (row by row of blocks, or column by
 // column with ACC_BLOCKS_BY_COLUMN), each block row by row (or column by column with
 // ACC_BY_COLUMN). One TM x TN block gives plain row- or column-major order.
