@@ -210,6 +210,13 @@ __device__ __forceinline__ void fma_k(int k, const float (&a)[TM], const float (
     }
 }
 
+__device__ __forceinline__ void clear(float (&acc)[TM * TN]) {
+#pragma unroll
+    for (int i = 0; i < TM; ++i)
+#pragma unroll
+        for (int j = 0; j < TN; ++j) ACC(i, j) = 0.0f;
+}
+
 __device__ __forceinline__ void fma_stage(const float* __restrict__ as, const float* __restrict__ bs,
                                           int m0, int n0, float (&acc)[TM * TN]) {
     float a[2][TM], b[2][TN];

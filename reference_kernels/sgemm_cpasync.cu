@@ -106,10 +106,7 @@ extern "C" __global__ void __launch_bounds__(CONSUMER_THREADS, MIN_BLOCKS)
     const int m0 = (warp % WARPS_M) * WARP_M + (lane % 8) * 4;
     const int n0 = (warp / WARPS_M) * WARP_N + (lane / 8) * TN;
     float acc[TM * TN];
-#pragma unroll
-    for (int i = 0; i < TM; ++i)
-#pragma unroll
-        for (int j = 0; j < TN; ++j) ACC(i, j) = 0.0f;
+    ref::clear(acc);
 
     int s = 0;
     int refill = STAGES - 1;
