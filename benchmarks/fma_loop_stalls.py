@@ -114,6 +114,10 @@ def summary(frame: pd.DataFrame) -> dict[str, Any]:
         ffma.loc[ffma["line_start"], "stall_dispatch"].mean() - plain["stall_dispatch"].mean()
     ) * int(ffma["line_start"].sum())
 
+    loads = loop[loop["sass"].str.startswith("LDS")]
+    lds_count = len(loads)
+    wavefronts = float(pd.to_numeric(loads["L1 Wavefronts Shared"], errors="coerce").sum())
+
     def share(samples: float) -> float:
         return round(float(samples) / total, 4)
 
@@ -131,6 +135,8 @@ def summary(frame: pd.DataFrame) -> dict[str, Any]:
             "ffma_in_place": int(ffma["in_place"].sum()),
             "ffma_two_reads_one_bank": int((ffma["conflict"] == 2).sum()),
             "ffma_three_reads_one_bank": int((ffma["conflict"] == 3).sum()),
+            "shared_wavefronts_per_lds": round(wavefronts / (lds_count * runs), 2),
+            "shared_wavefronts_per_ffma": round(wavefronts / (len(ffma) * runs), 3),
             "no_inst_at_line_starts": share(line_starts["stall_no_inst"].sum()),
             "dispatch_on_ffma": share(ffma["stall_dispatch"].sum()),
             "dispatch_on_ffma_above_conflict_free": share(excess_conflicts),
@@ -156,6 +162,10 @@ def main(argv: list[str]) -> int:
         print(
             f"  FFMAs: {loop['ffma']}, in place {loop['ffma_in_place']}, two / three reads in "
             f"one bank {loop['ffma_two_reads_one_bank']} / {loop['ffma_three_reads_one_bank']}"
+        )
+        print(
+            f"  shared-memory wavefronts: {loop['shared_wavefronts_per_lds']} per load, "
+            f"{loop['shared_wavefronts_per_ffma']} per FFMA"
         )
         shares = {k: figures["stall_share"].get(k, 0.0) for k in REASONS}
         print("  shares: " + ", ".join(f"{k} {v:.3f}" for k, v in shares.items()))

@@ -47,6 +47,9 @@ def test_finds_each_kernels_fma_loop(figures: dict[str, Any]) -> None:
     # cuBLAS's kernel keeps every accumulator in its register; ptxas moves most of ours.
     assert cublas["ffma_in_place"] == 1024
     assert reference["ffma_in_place"] < reference["ffma"] / 4
+    # Every LDS.128 of ours takes four shared-memory wavefronts; a third of cuBLAS's take two.
+    assert reference["shared_wavefronts_per_lds"] == 4.0
+    assert cublas["shared_wavefronts_per_ffma"] < reference["shared_wavefronts_per_ffma"]
     # FFMAs wait longer to dispatch the more reads share a bank, and longer when they move the
     # accumulator than when they write it in place.
     waits = reference["dispatch_per_ffma_run_x1e6"]
