@@ -95,6 +95,7 @@ def dispatch_per_run(ffma: pd.DataFrame, runs: int) -> dict[str, dict[int, float
 
 
 def summary(frame: pd.DataFrame) -> dict[str, Any]:
+    """One kernel's figures: the share of every stall reason, and its FMA loop's."""
     stalls = [c for c in frame.columns if c.startswith("stall_") and "Not Issued" not in c]
     total = float(frame[stalls].to_numpy().sum())
     executed = pd.to_numeric(frame["Instructions Executed"], errors="coerce").fillna(0)
