@@ -33,6 +33,11 @@ REASONS = ("selected", "not_selected", "dispatch", "no_inst", "short_sb", "wait"
 LINE_BYTES = 128
 
 
+def stall_columns(frame: pd.DataFrame) -> list[str]:
+    """The export's warp-state sample counts, one column per stall reason (all samples)."""
+    return [c for c in frame.columns if c.startswith("stall_") and "Not Issued" not in c]
+
+
 def kernels(path: Path) -> dict[str, pd.DataFrame]:
     """Each kernel's rows of the export: one per SASS instruction."""
     opener = gzip.open if path.suffix == ".gz" else open
@@ -43,9 +48,9 @@ def kernels(path: Path) -> dict[str, pd.DataFrame]:
         name_line, body = block.split("\n", 1)
         name = next(csv.reader([name_line]))[0]
         frame = pd.read_csv(io.StringIO(body), thousands=",", low_memory=False)
-        stalls = [c for c in frame.columns if c.startswith("stall_") and "Not Issued" not in c]
+        stalls = stall_columns(frame)
         frame[stalls] = frame[stalls].apply(pd.to_numeric, errors="coerce").fillna(0)
-        frame["address"] = frame["Address"].map(lambda a: int(a, 16))
+        frame["line_start"] = frame["Address"].map(lambda a: int(a, 16) % LINE_BYTES == 0)
         frame["sass"] = frame["Source"].str.strip()
         found[name] = frame
     return found
@@ -76,7 +81,6 @@ def ffma_table(loop: pd.DataFrame) -> pd.DataFrame:
         for a, b, c, ac, bc in zip(ffma["a"], ffma["b"], ffma["c"], a_cached, b_cached, strict=True)
     ]
     ffma["in_place"] = ffma["d"] == ffma["c"]
-    ffma["line_start"] = ffma["address"] % LINE_BYTES == 0
     return ffma
 
 
@@ -96,13 +100,13 @@ def dispatch_per_run(ffma: pd.DataFrame, runs: int) -> dict[str, dict[int, float
 
 def summary(frame: pd.DataFrame) -> dict[str, Any]:
     """One kernel's figures: the share of every stall reason, and its FMA loop's."""
-    stalls = [c for c in frame.columns if c.startswith("stall_") and "Not Issued" not in c]
+    stalls = stall_columns(frame)
     total = float(frame[stalls].to_numpy().sum())
     executed = pd.to_numeric(frame["Instructions Executed"], errors="coerce").fillna(0)
     runs = executed[frame["sass"].str.startswith("FFMA")].mode()[0]
     loop = frame[executed == runs]
     ffma = ffma_table(loop)
-    line_starts = loop[loop["address"] % LINE_BYTES == 0]
+    line_starts = loop[loop["line_start"]]
     plain = ffma[~ffma["line_start"]]
     dispatch_by_conflict = plain.groupby("conflict")["stall_dispatch"].mean()
     excess_conflicts = sum(

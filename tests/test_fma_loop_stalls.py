@@ -14,7 +14,8 @@ RESULTS = Path(__file__).resolve().parent.parent / "benchmarks" / "results"
 EXPORT = RESULTS / "reference_ncu_source_8192b8_h100.csv.gz"
 
 
-def _script() -> ModuleType:
+@pytest.fixture(scope="module")
+def script() -> ModuleType:
     path = RESULTS.parent / "fma_loop_stalls.py"
     spec = importlib.util.spec_from_file_location("fma_loop_stalls", path)
     assert spec is not None and spec.loader is not None
@@ -24,13 +25,11 @@ def _script() -> ModuleType:
 
 
 @pytest.fixture(scope="module")
-def figures() -> dict[str, Any]:
-    script = _script()
+def figures(script: ModuleType) -> dict[str, Any]:
     return {name: script.summary(frame) for name, frame in script.kernels(EXPORT).items()}
 
 
-def test_bank_conflict_counts_only_reads_from_the_register_file() -> None:
-    script = _script()
+def test_bank_conflict_counts_only_reads_from_the_register_file(script: ModuleType) -> None:
     assert script.bank_conflict(2, 4, 6, False, False) == 3
     assert script.bank_conflict(2, 4, 6, True, False) == 2
     assert script.bank_conflict(2, 3, 5, False, False) == 2
