@@ -15,18 +15,20 @@ from pathlib import Path
 from typing import Any
 
 from cublas_audit.errors import AuditError
-from cublas_audit.table import APIS, MODES
+from cublas_audit.modes import MODE_NAMES as MODES
+from cublas_audit.modes import mode as mode_of
+from cublas_audit.rundir import write_text_atomic
+from cublas_audit.table import APIS
 
 DEFAULT_SIZES = (256, 512, 1024, 2048, 4096, 8192)
 DEFAULT_BATCHES = (4, 8, 16)
-PLAN_FILE = "plan.json"
+# Workspace a cuBLASLt call may use, bytes: what the sweep's cuBLASLt cases and every candidate of
+# the candidate audit are given (cuBLAS's own default on Hopper is 32 MiB too).
+DEFAULT_WORKSPACE_BYTES = 32 * 1024 * 1024
 
 LOOP_ROUTINE = "sgemm-loop"
 _SAFE_LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 _SHAPE = re.compile(r"^(\d+)x(\d+)x(\d+)$")
-
-# Bytes per element of A/B and of C, per mode: what the probe allocates.
-ELEMENT_BYTES = {"fp32": (4, 4), "tf32": (4, 4), "bf16x": (4, 4), "fp16": (2, 2), "bf16": (2, 2)}
 
 
 @dataclass(frozen=True, order=True)
@@ -71,8 +73,8 @@ class Case:
 
     @property
     def bytes_needed(self) -> int:
-        ab, c = ELEMENT_BYTES[self.mode]
-        return self.batch * (ab * (self.m * self.k + self.k * self.n) + c * self.m * self.n)
+        item = mode_of(self.mode).element_bytes
+        return self.batch * item * (self.m * self.k + self.k * self.n + self.m * self.n)
 
     def to_json(self) -> dict[str, Any]:
         return {**asdict(self), "case_id": self.case_id, "routine": self.routine}
@@ -212,7 +214,7 @@ def build_plan(
 
 
 def write_plan(cases: Sequence[Case], path: Path) -> None:
-    path.write_text(json.dumps([c.to_json() for c in cases], indent=1) + "\n")
+    write_text_atomic(path, json.dumps([c.to_json() for c in cases], indent=1) + "\n")
 
 
 def read_plan(path: Path) -> list[Case]:

@@ -1,10 +1,16 @@
-"""The `cublas-audit` command line: argument checks and calls into the pipeline, nothing else."""
+"""The `cublas-audit` command line: parses arguments, calls the library, prints. Nothing else.
+
+Exit codes (README): 0 done, 1 a regression found (the diff gate only), 2 bad input, 3 a tool or
+permission missing, 4 an internal error (the traceback goes to a log file), 130 interrupted.
+"""
 
 from __future__ import annotations
 
 import functools
 import json
 import sys
+import tempfile
+import traceback
 from collections.abc import Callable
 from enum import StrEnum
 from pathlib import Path
@@ -24,6 +30,8 @@ app = typer.Typer(
 
 P = ParamSpec("P")
 R = TypeVar("R")
+INTERNAL_ERROR = 4
+INTERRUPTED = 130
 
 # The problem grid, as `sweep` and `candidates` take it.
 DEFAULT_SIZES = "256,512,1024,2048,4096,8192"
@@ -31,9 +39,7 @@ DEFAULT_BATCHES = "4,8,16"
 Single = Annotated[
     bool | None,
     typer.Option(
-        "--single/--no-single",
-        help="Non-batched calls (batch 1) (default: both kinds).",
-        show_default=False,
+        "--single/--no-single", help="Non-batched calls (default: both kinds).", show_default=False
     ),
 ]
 Batched = Annotated[
@@ -44,10 +50,24 @@ Batched = Annotated[
         show_default=False,
     ),
 ]
-Sizes = Annotated[str, typer.Option(help="Square sizes M=N=K, comma-separated.")]
-Shapes = Annotated[str, typer.Option(help="Extra non-square problems, e.g. 4096x1024x512,...")]
-Batches = Annotated[str, typer.Option(help="Batch counts for the batched calls.")]
-Modes = Annotated[str, typer.Option(help="Compute modes: fp32, tf32, bf16x, fp16, bf16.")]
+Sizes = Annotated[str, typer.Option(metavar="N,N,...", help="Square sizes M=N=K, comma-separated.")]
+Shapes = Annotated[
+    str, typer.Option(metavar="MxNxK,...", help="Extra non-square problems, e.g. 4096x1024x512.")
+]
+Batches = Annotated[
+    str, typer.Option(metavar="N,N,...", help="Batch counts for the batched calls.")
+]
+Modes = Annotated[
+    str, typer.Option(metavar="MODE,...", help="Compute modes: fp32, tf32, bf16x, fp16, bf16.")
+]
+Thresholds = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--threshold",
+        metavar="NAME=VALUE",
+        help="Override a threshold (repeatable; names in docs/report.md).",
+    ),
+]
 
 
 class TextOrJson(StrEnum):
@@ -55,31 +75,63 @@ class TextOrJson(StrEnum):
     json = "json"
 
 
-class MdOrJson(StrEnum):
+class Format(StrEnum):
     md = "md"
     json = "json"
 
 
-def one_line_errors(command: Callable[P, R]) -> Callable[P, R]:
-    """Turns an AuditError into `error: ...` on stderr and the error's exit code."""
+class FailOn(StrEnum):
+    regression = "regression"
+
+
+def exit_codes(command: Callable[P, R]) -> Callable[P, R]:
+    """The exit-code contract: an AuditError is its one-line message and code, Ctrl-C is 130, and
+    anything else is an internal error (4) whose traceback goes to a log file, never a 1."""
 
     @functools.wraps(command)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         try:
             return command(*args, **kwargs)
         except AuditError as exc:
-            typer.secho(f"error: {exc}", err=True, fg=typer.colors.RED)
+            _error(str(exc))
             raise typer.Exit(exc.exit_code) from None
+        except KeyboardInterrupt:
+            _error("interrupted")
+            raise typer.Exit(INTERRUPTED) from None
+        except (typer.Exit, typer.Abort, SystemExit):
+            raise
+        except Exception as exc:
+            log = _write_traceback(exc)
+            _error(
+                f"internal error: {type(exc).__name__}: {exc}".splitlines()[0]
+                + f" (traceback: {log})"
+            )
+            raise typer.Exit(INTERNAL_ERROR) from None
 
     return wrapper
 
 
+def _error(message: str) -> None:
+    typer.secho(f"error: {message}", err=True, fg=typer.colors.RED)
+
+
+def _write_traceback(exc: BaseException) -> str:
+    with tempfile.NamedTemporaryFile(
+        "w", prefix="cublas-audit-error-", suffix=".log", delete=False
+    ) as log:
+        log.write("".join(traceback.format_exception(exc)))
+        return log.name
+
+
 def print_json(data: Any) -> None:
-    typer.echo(json.dumps(data, indent=2, default=str))
+    """Strict JSON: NaN and infinities are null, never `NaN` / `Infinity`."""
+    from cublas_audit.table import json_ready
+
+    typer.echo(json.dumps(json_ready(data), indent=2, default=str, allow_nan=False))
 
 
 @app.command("env")
-@one_line_errors
+@exit_codes
 def env_command(
     format: TextOrJson = typer.Option(TextOrJson.text, "--format", help="Output format."),
 ) -> None:
@@ -94,7 +146,7 @@ def env_command(
 
 
 @app.command("sweep")
-@one_line_errors
+@exit_codes
 def sweep_command(
     single: Single = None,
     batched: Batched = None,
@@ -103,96 +155,76 @@ def sweep_command(
     batches: Batches = DEFAULT_BATCHES,
     modes: Modes = "fp32",
     api: str = typer.Option(
-        "cublas,cublasLt", "--api", help="cublas (classic calls), cublasLt, or both."
+        "cublas,cublasLt", metavar="API,...", help="cublas (classic calls), cublasLt, or both."
     ),
     gpu_label: str | None = typer.Option(
-        None, help="Label of this GPU in tables and paths (default: from its name)."
+        None, metavar="LABEL", help="Label of this GPU in tables and paths (default: its name)."
     ),
     out: Path | None = typer.Option(
-        None, help="Run directory (default: reports/<label>/<timestamp>/)."
+        None, metavar="DIR", help="Run directory (default: reports/<label>/<timestamp>/)."
     ),
     resume: Path | None = typer.Option(
-        None, help="Finish an interrupted sweep in this run directory."
+        None, metavar="DIR", help="Finish an interrupted sweep in this run directory."
     ),
-    profile: bool = typer.Option(
-        True, "--profile/--no-profile", help="Profile under ncu (else only time)."
+    profile: bool | None = typer.Option(
+        None, "--profile/--no-profile", help="Profile under ncu (default), or only time."
     ),
-    reference: bool = typer.Option(
-        True,
-        "--reference/--no-reference",
-        help="Time and profile the bundled reference kernel (FP32).",
+    reference: bool | None = typer.Option(
+        None, "--reference/--no-reference", help="Time and profile the reference kernel (FP32)."
     ),
     ncu: str | None = typer.Option(
-        None, help="Path of the ncu binary (default: PATH, then /usr/local/cuda/bin)."
+        None, metavar="PATH", help="The ncu binary (default: PATH, then /usr/local/cuda/bin)."
     ),
-    clock_control: str = typer.Option(
-        "none", help="ncu --clock-control: none (leave clocks alone) or base."
+    clock_control: str | None = typer.Option(
+        None, metavar="none|base", help="ncu --clock-control (default: none, clocks left alone)."
     ),
-    probe_python: str = typer.Option(
-        sys.executable, help="Python interpreter that runs the probe."
+    probe_python: str | None = typer.Option(
+        None, metavar="PYTHON", help="Interpreter that runs the probe (default: this one)."
     ),
     cublas_lib: Path | None = typer.Option(
-        None, help="Directory with the libcublas/libcublasLt to audit."
+        None, metavar="DIR", help="Directory whose libcublas/libcublasLt the probe loads."
     ),
     probe_env: list[str] = typer.Option(
-        [], help="KEY=VALUE for the probe, e.g. CUBLAS_WORKSPACE_CONFIG=:4096:8 (repeatable)."
+        [], metavar="KEY=VALUE", help="Environment for the probe (repeatable)."
     ),
-    min_reps: int = typer.Option(20, min=20, help="Timed repetitions per call, at least."),
+    min_reps: int | None = typer.Option(
+        None, min=20, metavar="N", help="Timed repetitions per call, at least (default 20)."
+    ),
     candidates: bool = typer.Option(
         False, "--candidates/--no-candidates", help="Also time every cuBLASLt heuristic candidate."
     ),
-    limit: int = typer.Option(32, min=1, help="Candidates per problem with --candidates."),
+    limit: int = typer.Option(32, min=1, metavar="N", help="Candidates per problem."),
 ) -> None:
     """Run cuBLAS / cuBLASLt calls across sizes under ncu and write a dispatch table."""
-    from cublas_audit import cases as plan
-    from cublas_audit import environment, sweep
-    from cublas_audit.profile import CLOCK_CONTROLS, ProbeCommand
+    from cublas_audit import cases, probe_process
+    from cublas_audit.summary import summary
+    from cublas_audit.sweep_setup import SweepOptions, sweep
 
-    if clock_control not in CLOCK_CONTROLS:
-        raise AuditError(
-            f"--clock-control: {clock_control!r} is not one of {', '.join(CLOCK_CONTROLS)}"
-        )
-    extra_env = sweep.parse_probe_env(probe_env)
-    candidate_limit = limit if candidates else None
-    if resume is not None:
-        # A resumed sweep finishes the run it was: same probe settings, same phases.
-        case_list, recorded = sweep.resume_cases(resume)
-        label, run_dir = str(recorded.get("gpu_label", "gpu")), resume
-        extra_env = {**recorded.get("probe_env", {}), **extra_env}
-        profile = bool(recorded.get("profiled", profile))
-        reference = bool(recorded.get("reference", reference))
-        candidate_limit = candidate_limit or recorded.get("candidate_limit")
-    else:
-        case_list = plan.plan_from_options(single, batched, sizes, shapes, batches, modes, api)
-        label = plan.check_label(gpu_label) if gpu_label else ""
-        if out is not None:
-            sweep.check_new_run_dir(out)
-    env = environment.collect(ncu)
-    environment.require_gpu(env)
-    ncu_path = environment.require_profiler(env) if profile else None
-    if resume is None:
-        label = label or plan.label_from_gpu_name(env.gpu_name or "")
-        run_dir = out or sweep.default_run_dir(label)
-    probe = ProbeCommand(probe_python, sweep.probe_environment(extra_env, cublas_lib))
-    config = sweep.SweepConfig(
-        cases=case_list,
-        run_dir=run_dir,
-        gpu_label=label,
-        command=sweep.argv_for_record(),
-        ncu=ncu_path,
-        clock_control=clock_control,
-        probe=probe,
+    options = SweepOptions(
+        cases=[]
+        if resume is not None
+        else cases.plan_from_options(single, batched, sizes, shapes, batches, modes, api),
+        gpu_label=gpu_label,
+        out=out,
+        resume=resume,
+        profile=profile,
         reference=reference,
+        ncu=ncu,
+        clock_control=clock_control,
+        probe_python=probe_python,
+        cublas_lib=cublas_lib,
+        probe_env=probe_process.parse_probe_env(probe_env),
         min_reps=min_reps,
-        candidate_limit=candidate_limit,
+        candidate_limit=limit if candidates else None,
+        command=["cublas-audit", *sys.argv[1:]],
     )
-    if resume is None:
-        sweep.start_run(config, env, extra_env)
-    frame = _run_with_progress(config)
-    _finish_sweep(config, frame)
+    result = _with_progress(lambda hooks: sweep(options, hooks))
+    typer.echo(summary(result.frame))
+    typer.echo(f"\nrun directory: {result.run_dir}\nreport: {result.report}")
 
 
-def _run_with_progress(config: Any) -> Any:
+def _with_progress(work: Callable[[Any], R]) -> R:
+    """Runs `work(progress_hooks)` under a rich progress bar on stderr."""
     from rich.console import Console
     from rich.progress import (
         BarColumn,
@@ -202,39 +234,23 @@ def _run_with_progress(config: Any) -> Any:
         TimeRemainingColumn,
     )
 
-    from cublas_audit import sweep
+    from cublas_audit.sweep import Progress as Hooks
 
     console = Console(stderr=True)
-    with Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeRemainingColumn(),
-        console=console,
-        transient=False,
-    ) as bar:
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
+    with Progress(*columns, TimeRemainingColumn(), console=console) as bar:
         task = bar.add_task("sweep", total=None)
-
-        hooks = sweep.Progress(
+        hooks = Hooks(
             start=lambda total: bar.update(task, total=total),
             current=lambda case_id: bar.update(task, description=case_id),
             advance=lambda case_id: bar.advance(task),
-            note=lambda message: console.print(f"[yellow]{message}"),
+            note=lambda message: console.print(message, style="yellow", markup=False),
         )
-        return sweep.run(config, hooks)
-
-
-def _finish_sweep(config: Any, frame: Any) -> None:
-    from cublas_audit.render import write_run_report
-    from cublas_audit.summary import summary
-
-    typer.echo(summary(frame))
-    report = write_run_report(config.run_dir)
-    typer.echo(f"\nrun directory: {config.run_dir}\nreport: {report}")
+        return work(hooks)
 
 
 @app.command("candidates")
-@one_line_errors
+@exit_codes
 def candidates_command(
     single: Single = None,
     batched: Batched = None,
@@ -242,65 +258,70 @@ def candidates_command(
     shapes: Shapes = "",
     batches: Batches = DEFAULT_BATCHES,
     modes: Modes = "fp32",
-    limit: int = typer.Option(32, min=1, help="Heuristic candidates per case, at most."),
+    limit: int = typer.Option(32, min=1, metavar="N", help="Heuristic candidates per case."),
     threshold: float = typer.Option(
-        0.10, min=0.0, help="Flag a case when the best candidate beats the default by this much."
+        0.10, min=0.0, max=1.0, metavar="FRACTION", help="Flag a gap of at least this much."
     ),
     min_reps: int = typer.Option(
-        5, min=2, help="Timed calls per candidate, at least (short calls get ~0.1 s worth)."
+        5, min=2, metavar="N", help="Timed calls per candidate, at least."
     ),
-    workspace_mib: int = typer.Option(32, min=0, help="Workspace a candidate may use, MiB."),
-    format: MdOrJson = typer.Option(MdOrJson.md, "--format", help="Output format."),
+    workspace_mib: int = typer.Option(
+        32, min=0, metavar="MIB", help="Workspace a candidate may use."
+    ),
+    format: Format = typer.Option(Format.md, "--format", help="Output format."),
     out: Path | None = typer.Option(
-        None, help="Directory for candidates.csv and candidates.log (default: none)."
+        None, metavar="DIR", help="Write candidates.csv and candidates.log here."
     ),
 ) -> None:
     """Time every algorithm cuBLASLt's heuristic offers: is its default the fastest?"""
-    from cublas_audit import candidates, environment
-    from cublas_audit import cases as plan
+    from cublas_audit import cases, environment
+    from cublas_audit.candidates import find_better_candidates
+    from cublas_audit.candidates_report import render_markdown
+    from cublas_audit.device.candidate_audit import run_candidates
+    from cublas_audit.table import frame_records
 
-    case_list = plan.plan_from_options(single, batched, sizes, shapes, batches, modes, "cublasLt")
+    case_list = cases.plan_from_options(single, batched, sizes, shapes, batches, modes, "cublasLt")
     env = environment.collect()
     environment.require_gpu(env)
-    frame = candidates.run_candidates(
+    frame = run_candidates(
         case_list,
         out,
         limit,
         threshold=threshold,
         min_reps=min_reps,
         workspace_bytes=workspace_mib * 1024 * 1024,
-        gpu_label=plan.label_from_gpu_name(env.gpu_name or ""),
+        gpu_label=cases.label_from_gpu_name(env.gpu_name or ""),
         progress=lambda line: typer.echo(line, err=True),
     )
-    if format is MdOrJson.json:
-        print_json(
-            {
-                "candidates": frame.astype(object).where(frame.notna(), None).to_dict("records"),
-                "findings": candidates.find_better_candidates(frame, threshold),
-            }
-        )
+    if format is Format.json:
+        found = find_better_candidates(frame, threshold)
+        print_json({"candidates": frame_records(frame), "findings": found})
     else:
-        typer.echo(candidates.render_markdown(frame, threshold))
+        typer.echo(render_markdown(frame, threshold))
 
 
 @app.command("reference")
-@one_line_errors
+@exit_codes
 def reference_command(
     sizes: Sizes = DEFAULT_SIZES,
-    batches: str = typer.Option("1,4,8,16", help="Batch counts (1 = the single call)."),
-    format: MdOrJson = typer.Option(MdOrJson.md, "--format", help="Output format."),
+    batches: str = typer.Option(
+        "1,4,8,16", metavar="N,N,...", help="Batch counts (1 = the single call)."
+    ),
+    format: Format = typer.Option(Format.md, "--format", help="Output format."),
     tune: bool = typer.Option(
         False, "--tune", help="Search the tile space on this GPU and write its strategy table."
     ),
     out: Path | None = typer.Option(
-        None, help="--tune: table path (default: the package's table for this GPU)."
+        None, metavar="FILE", help="--tune: table path (default: the package's, for this GPU)."
     ),
-    budget_s: float = typer.Option(180.0, "--budget-s", min=1, help="--tune: time budget."),
-    min_reps: int = typer.Option(20, min=20, help="Timed repetitions per contender, at least."),
+    budget_s: float = typer.Option(
+        180.0, "--budget-s", min=1, metavar="SECONDS", help="--tune: time budget."
+    ),
+    min_reps: int = typer.Option(20, min=20, metavar="N", help="Timed repetitions, at least."),
 ) -> None:
     """Time the bundled reference SGEMM against cuBLAS (FP32), or tune its strategy table."""
-    from cublas_audit import reference
     from cublas_audit.cases import parse_int_list
+    from cublas_audit.device.reference import bench
 
     size_list = parse_int_list(sizes, "--sizes")
     batch_list = parse_int_list(batches, "--batches")
@@ -309,70 +330,63 @@ def reference_command(
         typer.echo(line, err=True)
 
     if tune:
-        table = reference.tune(size_list, batch_list, budget_s, log)
-        typer.echo(f"strategy table: {reference.write_table(table, out)}")
+        table = bench.tune(size_list, batch_list, budget_s, log)
+        typer.echo(f"strategy table: {bench.write_table(table, out)}")
         return
-    rows = reference.comparisons(size_list, batch_list, log, min_reps)
-    if format is MdOrJson.json:
+    rows = bench.comparisons(size_list, batch_list, log, min_reps)
+    if format is Format.json:
         print_json([row.to_json() for row in rows])
     else:
-        typer.echo(reference.markdown(rows))
-
-
-class FailOn(StrEnum):
-    regression = "regression"
-
-
-THRESHOLD_HELP = "Override a threshold, NAME=VALUE (repeatable; names in docs/report.md)."
+        typer.echo(bench.markdown(rows))
 
 
 @app.command("report")
-@one_line_errors
+@exit_codes
 def report_command(
     inputs: list[Path] | None = typer.Argument(
         None,
-        help="Run directories or dispatch tables (CSV/Parquet) (default: the audits bundled in "
-        "reports/, each GPU's newest batched run).",
+        metavar="[RUN_OR_TABLE]...",
+        help="Run directories or dispatch tables (CSV/Parquet) (default: the bundled audits, "
+        "each GPU's newest batched run).",
         show_default=False,
     ),
     out: Path | None = typer.Option(
-        None, "--out", help="Write the Markdown here, plots/ beside it (default: stdout, no plots)."
+        None, metavar="FILE", help="Write the Markdown here, plots/ beside it."
     ),
-    format: MdOrJson = typer.Option(MdOrJson.md, "--format", help="Output format."),
-    threshold: list[str] = typer.Option([], "--threshold", help=THRESHOLD_HELP),
+    format: Format | None = typer.Option(
+        None,
+        "--format",
+        help="md or json on stdout (default: a summary in a terminal, Markdown in a pipe).",
+        show_default=False,
+    ),
+    threshold: Thresholds = None,
 ) -> None:
     """Findings, dispatch and efficiency tables, stalls and reproduce scripts, per GPU."""
-    from cublas_audit import render
-    from cublas_audit.thresholds import with_overrides
+    from cublas_audit import report
 
-    limits = with_overrides(threshold)
-    datasets = render.load_inputs(inputs or render.bundled_runs())
-    if format is MdOrJson.json:
-        print_json(render.findings_json(datasets, limits))
-    elif out is not None:
-        typer.echo(f"report: {render.write_report(datasets, out, limits)}")
-    else:
-        typer.echo(render.render_report(datasets, limits), nl=False)
+    job = report.ReportJob(inputs or [], out, format.value if format else None, threshold or [])
+    report.run(job, terminal=sys.stdout.isatty(), echo=typer.echo)
 
 
 @app.command("diff")
-@one_line_errors
+@exit_codes
 def diff_command(
-    a: Path = typer.Argument(..., help="Baseline: a run directory or a dispatch table."),
-    b: Path = typer.Argument(..., help="Compared: a run directory or a dispatch table."),
-    format: MdOrJson = typer.Option(MdOrJson.md, "--format", help="Output format."),
+    a: Path = typer.Argument(..., metavar="RUN_A", help="Baseline: a run directory or a table."),
+    b: Path = typer.Argument(..., metavar="RUN_B", help="Compared: a run directory or a table."),
+    format: Format = typer.Option(Format.md, "--format", help="Output format."),
     fail_on: FailOn | None = typer.Option(
         None, "--fail-on", help="Exit 1 when B has a regression against A (for CI)."
     ),
-    threshold: list[str] = typer.Option([], "--threshold", help=THRESHOLD_HELP),
+    threshold: Thresholds = None,
 ) -> None:
     """Kernel changes, FMA % and time deltas, regressions and one-side-only cases of two runs."""
-    from cublas_audit import diff, render
+    from cublas_audit import diff
+    from cublas_audit.inputs import load_one_gpu
     from cublas_audit.thresholds import with_overrides
 
-    limits = with_overrides(threshold)
-    result = diff.compare(render.load_one_gpu(a), render.load_one_gpu(b), limits)
-    if format is MdOrJson.json:
+    limits = with_overrides(threshold or [])
+    result = diff.compare(load_one_gpu(a), load_one_gpu(b), limits)
+    if format is Format.json:
         print_json(diff.to_json(result))
     else:
         typer.echo(diff.to_markdown(result), nl=False)

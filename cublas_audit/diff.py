@@ -14,7 +14,9 @@ from typing import Any
 import pandas as pd
 
 from cublas_audit.findings import plain, prepare
-from cublas_audit.render import Dataset, _env_value, _template, md_code, md_table, md_text
+from cublas_audit.inputs import Dataset
+from cublas_audit.markdown import md_code, md_table, md_text, template
+from cublas_audit.render import env_value
 from cublas_audit.table import CASE_KEY, TableSource
 from cublas_audit.thresholds import Thresholds
 
@@ -158,7 +160,7 @@ def _env(dataset: Dataset) -> dict[str, str]:
         if column in dataset.frame.columns and dataset.frame[column].notna().any():
             values[column] = dataset.frame[column].dropna().iloc[0]
     values.update({k: v for k, v in dataset.env.items() if k in ENV_KEYS and v not in (None, "")})
-    return {k: _env_value(v) for k, v in values.items()}
+    return {k: env_value(v) for k, v in values.items()}
 
 
 # ----- output -----------------------------------------------------------------------------------
@@ -191,7 +193,7 @@ def _records(rows: pd.DataFrame) -> list[dict[str, Any]]:
 def to_markdown(diff: Diff) -> str:
     differs = [r for r in diff.env if r.differs]
     same = [r.key for r in diff.env if not r.differs]
-    return _template("diff.md.j2").render(
+    return template("diff.md.j2").render(
         a=md_code(diff.a, in_table=False),
         b=md_code(diff.b, in_table=False),
         env=md_table(["", "A", "B"], [(r.key, md_text(r.a), md_text(r.b)) for r in differs]),

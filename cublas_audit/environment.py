@@ -124,11 +124,19 @@ def describe(env: Environment) -> str:
         if env.ncu_path
         else "ncu:        not found"
     )
-    permission = {True: "yes", None: "unknown (no /proc/driver/nvidia/params)"}.get(
+    lines.append(f"counters:   {counter_permission(env)}")
+    return "\n".join(lines)
+
+
+def counter_permission(env: Environment) -> str:
+    """Whether ncu may read counters here: only a question where a GPU and ncu are."""
+    if not env.has_gpu:
+        return "not applicable: no GPU"
+    if env.ncu_path is None:
+        return "not applicable: no ncu"
+    return {True: "yes", None: "unknown (no /proc/driver/nvidia/params)"}.get(
         env.counters_permitted, f"no: {PERMISSION_FIX}"
     )
-    lines.append(f"counters:   {permission}")
-    return "\n".join(lines)
 
 
 def _run(argv: list[str]) -> str | None:

@@ -8,7 +8,6 @@ pipe that matters for the mode, linear size). Rules are plain functions register
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -18,13 +17,17 @@ import pandas as pd
 
 from cublas_audit.cases import LOOP_ROUTINE
 from cublas_audit.kernels import LEGACY_FAMILIES, normalize
+from cublas_audit.modes import pipe_name
 from cublas_audit.table import main_launches
+from cublas_audit.table import plain as table_plain
 from cublas_audit.thresholds import Thresholds
 
 SEVERITIES = ("high", "medium", "info")
+EVIDENCE_DIGITS = 4
 # One dispatcher decision: the sizes of a series are what the heuristic chooses a kernel over.
 SERIES = ["gpu_label", "api", "routine", "mode", "batch"]
-TENSOR_MODES = frozenset({"tf32", "bf16x", "fp16", "bf16"})
+# One kind of call: a report's tables and plots have one per GPU.
+CALL_KIND = ["api", "routine", "mode", "batch"]
 EVIDENCE_COLUMNS = (
     "m",
     "n",
@@ -70,10 +73,6 @@ class RuleContext:
 Rule = Callable[[RuleContext], list[Finding]]
 
 
-def pipe_name(mode: str) -> str:
-    return "tensor-pipe" if mode in TENSOR_MODES else "FMA-pipe"
-
-
 def prepare(frame: pd.DataFrame) -> pd.DataFrame:
     """Main launches with kernel_short, family, util, size, shape and is_loop filled in."""
     rows = main_launches(frame).copy()
@@ -92,15 +91,26 @@ def prepare(frame: pd.DataFrame) -> pd.DataFrame:
     rows["size"] = np.round(np.cbrt(volume.to_numpy(dtype=float)), 3)
     rows["shape"] = _shape_labels(rows)
     rows["is_loop"] = rows["routine"] == LOOP_ROUTINE
+    rows["tflops_shown"] = _tflops(rows)
     return rows
+
+
+def _tflops(rows: pd.DataFrame) -> pd.Series:
+    """The table's TFLOP/s, or the one its time gives where it has none (a foreign table)."""
+    flops = 2.0 * rows["m"] * rows["n"] * rows["k"] * rows["batch"]
+    computed = (flops / rows["time_ms"] / 1e9).astype("Float64")
+    if "tflops" in rows.columns:
+        return rows["tflops"].astype("Float64").fillna(computed)
+    return computed
 
 
 def _utilization(rows: pd.DataFrame) -> pd.Series:
     """FMA-pipe % for FP32 compute, tensor-pipe % for the tensor modes (NA if not measured)."""
     fma = rows["fma_pct"].astype("Float64")
+    on_fma = rows["mode"].map(pipe_name).eq("FMA-pipe")
     if "tensor_pct" not in rows.columns:
-        return fma.where(~rows["mode"].isin(TENSOR_MODES))
-    return fma.where(~rows["mode"].isin(TENSOR_MODES), rows["tensor_pct"].astype("Float64"))
+        return fma.where(on_fma)
+    return fma.where(on_fma, rows["tensor_pct"].astype("Float64"))
 
 
 def _shape_labels(rows: pd.DataFrame) -> pd.Series:
@@ -351,12 +361,8 @@ def _evidence(group: pd.DataFrame) -> list[dict[str, Any]]:
 
 
 def plain(value: Any) -> Any:
-    """A JSON-ready Python value: NA -> None, numpy scalars -> int / float, floats rounded."""
-    if value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value)):
-        return None
-    if isinstance(value, np.generic):
-        value = value.item()
-    return round(value, 4) if isinstance(value, float) else value
+    """A JSON-ready evidence value, floats rounded to 4 decimals (table.plain)."""
+    return table_plain(value, EVIDENCE_DIGITS)
 
 
 def _size_list(group: pd.DataFrame) -> str:

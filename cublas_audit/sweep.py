@@ -1,54 +1,57 @@
-"""The sweep: plan -> probe under ncu -> timing -> dispatch table -> report, resumable.
+"""The sweep: plan -> probe under ncu -> timing -> candidates -> dispatch table, resumable.
 
-The run directory is the sweep's only state. Profiling runs in chunks, each an ncu report of its
-own (ncu/chunk-NNN.ncu-rep and its CSV export): a finished chunk is never redone. Timing appends
-one JSON line per finished case to timing.jsonl. `--resume DIR` reads both back and runs only what
-is missing, so an interrupted or crashed sweep loses at most the case in flight.
+The run directory is the sweep's only state (cublas_audit.rundir names its files). Profiling runs
+in chunks, each an ncu report of its own (ncu/chunk-NNN.ncu-rep and its CSV export): a finished
+chunk is never redone. Timing appends one JSON line per finished case to timing.jsonl. `--resume
+DIR` reads both back and runs only what is missing, so an interrupted or crashed sweep loses at
+most the case in flight. Every measurement (profiling, timing, the candidate audit) runs in the
+probe's child process, under one interpreter, one cuBLAS and one probe environment.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import re
-import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from cublas_audit import __version__, assemble, ncu_parse, profile, table
-from cublas_audit.cases import PLAN_FILE, Case, read_plan, write_plan
-from cublas_audit.environment import Environment, format_cublas_version
+from cublas_audit import assemble, ncu_parse, profile, rundir, table
+from cublas_audit.cases import Case, read_plan
+from cublas_audit.environment import format_cublas_version
 from cublas_audit.errors import AuditError, InterruptedSweepError
+from cublas_audit.probe_process import (
+    DONE_LINE,
+    START_LINE,
+    ProbeCommand,
+    check_loaded_cublas,
+    run_streaming,
+)
+from cublas_audit.rundir import NCU_DIR, PLAN_FILE, PROFILE_RESULTS, TIME_RESULTS
 
-ENV_FILE = "env.json"
-PROFILE_RESULTS = "profile.jsonl"
-TIME_RESULTS = "timing.jsonl"
-NCU_DIR = "ncu"
 # Cases per ncu process: each start costs seconds (interpreter, CUDA context, ncu attach), so
 # the default batched grid (36 profiled cases) runs in one; resume redoes at most one chunk.
 CHUNK_SIZE = 40
-_ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+PROBE_LOG_LINES = 3  # lines of probe.log quoted when the probe fails before any case
 
 
 @dataclass
 class SweepConfig:
+    """Everything a started sweep needs; `plan.prepare_sweep` makes it from the user's options."""
+
     cases: list[Case]
     run_dir: Path
     gpu_label: str
-    command: list[str]
     ncu: str | None
     clock_control: str = "none"
-    probe: profile.ProbeCommand = field(default_factory=profile.ProbeCommand)
+    probe: ProbeCommand = field(default_factory=ProbeCommand)
     reference: bool = True
     min_reps: int = 20
     candidate_limit: int | None = None
+    cublas_lib: Path | None = None
 
 
 @dataclass
@@ -61,109 +64,25 @@ class Progress:
     note: Callable[[str], None] = lambda message: None
 
 
-def parse_probe_env(items: Sequence[str]) -> dict[str, str]:
-    env = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not _ENV_KEY.match(key):
-            raise AuditError(f"--probe-env: {item!r} is not KEY=VALUE with a valid variable name")
-        env[key] = value
-    return env
-
-
-def probe_environment(extra: Mapping[str, str], cublas_lib: Path | None) -> dict[str, str]:
-    """The child's environment: ours, the user's additions, and a cuBLAS directory first."""
-    env = dict(os.environ)
-    env.update(extra)
-    if cublas_lib is not None:
-        if not cublas_lib.is_dir():
-            raise AuditError(f"--cublas-lib: {cublas_lib} is not a directory")
-        env["LD_LIBRARY_PATH"] = os.pathsep.join(
-            p for p in (str(cublas_lib), env.get("LD_LIBRARY_PATH", "")) if p
-        )
-    env["PYTHONPATH"] = os.pathsep.join(
-        p for p in (str(profile.PROBE.parent.parent), env.get("PYTHONPATH", "")) if p
-    )
-    env["PYTHONUNBUFFERED"] = "1"
-    return env
-
-
-def start_run(config: SweepConfig, environment: Environment, probe_env: Mapping[str, str]) -> None:
-    config.run_dir.mkdir(parents=True, exist_ok=True)
-    (config.run_dir / NCU_DIR).mkdir(exist_ok=True)
-    write_plan(config.cases, config.run_dir / PLAN_FILE)
-    write_env(
-        config.run_dir,
-        {
-            "gpu_label": config.gpu_label,
-            **environment.to_json(),
-            "probe_env": dict(probe_env),
-            "probe_python": config.probe.python,
-            "ncu_clock_control": config.clock_control,
-            "profiled": config.ncu is not None,
-            "reference": config.reference,
-            "candidate_limit": config.candidate_limit,
-            "command": config.command,
-            "tool_version": __version__,
-            "started": _now(),
-        },
-    )
-
-
-def check_new_run_dir(run_dir: Path) -> None:
-    """A new sweep starts in an empty or absent directory: one holding an earlier run would have
-    its plan and env.json overwritten and its finished cases counted as this sweep's."""
-    if run_dir.is_dir() and any(run_dir.iterdir()):
-        raise AuditError(
-            f"--out: {run_dir} is not empty; finish an earlier sweep there with "
-            f"--resume {run_dir}, or pick a new directory"
-        )
-    if run_dir.exists() and not run_dir.is_dir():
-        raise AuditError(f"--out: {run_dir} is a file, not a directory")
-
-
-def resume_cases(run_dir: Path) -> tuple[list[Case], dict[str, Any]]:
-    if not (run_dir / PLAN_FILE).exists() or not (run_dir / ENV_FILE).exists():
-        raise AuditError(
-            f"--resume: {run_dir} is not a cublas-audit run directory (no plan.json/env.json)"
-        )
-    return read_plan(run_dir / PLAN_FILE), read_env(run_dir)
-
-
-def read_env(run_dir: Path) -> dict[str, Any]:
-    try:
-        data: dict[str, Any] = json.loads((run_dir / ENV_FILE).read_text())
-    except (OSError, ValueError) as exc:
-        raise AuditError(f"{run_dir / ENV_FILE}: unreadable ({exc})") from exc
-    return data
-
-
-def write_env(run_dir: Path, data: Mapping[str, Any]) -> None:
-    tmp = run_dir / (ENV_FILE + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, default=str) + "\n")
-    tmp.replace(run_dir / ENV_FILE)
-
-
-def run(config: SweepConfig, progress: Progress) -> pd.DataFrame:
+def run(config: SweepConfig, progress: Progress | None = None) -> pd.DataFrame:
     """Profiles and times every case not yet done, then writes the table. Ctrl-C keeps progress."""
-    env = dict(config.probe.env)
+    progress = progress or Progress()
     profiled = [c for c in config.cases if c.profiled] if config.ncu else []
     chunks = _chunks(profiled)
     pending_chunks = [
         (i, chunk) for i, chunk in enumerate(chunks) if not _chunk_done(config.run_dir, i)
     ]
-    pending_time = [
-        c for c in config.cases if c.case_id not in read_results(config.run_dir / TIME_RESULTS)
-    ]
+    done = rundir.read_results(config.run_dir / TIME_RESULTS)
+    pending_time = [c for c in config.cases if c.case_id not in done]
     progress.start(sum(len(chunk) for _, chunk in pending_chunks) + len(pending_time))
     started = time.perf_counter()
     phase_seconds: dict[str, float] = {}
     try:
         with _timed(phase_seconds, "profile"):
             for index, chunk in pending_chunks:
-                _profile_chunk(config, env, index, chunk, progress)
+                _profile_chunk(config, index, chunk, progress)
         with _timed(phase_seconds, "time"):
-            _time_cases(config, env, pending_time, progress)
+            _time_cases(config, pending_time, progress)
         if config.candidate_limit is not None:
             with _timed(phase_seconds, "candidates"):
                 _audit_candidates(config, progress)
@@ -201,130 +120,120 @@ def _chunk_done(run_dir: Path, index: int) -> bool:
     return _chunk_paths(run_dir, index)[1].exists()
 
 
-def _probe_args(config: SweepConfig, phase: str, only: Path) -> list[str]:
-    args = ["--plan", str(config.run_dir / PLAN_FILE), "--phase", phase, "--only", str(only)]
-    args += [
-        "--results",
-        str(config.run_dir / (PROFILE_RESULTS if phase == "profile" else TIME_RESULTS)),
-    ]
-    args += ["--min-reps", str(config.min_reps)]
+def _probe_args(config: SweepConfig, phase: str, only: Path | None) -> list[str]:
+    results = {"profile": PROFILE_RESULTS}.get(phase, TIME_RESULTS)
+    args = ["--plan", str(config.run_dir / PLAN_FILE), "--phase", phase]
+    args += ["--results", str(config.run_dir / results), "--min-reps", str(config.min_reps)]
+    args += ["--gpu-label", config.gpu_label]
+    if only is not None:
+        args += ["--only", str(only)]
+    if config.candidate_limit is not None:
+        args += ["--limit", str(config.candidate_limit)]
     return args + (["--reference"] if config.reference else [])
 
 
 def _write_only(config: SweepConfig, name: str, cases: Sequence[Case]) -> Path:
-    path = config.run_dir / NCU_DIR / name
-    path.write_text("".join(c.case_id + "\n" for c in cases))
-    return path
+    return rundir.write_text_atomic(
+        config.run_dir / NCU_DIR / name, "".join(c.case_id + "\n" for c in cases)
+    )
 
 
-def _profile_chunk(
-    config: SweepConfig, env: Mapping[str, str], index: int, chunk: list[Case], progress: Progress
-) -> None:
+def _run_probe(config: SweepConfig, argv: list[str], progress: Progress) -> int:
+    code = run_streaming(argv, config.probe.env, _on_probe_line(progress, config.run_dir))
+    check_loaded_cublas(probe_versions(config.run_dir), config.cublas_lib)
+    return code
+
+
+def _profile_chunk(config: SweepConfig, index: int, chunk: list[Case], progress: Progress) -> None:
     assert config.ncu is not None
     report, csv_path, log = _chunk_paths(config.run_dir, index)
     only = _write_only(config, f"chunk-{index:03d}.cases", chunk)
     argv = profile.ncu_argv(config.ncu, report, log, config.clock_control)
     argv += config.probe.argv(_probe_args(config, "profile", only))
-    code = profile.run_streaming(argv, env, _on_probe_line(progress, config.run_dir))
+    code = _run_probe(config, argv, progress)
     profile.check_ncu_log(log, code)
     if not report.exists():
-        raise AuditError(f"ncu wrote no report for chunk {index} (exit code {code}; log: {log})")
+        raise AuditError(
+            f"ncu wrote no report for chunk {index} (exit code {code}; log: {log})"
+            + _probe_log_tail(config.run_dir)
+        )
     profile.export_csv(config.ncu, report, csv_path)
 
 
-def _time_cases(
-    config: SweepConfig, env: Mapping[str, str], cases: list[Case], progress: Progress
-) -> None:
-    """Runs the probe until every case has a result; a case that kills it is an error row."""
+def _time_cases(config: SweepConfig, cases: list[Case], progress: Progress) -> None:
+    """Runs the probe until every case has a result; a case that kills it is an error row. A probe
+    that finishes no case and names no culprit is an error, never a retry."""
     results_path = config.run_dir / TIME_RESULTS
     remaining = cases
     while remaining:
         only = _write_only(config, "timing.cases", remaining)
-        argv = config.probe.argv(_probe_args(config, "time", only))
-        code = profile.run_streaming(argv, env, _on_probe_line(progress, config.run_dir))
-        done = read_results(results_path)
-        culprit = _crashed_case(results_path, done)
-        if code != 0 and culprit is None and not [c for c in remaining if c.case_id in done]:
-            raise AuditError(f"the probe failed before running any case (exit code {code})")
-        if culprit is not None:
-            _append(
-                results_path,
-                {
-                    "event": "done",
-                    "case_id": culprit,
-                    "phase": "time",
-                    "status": "error",
-                    "detail": f"the probe died during this case (exit code {code})",
-                },
+        code = _run_probe(config, config.probe.argv(_probe_args(config, "time", only)), progress)
+        done = rundir.read_results(results_path)
+        culprit = crashed_case(results_path, done)
+        if culprit is None and not any(c.case_id in done for c in remaining):
+            raise AuditError(
+                f"the probe finished no case (exit code {code}; log: "
+                f"{config.run_dir / rundir.PROBE_LOG})" + _probe_log_tail(config.run_dir)
             )
+        if culprit is not None:
+            detail = f"the probe died during this case (exit code {code})"
+            rundir.append_record(
+                results_path,
+                {"event": "done", "case_id": culprit, "phase": "time", "status": "error",
+                 "detail": detail},
+            )  # fmt: skip
             progress.note(f"probe died during {culprit} (exit code {code}); continuing")
-        remaining = [c for c in remaining if c.case_id not in read_results(results_path)]
+        done = rundir.read_results(results_path)
+        remaining = [c for c in remaining if c.case_id not in done]
+
+
+def _probe_log_tail(run_dir: Path) -> str:
+    """': <last lines of probe.log>' (the real cause: a missing module, a CUDA error), or ''."""
+    path = run_dir / rundir.PROBE_LOG
+    lines = path.read_text(errors="replace").strip().splitlines() if path.exists() else []
+    return (": " + " | ".join(lines[-PROBE_LOG_LINES:])) if lines else ""
 
 
 def _audit_candidates(config: SweepConfig, progress: Progress) -> None:
-    """cuBLASLt's alternative algorithms for every problem (issue 5); done once per run dir."""
-    from cublas_audit import candidates
-
-    if (config.run_dir / candidates.CANDIDATES_FILE).exists():
+    """cuBLASLt's alternative algorithms for every problem, in the probe's child; once per run."""
+    if (config.run_dir / rundir.CANDIDATES_FILE).exists():
         return
-    candidates.run_candidates(
-        config.cases,
-        config.run_dir,
-        config.candidate_limit or candidates.DEFAULT_LIMIT,
-        gpu_label=config.gpu_label,
-        progress=progress.note,
-    )
+    argv = config.probe.argv(_probe_args(config, "candidates", None))
+    code = run_streaming(argv, config.probe.env, progress.note)
+    if code != 0 or not (config.run_dir / rundir.CANDIDATES_FILE).exists():
+        raise AuditError(
+            f"the candidate audit failed (exit code {code}; log: "
+            f"{config.run_dir / rundir.CANDIDATES_LOG})"
+        )
 
 
 def _on_probe_line(progress: Progress, run_dir: Path) -> Callable[[str], None]:
     def on_line(line: str) -> None:
-        if line.startswith("@@start "):
-            progress.current(line.split(" ", 1)[1])
-        elif line.startswith("@@done "):
-            progress.advance(line.split(" ", 1)[1])
+        if line.startswith(START_LINE):
+            progress.current(line.removeprefix(START_LINE))
+        elif line.startswith(DONE_LINE):
+            progress.advance(line.removeprefix(DONE_LINE))
         else:
-            with (run_dir / "probe.log").open("a") as log:
+            with (run_dir / rundir.PROBE_LOG).open("a") as log:
                 log.write(line + "\n")
 
     return on_line
 
 
-def read_results(path: Path) -> dict[str, dict[str, Any]]:
-    """case_id -> its `done` record; a torn last line (crash mid-write) is ignored."""
-    results: dict[str, dict[str, Any]] = {}
-    for record in _records(path):
-        if record.get("event") == "done":
-            results[record["case_id"]] = record
-    return results
-
-
 def probe_versions(run_dir: Path) -> dict[str, Any]:
+    """The last `probe` record: what the child really loaded (cuBLAS version and paths)."""
     versions: dict[str, Any] = {}
     for name in (PROFILE_RESULTS, TIME_RESULTS):
-        for record in _records(run_dir / name):
+        for record in rundir.records(run_dir / name):
             if record.get("event") == "probe":
                 versions = record
     return versions
 
 
-def _records(path: Path) -> Iterator[dict[str, Any]]:
-    if not path.exists():
-        return
-    for line in path.read_text().splitlines():
-        try:
-            yield json.loads(line)
-        except ValueError:
-            continue
-
-
-def _crashed_case(path: Path, done: Mapping[str, Any]) -> str | None:
-    started = [r["case_id"] for r in _records(path) if r.get("event") == "start"]
-    return next((c for c in reversed(started) if c not in done), None)
-
-
-def _append(path: Path, record: Mapping[str, Any]) -> None:
-    with path.open("a") as out:
-        out.write(json.dumps(record) + "\n")
+def crashed_case(path: Path, done: Mapping[str, Any]) -> str | None:
+    """The case the probe started last and never finished, if any."""
+    started = [r.get("case_id") for r in rundir.records(path) if r.get("event") == "start"]
+    return next((c for c in reversed(started) if c and c not in done), None)
 
 
 def collect_launches(run_dir: Path) -> list[ncu_parse.Launch]:
@@ -335,46 +244,46 @@ def collect_launches(run_dir: Path) -> list[ncu_parse.Launch]:
 
 
 def write_table(config: SweepConfig) -> pd.DataFrame:
-    run_dir = config.run_dir
-    env = read_env(run_dir)
+    """The dispatch table of what the run directory holds now, written to dispatch.csv."""
+    return write_run_table(config.run_dir, config.cases, config.gpu_label)
+
+
+def write_run_table(
+    run_dir: Path, cases: Sequence[Case] | None = None, label: str = ""
+) -> pd.DataFrame:
+    env = rundir.read_env(run_dir)
     versions = probe_versions(run_dir)
     cublas = versions.get("cublas_version_int")
     context = {
-        "gpu_label": config.gpu_label,
+        "gpu_label": label or env.get("gpu_label"),
         "gpu_name": env.get("gpu_name"),
         "cc": env.get("cc"),
         "driver_version": env.get("driver_version"),
         "cublas_version": format_cublas_version(cublas) if cublas else env.get("cublas_version"),
     }
     frame = assemble.build_table(
-        config.cases,
+        list(cases) if cases is not None else read_plan(run_dir / PLAN_FILE),
         collect_launches(run_dir),
-        read_results(run_dir / PROFILE_RESULTS),
-        read_results(run_dir / TIME_RESULTS),
+        rundir.read_results(run_dir / PROFILE_RESULTS),
+        rundir.read_results(run_dir / TIME_RESULTS),
         context,
     )
-    table.write_table(frame, run_dir / table.TABLE_FILE)
+    table.write_table(frame, run_dir / rundir.TABLE_FILE)
     return frame
 
 
 def _record_finish(run_dir: Path, seconds: float, phases: Mapping[str, float]) -> None:
-    env = read_env(run_dir)
+    env = rundir.read_env(run_dir)
     versions = probe_versions(run_dir)
     if versions.get("cublas_version_int"):
         env["cublas_version"] = format_cublas_version(versions["cublas_version_int"])
     env.update(
         finished=_now(), sweep_seconds=round(seconds, 2), phase_seconds=dict(phases), probe=versions
     )
-    write_env(run_dir, env)
-
-
-def default_run_dir(label: str) -> Path:
-    return Path("reports") / label / datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
+    rundir.write_env(run_dir, env)
 
 
 def _now() -> str:
+    from datetime import UTC, datetime
+
     return datetime.now(UTC).isoformat(timespec="seconds")
-
-
-def argv_for_record() -> list[str]:
-    return ["cublas-audit", *sys.argv[1:]]

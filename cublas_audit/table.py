@@ -7,19 +7,20 @@ a table read from elsewhere lacks it.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from cublas_audit.errors import AuditError
+from cublas_audit.modes import MODE_NAMES as MODES
+from cublas_audit.rundir import TABLE_FILE, write_csv_atomic
 
 SCHEMA_VERSION = 1
-TABLE_FILE = "dispatch.csv"
-
-MODES = ("fp32", "tf32", "bf16x", "fp16", "bf16")
 APIS = ("cublas", "cublasLt")
 
 REQUIRED_COLUMNS: dict[str, str] = {
@@ -154,24 +155,38 @@ def validate(frame: pd.DataFrame, source: TableSource) -> pd.DataFrame:
         raise source.error(f"missing required column(s) {', '.join(missing)}")
     if frame.empty:
         raise source.error("the table has no rows")
-    for column, kind in ALL_COLUMNS.items():
-        if column in frame.columns and kind in ("int", "float"):
-            _check_numeric(frame, column, kind, source)
+    check_numeric_columns(frame, ALL_COLUMNS, source)
     for column in ("m", "n", "k", "batch"):
         bad = frame.index[pd.to_numeric(frame[column]) <= 0]
         if len(bad):
             raise source.error(
                 "size must be a positive integer", _row_number(frame, bad[0]), column
             )
-    unknown_modes = frame.index[~frame["mode"].isin(MODES)]
-    if len(unknown_modes):
-        row = unknown_modes[0]
-        raise source.error(
-            f"unknown mode {frame.at[row, 'mode']!r} (known: {', '.join(MODES)})",
-            _row_number(frame, row),
-            "mode",
-        )
+    check_values(frame, "mode", MODES, source)
     return coerce(frame)
+
+
+def check_numeric_columns(
+    frame: pd.DataFrame, kinds: Mapping[str, str], source: TableSource
+) -> None:
+    """Every present column of kind int or float holds numbers (ints: whole ones) or nothing."""
+    for column, kind in kinds.items():
+        if column in frame.columns and kind in ("int", "float"):
+            _check_numeric(frame, column, kind, source)
+
+
+def check_values(
+    frame: pd.DataFrame, column: str, allowed: Iterable[str], source: TableSource
+) -> None:
+    """Every value of `column` is one of `allowed`."""
+    known = list(allowed)
+    bad = frame.index[~frame[column].isin(known)]
+    if len(bad):
+        raise source.error(
+            f"unknown {column} {frame.at[bad[0], column]!r} (known: {', '.join(known)})",
+            _row_number(frame, bad[0]),
+            column,
+        )
 
 
 def _check_numeric(frame: pd.DataFrame, column: str, kind: str, source: TableSource) -> None:
@@ -213,17 +228,20 @@ def read_table(path: Path) -> pd.DataFrame:
 
 
 def write_table(frame: pd.DataFrame, path: Path) -> Path:
-    """Writes a table atomically (a crash never leaves half a file behind)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    ordered = frame[column_order(frame.columns)]
-    if path.suffix == ".parquet":
-        ordered.to_parquet(tmp, index=False)
-    else:
-        ordered.to_csv(tmp, index=False, float_format="%.6g")
-    tmp.replace(path)
-    return path
+    """Writes a table (CSV, or Parquet for a .parquet path) atomically, schema columns first."""
+    return write_csv_atomic(frame[column_order(frame.columns)], path)
+
+
+def plain(value: Any, digits: int | None = None) -> Any:
+    """A table cell as a JSON-ready Python value: NA / NaN -> None, numpy scalars -> int / float,
+    floats rounded to `digits` decimals when given."""
+    if value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value)):
+        return None
+    if isinstance(value, np.generic):
+        value = value.item()
+        if isinstance(value, float) and math.isnan(value):
+            return None
+    return round(value, digits) if digits is not None and isinstance(value, float) else value
 
 
 def main_launches(frame: pd.DataFrame) -> pd.DataFrame:
@@ -231,3 +249,20 @@ def main_launches(frame: pd.DataFrame) -> pd.DataFrame:
     if "role" not in frame.columns:
         return frame
     return frame[frame["role"].fillna("main") == "main"]
+
+
+def json_ready(data: Any) -> Any:
+    """Nested data with every cell `plain`: NA, NaN and infinities become None (strict JSON)."""
+    if isinstance(data, dict):
+        return {str(k): json_ready(v) for k, v in data.items()}
+    if isinstance(data, (list, tuple)):
+        return [json_ready(v) for v in data]
+    value = plain(data)
+    if isinstance(value, float) and math.isinf(value):
+        return None
+    return value
+
+
+def frame_records(frame: pd.DataFrame) -> list[dict[str, Any]]:
+    """A table as JSON-ready row dicts."""
+    return [json_ready(record) for record in frame.to_dict("records")]

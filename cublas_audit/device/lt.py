@@ -1,8 +1,8 @@
 """A thin cuBLASLt matmul on `nvmath.bindings.cublasLt`: the heuristic's candidates and a launcher.
 
 Column-major, no transposes: C (m x n) = A (m x k) @ B (k x n), `batch` times with strided
-batches. The probe's memory layout is A (batch, k, m), B (batch, n, k), C (batch, n, m) in
-C order, i.e. lda = m, ldb = k, ldc = m and batch strides m*k, k*n, m*n elements.
+batches, on device.operands' operands (its docstring gives the layout): lda = m, ldb = k,
+ldc = m and batch strides m*k, k*n, m*n elements.
 
 Nothing GPU-related is imported at module level (nvmath and cupy load on first use), so the
 package imports on a machine without CUDA.
@@ -16,37 +16,13 @@ from dataclasses import dataclass, field
 from types import ModuleType, TracebackType
 from typing import Any
 
+from cublas_audit.cases import DEFAULT_WORKSPACE_BYTES
 from cublas_audit.errors import ToolMissingError
+from cublas_audit.modes import mode as mode_of
 
-DEFAULT_WORKSPACE_BYTES = 32 * 1024 * 1024
-
-# mode -> (cudaDataType of A/B/C, cublasComputeType): DESIGN.md's modes. The scale type (alpha,
-# beta) is R_32F in every mode because every mode accumulates in FP32.
-MODE_TYPES = {
-    "fp32": ("CUDA_R_32F", "COMPUTE_32F"),
-    "tf32": ("CUDA_R_32F", "COMPUTE_32F_FAST_TF32"),
-    "bf16x": ("CUDA_R_32F", "COMPUTE_32F_FAST_16BF"),
-    "fp16": ("CUDA_R_16F", "COMPUTE_32F"),
-    "bf16": ("CUDA_R_16BF", "COMPUTE_32F"),
-}
-ELEMENT_BYTES = {"CUDA_R_32F": 4, "CUDA_R_16F": 2, "CUDA_R_16BF": 2}
 # cuBLASLt never assumes more than 256-byte alignment; telling it less than the truth only
 # hides candidates, telling it more makes them fail.
 MAX_ALIGNMENT = 256
-
-# Largest accepted normwise relative error ||C - ref||_F / ||ref||_F against a float64 product of
-# the same stored inputs: a few units of the mode's input rounding (tf32, bf16x) or output
-# rounding (fp16, bf16) for N(0, 1) data; a wrong kernel is off by order one.
-NORMWISE_TOLERANCE = {"fp32": 3e-5, "tf32": 4e-3, "bf16x": 3e-2, "fp16": 4e-3, "bf16": 3e-2}
-# How each mode's A/B/C live in cupy: bf16 as the upper halves of float32 bits (uint16), because
-# cupy has no bfloat16 dtype.
-STORAGE = {
-    "fp32": "float32",
-    "tf32": "float32",
-    "bf16x": "float32",
-    "fp16": "float16",
-    "bf16": "uint16",
-}
 
 _handles: dict[int, int] = {}
 
@@ -150,8 +126,7 @@ class LtGemm:
         workspace_bytes: int = DEFAULT_WORKSPACE_BYTES,
         stream: int = 0,
     ) -> None:
-        if mode not in MODE_TYPES:
-            raise ValueError(f"unknown mode {mode!r} (choose from {', '.join(MODE_TYPES)})")
+        mode_of(mode)  # an unknown mode is a KeyError naming the known ones, before any work
         self.lt = bindings()  # first: a missing nvmath is the clear error, not a cupy one
         import cupy
         import numpy
@@ -176,10 +151,13 @@ class LtGemm:
 
     # ----- set-up --------------------------------------------------------------------------------
     def _create_descriptors(self) -> None:
-        data_name, compute_name = MODE_TYPES[self.mode]
-        data_type = _enum_value(data_name)
+        spec = mode_of(self.mode)
+        data_type = _enum_value(spec.data_type_name)
+        # The scale type (alpha, beta) is FP32 in every mode: every mode accumulates in FP32.
         self._desc = int(
-            self.lt.matmul_desc_create(_enum_value(compute_name), _enum_value("CUDA_R_32F"))
+            self.lt.matmul_desc_create(
+                _enum_value(spec.compute_type_name), _enum_value("CUDA_R_32F")
+            )
         )
         m, n, k = self.m, self.n, self.k
         # (rows, cols, ld) of A, B, C; D is C (in place, beta = 0).
@@ -193,7 +171,7 @@ class LtGemm:
         self._set_pref("MAX_WORKSPACE_BYTES", self.workspace_bytes)
         # Every batch entry starts at ptr + i * stride: both set the alignment cuBLASLt can rely
         # on (leading dimensions it checks itself).
-        item = ELEMENT_BYTES[data_name]
+        item = spec.element_bytes
         strides = (m * k * item, k * n * item, m * n * item) if self.batch > 1 else (0, 0, 0)
         names = ("A", "B", "C", "D")
         per_matrix = zip(names, (*self.ptrs, self.ptrs[2]), (*strides, strides[2]), strict=True)
@@ -353,64 +331,3 @@ def _scalar(dtype: Any, value: int) -> Any:
     import numpy
 
     return numpy.array([value], dtype=dtype)
-
-
-# ----- operands in the layout LtGemm expects (cupy arrays) ----------------------------------------
-def operands(mode: str, m: int, n: int, k: int, batch: int, seed: int = 0) -> tuple[Any, Any, Any]:
-    """Random N(0, 1) A (batch, k, m), B (batch, n, k) and a NaN-filled C (batch, n, m)."""
-    import cupy
-
-    rng = cupy.random.default_rng(seed)
-    a = _stored(rng.standard_normal((batch, k, m), dtype=cupy.float32), mode)
-    b = _stored(rng.standard_normal((batch, n, k), dtype=cupy.float32), mode)
-    c = cupy.empty((batch, n, m), dtype=STORAGE[mode])
-    poison(c, mode)
-    return a, b, c
-
-
-def poison(c: Any, mode: str) -> None:
-    """Fills C with NaN, so that a kernel that writes nothing fails the check on stale data."""
-    import cupy
-
-    c.fill(0x7FC0 if STORAGE[mode] == "uint16" else cupy.nan)
-
-
-def widen(values: Any, dtype: str = "float64") -> Any:
-    """Stored values as floats; uint16 holds bf16 bits (STORAGE), every other dtype is numeric."""
-    import cupy
-
-    if values.dtype == cupy.uint16:
-        values = (values.astype(cupy.uint32) << 16).view(cupy.float32)
-    return values.astype(dtype)
-
-
-def reference(a: Any, b: Any) -> Any:
-    """The float64 product of the stored inputs, as C (batch, n, m): column-major C = A @ B."""
-    return widen(b) @ widen(a)
-
-
-def normwise_error(got: Any, want: Any) -> float:
-    """||got - want||_F / ||want||_F over all batches; NaN / Inf in `got` is infinitely wrong.
-
-    Works one batch entry at a time in float32, so that an 8192^2 x 16 output needs no full-size
-    float64 temporaries.
-    """
-    import cupy
-
-    diff_sq = want_sq = 0.0
-    for got_i, want_i in zip(got, want, strict=True):
-        g, w = widen(got_i, "float32"), widen(want_i, "float32")
-        if not bool(cupy.isfinite(g).all()):
-            return math.inf
-        diff_sq += float(cupy.linalg.norm(g - w)) ** 2
-        want_sq += float(cupy.linalg.norm(w)) ** 2
-    return math.sqrt(diff_sq / want_sq) if want_sq > 0 else math.sqrt(diff_sq)
-
-
-def _stored(values: Any, mode: str) -> Any:
-    import cupy
-
-    if STORAGE[mode] == "uint16":  # round to nearest even into the upper 16 bits
-        bits = values.view(cupy.uint32)
-        return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(cupy.uint16)
-    return values.astype(STORAGE[mode], copy=False)  # fp32: no second copy of a 4 GB operand

@@ -1,0 +1,103 @@
+"""What `report` and `diff` read: run directories and bare dispatch tables, one `Dataset` per GPU;
+with no input, the real audits bundled with the tool.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from cublas_audit.candidates import read_candidates
+from cublas_audit.errors import AuditError
+from cublas_audit.resources import shipped
+from cublas_audit.rundir import CANDIDATES_FILE, TABLE_FILE, read_env
+from cublas_audit.table import TableSource, read_table
+
+
+@dataclass
+class Dataset:
+    """One GPU's rows from one input, with the run's env.json when the input is a run directory."""
+
+    title: str
+    gpu_label: str
+    path: Path
+    frame: pd.DataFrame
+    env: dict[str, Any] = field(default_factory=dict)
+    # The run's cuBLASLt candidate audit (candidates.csv), when it has one.
+    candidates: pd.DataFrame | None = None
+
+
+# ----- inputs -----------------------------------------------------------------------------------
+
+
+def bundled_runs(root: Path | None = None) -> list[Path]:
+    """The embedded default input: each GPU's newest run of the default batched grid."""
+    root = shipped("bundled") if root is None else root
+    labels = sorted(d for d in root.iterdir() if d.is_dir()) if root.is_dir() else []
+    runs = [
+        max(tables).parent for d in labels if (tables := list(d.glob("*-batched/" + TABLE_FILE)))
+    ]
+    if not runs:
+        raise AuditError(f"no input given, and no bundled audits under {root}: name a run")
+    return runs
+
+
+def load_inputs(paths: Sequence[Path]) -> list[Dataset]:
+    """Run directories give one GPU each; a table file gives one dataset per gpu_label it holds."""
+    datasets = [dataset for path in paths for dataset in _load(Path(path))]
+    titles = [d.title for d in datasets]
+    for dataset in datasets:
+        if titles.count(dataset.title) > 1:
+            dataset.title = f"{dataset.title} ({dataset.path})"
+    return datasets
+
+
+def load_one_gpu(path: Path) -> Dataset:
+    """The input of one side of a diff: a table that mixes GPUs is refused."""
+    path = Path(path)
+    frame = read_table(path)
+    table_path = path / TABLE_FILE if path.is_dir() else path
+    require_one_gpu(frame, table_path)
+    return _dataset(path, frame, read_env(path))
+
+
+def _load(path: Path) -> list[Dataset]:
+    frame = read_table(path)
+    if path.is_dir():
+        require_one_gpu(frame, path / TABLE_FILE)
+        return [_dataset(path, frame, read_env(path))]
+    labels = frame["gpu_label"].fillna("").unique()
+    return [_dataset(path, frame[frame["gpu_label"].fillna("") == label], {}) for label in labels]
+
+
+def _dataset(path: Path, frame: pd.DataFrame, env: dict[str, Any]) -> Dataset:
+    label = str(frame["gpu_label"].iloc[0])
+    name = env.get("gpu_name") or first_value(frame, "gpu_name")
+    title = f"{label}: {name}" if name and name != label else label
+    found = path / CANDIDATES_FILE if path.is_dir() else None
+    audited = read_candidates(found) if found and found.exists() else None
+    return Dataset(title, label, path, frame, env, audited)
+
+
+def require_one_gpu(frame: pd.DataFrame, path: Path) -> None:
+    labels = frame["gpu_label"].fillna("")
+    other = labels.index[labels != labels.iloc[0]]
+    if len(other):
+        row = list(frame.index).index(other[0]) + 1
+        raise TableSource(path).error(
+            f"mixes GPUs ({labels[other[0]]!r} here, {labels.iloc[0]!r} in row 1); "
+            "one GPU is expected",
+            row,
+            "gpu_label",
+        )
+
+
+def first_value(frame: pd.DataFrame, column: str) -> str:
+    if column not in frame.columns:
+        return ""
+    values = frame[column].dropna()
+    return str(values.iloc[0]) if len(values) else ""

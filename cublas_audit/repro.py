@@ -1,0 +1,56 @@
+"""A high finding's reproduce recipe: the `cublas-audit sweep` command of its largest case, and a
+standalone CuPy script that makes the same cuBLAS call for ncu without this tool
+(templates/repro_script.md.j2).
+"""
+
+from __future__ import annotations
+
+import shlex
+
+from cublas_audit.findings import Finding
+from cublas_audit.markdown import md_text, template
+from cublas_audit.modes import PIPE_METRICS
+from cublas_audit.modes import mode as mode_of
+
+# The routines the script can call through CuPy's cuBLAS bindings.
+SCRIPTED_ROUTINES = frozenset(
+    {"cublasSgemm", "cublasSgemmStridedBatched", "cublasGemmEx", "cublasGemmStridedBatchedEx"}
+)
+
+
+def script(finding: Finding) -> dict[str, str]:
+    """A standalone CuPy script of the finding's largest case, run under ncu without this tool."""
+    case = finding.evidence[-1]
+    title = md_text(
+        f"{finding.rule}: {finding.gpu_label} {finding.routine or finding.api} {finding.mode} "
+        f"{case['m']}x{case['n']}x{case['k']}, batch {case['batch']}"
+    )
+    sweep = [
+        "cublas-audit",
+        "sweep",
+        "--batched" if finding.batch > 1 else "--single",
+        "--sizes" if case["m"] == case["n"] == case["k"] else "--shapes",
+        str(case["m"])
+        if case["m"] == case["n"] == case["k"]
+        else f"{case['m']}x{case['n']}x{case['k']}",
+        "--modes",
+        finding.mode,
+        "--api",
+        finding.api,
+    ]
+    if finding.batch > 1:
+        sweep += ["--batches", str(finding.batch)]
+    script = ""
+    if finding.routine in SCRIPTED_ROUTINES:
+        mode = mode_of(finding.mode)
+        script = template("repro_script.md.j2").render(
+            rule=finding.rule,
+            routine=finding.routine,
+            kernel=finding.kernel,
+            metric=PIPE_METRICS[mode.pipe],
+            dtype=mode.storage,
+            data_type=mode.data_type,
+            compute=mode.compute_type,
+            **case,
+        )
+    return {"title": title, "sweep": shlex.join(sweep), "script": script}

@@ -1,0 +1,103 @@
+"""The run directory: every file name in it, and the small I/O helpers every stage shares.
+
+    reports/<gpu-label>/<YYYYmmdd-HHMMSS>/
+      env.json          environment, tool version, the exact command line, the probe settings
+      plan.json         the cases
+      dispatch.csv      the dispatch table (docs/schema.md)
+      candidates.csv    the cuBLASLt candidate audit (with --candidates), candidates.log beside it
+      profile.jsonl     the probe's results under ncu, one JSON line per finished case
+      timing.jsonl      the probe's un-profiled results, likewise
+      probe.log         what the probe printed besides its progress lines
+      ncu/              chunk-NNN.ncu-rep, its CSV export, its log and case list
+      report.md         the rendered findings, plots/ beside it
+
+A run directory is self-contained: it is what a user attaches to a bug ticket, and what `report`,
+`diff` and `--resume` read back.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from cublas_audit.errors import AuditError
+
+ENV_FILE = "env.json"
+PLAN_FILE = "plan.json"
+TABLE_FILE = "dispatch.csv"
+CANDIDATES_FILE = "candidates.csv"
+CANDIDATES_LOG = "candidates.log"
+PROFILE_RESULTS = "profile.jsonl"
+TIME_RESULTS = "timing.jsonl"
+PROBE_LOG = "probe.log"
+NCU_DIR = "ncu"
+REPORT_FILE = "report.md"
+PLOTS_DIR = "plots"
+
+
+def write_text_atomic(path: Path, text: str) -> Path:
+    """Writes through a temporary file and a rename: a crash never leaves half a file behind."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+    return path
+
+
+def write_csv_atomic(frame: pd.DataFrame, path: Path) -> Path:
+    """A table as CSV (or Parquet for a .parquet path), atomically."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    if path.suffix == ".parquet":
+        frame.to_parquet(tmp, index=False)
+    else:
+        frame.to_csv(tmp, index=False, float_format="%.6g")
+    tmp.replace(path)
+    return path
+
+
+def read_env(run_dir: Path) -> dict[str, Any]:
+    """env.json of a run directory, {} where there is none; a broken one is a one-line error."""
+    path = Path(run_dir) / ENV_FILE
+    if not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise AuditError(f"{path}: not readable JSON ({exc})") from exc
+    if not isinstance(data, dict):
+        raise AuditError(f"{path}: expected a JSON object, got {type(data).__name__}")
+    return data
+
+
+def write_env(run_dir: Path, data: Mapping[str, Any]) -> None:
+    write_text_atomic(Path(run_dir) / ENV_FILE, json.dumps(data, indent=2, default=str) + "\n")
+
+
+def records(path: Path) -> Iterator[dict[str, Any]]:
+    """The JSON objects of a .jsonl file; a torn last line (a crash mid-write) is skipped."""
+    if not path.exists():
+        return
+    for line in path.read_text().splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict):
+            yield record
+
+
+def append_record(path: Path, record: Mapping[str, Any]) -> None:
+    with path.open("a") as out:
+        out.write(json.dumps(record) + "\n")
+
+
+def read_results(path: Path) -> dict[str, dict[str, Any]]:
+    """case_id -> its `done` record."""
+    return {r["case_id"]: r for r in records(path) if r.get("event") == "done" and "case_id" in r}

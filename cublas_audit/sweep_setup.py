@@ -1,0 +1,214 @@
+"""From what the user asked to a started sweep: every argument checked before the GPU is touched,
+the environment found, a new run directory started or a recorded one resumed, then the run.
+
+`--resume DIR` finishes the run DIR was: every recorded setting that decides what is measured
+(interpreter, cuBLAS library, probe environment, clock control, profiling, reference, candidates,
+repetitions) is restored from its env.json, and an explicit option that contradicts the record is
+refused.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from cublas_audit import __version__, environment, probe_process, rundir
+from cublas_audit.cases import Case, check_label, label_from_gpu_name, read_plan, write_plan
+from cublas_audit.errors import AuditError
+from cublas_audit.profile import CLOCK_CONTROLS
+from cublas_audit.resources import package_view
+from cublas_audit.sweep import Progress, SweepConfig, run
+
+DEFAULT_MIN_REPS = 20
+
+
+@dataclass(frozen=True)
+class SweepOptions:
+    """What the user asked for. None means "not given": the default, or on resume the record."""
+
+    cases: list[Case] = field(default_factory=list)
+    gpu_label: str | None = None
+    out: Path | None = None
+    resume: Path | None = None
+    profile: bool | None = None
+    reference: bool | None = None
+    ncu: str | None = None
+    clock_control: str | None = None
+    probe_python: str | None = None
+    cublas_lib: Path | None = None
+    probe_env: Mapping[str, str] = field(default_factory=dict)
+    min_reps: int | None = None
+    candidate_limit: int | None = None
+    command: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class SweepResult:
+    run_dir: Path
+    frame: pd.DataFrame
+    report: Path
+
+
+# option -> (env.json key, default): the settings a resumed sweep takes from its record.
+RECORDED: dict[str, tuple[str, Any]] = {
+    "profile": ("profiled", True),
+    "reference": ("reference", True),
+    "clock_control": ("ncu_clock_control", "none"),
+    "probe_python": ("probe_python", None),
+    "cublas_lib": ("cublas_lib", None),
+    "min_reps": ("min_reps", DEFAULT_MIN_REPS),
+    "candidate_limit": ("candidate_limit", None),
+}
+
+
+def sweep(options: SweepOptions, progress: Progress | None = None) -> SweepResult:
+    """Checks, starts or resumes, runs, and writes dispatch.csv and report.md."""
+    from cublas_audit.render import write_run_report
+
+    options = checked(options)
+    env = environment.collect(options.ncu)
+    environment.require_gpu(env)
+    ncu = environment.require_profiler(env) if options.profile else None
+    with package_view() as view:
+        config = _config(options, env, ncu, view)
+        if options.resume is None:
+            start_run(config, env, options)
+        frame = run(config, progress)
+    return SweepResult(config.run_dir, frame, write_run_report(config.run_dir))
+
+
+def checked(options: SweepOptions) -> SweepOptions:
+    """Every check that needs no GPU, and the resume record applied: one AuditError or options
+    whose every setting is decided."""
+    if options.resume is not None:
+        options = resumed(options)
+    elif options.out is not None:
+        check_new_run_dir(options.out)
+    if not options.cases:
+        raise AuditError("nothing to run: the plan has no case")
+    decided = {
+        name: getattr(options, name) if getattr(options, name) is not None else default
+        for name, (_key, default) in RECORDED.items()
+    }
+    options = replace(options, **decided)
+    if options.clock_control not in CLOCK_CONTROLS:
+        raise AuditError(
+            f"--clock-control: {options.clock_control!r} is not one of {', '.join(CLOCK_CONTROLS)}"
+        )
+    python = probe_process.check_python(options.probe_python or sys.executable)
+    if options.cublas_lib is not None:
+        probe_process.cublas_preload(options.cublas_lib)
+    if options.gpu_label:
+        check_label(options.gpu_label)
+    return replace(options, probe_python=python)
+
+
+def resumed(options: SweepOptions) -> SweepOptions:
+    """The options of the recorded run, or an error naming the option that contradicts it."""
+    assert options.resume is not None
+    run_dir = options.resume
+    if not (run_dir / rundir.PLAN_FILE).is_file() or not (run_dir / rundir.ENV_FILE).is_file():
+        raise AuditError(
+            f"--resume: {run_dir} is not a cublas-audit run directory (no plan.json/env.json)"
+        )
+    record = rundir.read_env(run_dir)
+    restored: dict[str, Any] = {}
+    for name, (key, _default) in RECORDED.items():
+        recorded = record.get(key)
+        if name == "cublas_lib" and recorded is not None:
+            recorded = Path(recorded)
+        given = getattr(options, name)
+        if given is not None and recorded is not None and given != recorded:
+            raise AuditError(
+                f"--resume: {run_dir} was recorded with {name.replace('_', '-')} {recorded!r}; "
+                f"the command line says {given!r} (leave it out to resume)"
+            )
+        restored[name] = given if given is not None else recorded
+    probe_env = dict(record.get("probe_env") or {})
+    clashing = {k: v for k, v in options.probe_env.items() if probe_env.get(k, v) != v}
+    if clashing:
+        raise AuditError(
+            f"--resume: {run_dir} was recorded with another --probe-env for "
+            f"{', '.join(sorted(clashing))}"
+        )
+    return replace(
+        options,
+        **restored,
+        cases=read_plan(run_dir / rundir.PLAN_FILE),
+        gpu_label=str(record.get("gpu_label") or "gpu"),
+        probe_env={**probe_env, **options.probe_env},
+    )
+
+
+def check_new_run_dir(run_dir: Path) -> None:
+    """A new sweep starts in an empty or absent directory: one holding an earlier run would have
+    its plan and env.json overwritten and its finished cases counted as this sweep's."""
+    if run_dir.exists() and not run_dir.is_dir():
+        raise AuditError(f"--out: {run_dir} is a file, not a directory")
+    if run_dir.is_dir() and any(run_dir.iterdir()):
+        raise AuditError(
+            f"--out: {run_dir} is not empty; finish an earlier sweep there with "
+            f"--resume {run_dir}, or pick a new directory"
+        )
+    parent = next((p for p in (run_dir, *run_dir.parents) if p.exists()), Path("."))
+    if not os.access(parent, os.W_OK):
+        raise AuditError(f"--out: cannot write under {parent}")
+
+
+def _config(
+    options: SweepOptions, env: environment.Environment, ncu: str | None, view: Path
+) -> SweepConfig:
+    label = options.gpu_label or label_from_gpu_name(env.gpu_name or "")
+    run_dir = options.resume or options.out or default_run_dir(label)
+    child_env = probe_process.probe_environment(
+        os.environ, options.probe_env, options.cublas_lib, view
+    )
+    return SweepConfig(
+        cases=options.cases,
+        run_dir=run_dir,
+        gpu_label=label,
+        ncu=ncu,
+        clock_control=options.clock_control or "none",
+        probe=probe_process.ProbeCommand(options.probe_python or sys.executable, child_env),
+        reference=bool(options.reference),
+        min_reps=options.min_reps or DEFAULT_MIN_REPS,
+        candidate_limit=options.candidate_limit,
+        cublas_lib=options.cublas_lib,
+    )
+
+
+def start_run(config: SweepConfig, env: environment.Environment, options: SweepOptions) -> None:
+    """plan.json and env.json of a new run: the environment and every setting that decides what
+    is measured, so that the run describes itself and --resume restores it."""
+    config.run_dir.mkdir(parents=True, exist_ok=True)
+    (config.run_dir / rundir.NCU_DIR).mkdir(exist_ok=True)
+    write_plan(config.cases, config.run_dir / rundir.PLAN_FILE)
+    rundir.write_env(
+        config.run_dir,
+        {
+            "gpu_label": config.gpu_label,
+            **env.to_json(),
+            "probe_env": dict(options.probe_env),
+            "probe_python": config.probe.python,
+            "cublas_lib": str(config.cublas_lib) if config.cublas_lib else None,
+            "ncu_clock_control": config.clock_control,
+            "profiled": config.ncu is not None,
+            "reference": config.reference,
+            "min_reps": config.min_reps,
+            "candidate_limit": config.candidate_limit,
+            "command": options.command,
+            "tool_version": __version__,
+            "started": datetime.now(UTC).isoformat(timespec="seconds"),
+        },
+    )
+
+
+def default_run_dir(label: str) -> Path:
+    return Path("reports") / label / datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
