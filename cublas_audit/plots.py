@@ -30,10 +30,10 @@ def plot(title: str, rows: pd.DataFrame, plots: Path) -> str | None:
         (line,) = speed.plot(group["size"], group["tflops_shown"], marker="o", label=label)
         util.plot(group["size"], group["util"], marker="o", color=line.get_color(), label=label)
         _reference_lines(group, speed, util, line.get_color())
-    for axis, title in ((speed, "TFLOP/s"), (util, "pipe utilization %")):
+    for axis, axis_title in ((speed, "TFLOP/s"), (util, "pipe utilization %")):
         axis.set_xscale("log", base=2)
         axis.set_xlabel("linear size (m·n·k)^(1/3)")
-        axis.set_title(title)
+        axis.set_title(axis_title)
         axis.grid(alpha=0.3)
     for axis, column in ((speed, "tflops_shown"), (util, "util")):
         if rows[column].isna().all():
