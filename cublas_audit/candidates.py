@@ -17,8 +17,9 @@ from typing import Any
 import pandas as pd
 
 from cublas_audit.errors import AuditError
+from cublas_audit.modes import MODE_NAMES
 from cublas_audit.rundir import CANDIDATES_FILE, write_csv_atomic
-from cublas_audit.table import MODES, TableSource, check_numeric_columns, check_values, plain
+from cublas_audit.table import TableSource, check_numeric_columns, check_values, plain
 from cublas_audit.thresholds import Thresholds
 
 SCHEMA_VERSION = 1
@@ -97,7 +98,7 @@ def validate(raw: pd.DataFrame, path: Path) -> pd.DataFrame:
     if missing:
         raise source.error(f"missing required column(s) {', '.join(missing)}")
     check_numeric_columns(raw, COLUMNS, source)
-    check_values(raw, "mode", MODES, source)
+    check_values(raw, "mode", MODE_NAMES, source)
     check_values(raw, "status", STATUSES, source)
     return _typed(raw)
 

@@ -15,12 +15,12 @@ from cublas_audit.candidates import (
     case_summary,
     find_better_candidates,
     is_better,
-    plain,
     problem_name,
 )
 from cublas_audit.cases import DEFAULT_WORKSPACE_BYTES
 from cublas_audit.markdown import md_table
 from cublas_audit.modes import mode as mode_of
+from cublas_audit.table import plain
 
 TABLE_COLUMNS = {
     "candidate": "#",

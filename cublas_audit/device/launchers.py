@@ -103,7 +103,8 @@ def loop(case: Case, ops: Operands) -> Launcher:
 def lt(case: Case, ops: Operands, workspace_bytes: int | None = None) -> LtGemm:
     """A cuBLASLt matmul of the case; calling `.run()` (or `.run(candidate)`) launches it. The
     caller closes it (it holds descriptors and a workspace)."""
-    from cublas_audit.device.lt import DEFAULT_WORKSPACE_BYTES, LtGemm
+    from cublas_audit.cases import DEFAULT_WORKSPACE_BYTES
+    from cublas_audit.device.lt import LtGemm
 
     return LtGemm(
         case.mode,
