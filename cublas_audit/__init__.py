@@ -9,9 +9,10 @@ The Python API; the `cublas-audit` command is a thin layer over it.
         print(finding.severity, finding.rule, finding.message)
     result = ca.compare(runs[0], ca.load_one("reports/h200/20261123-083048-batched"))
     print(result.has_regression, len(result.kernel_changes))
-    markdown = ca.render(runs)                                  # the report, as Markdown text
-    # On a GPU: ca.sweep(ca.SweepOptions(cases=ca.plan(sizes=[1024], batches=[8])))
+    markdown = ca.render_markdown(runs)                         # the report, as Markdown text
+    # On a GPU: ca.run_sweep(ca.SweepOptions(cases=ca.plan(sizes=[1024], batches=[8])))
 
+The names avoid the submodules' (render, sweep, report): importing one sets a package attribute.
 Nothing here imports CuPy: the GPU part (cublas_audit.device) loads only inside a sweep's probe.
 """
 
@@ -38,8 +39,8 @@ __all__ = [
     "load",
     "load_one",
     "plan",
-    "render",
-    "sweep",
+    "render_markdown",
+    "run_sweep",
 ]
 
 
@@ -73,7 +74,7 @@ def compare(a: Dataset, b: Dataset, thresholds: Thresholds | None = None) -> Dif
     return diff(a, b, thresholds)
 
 
-def render(datasets: Sequence[Dataset], thresholds: Thresholds | None = None) -> str:
+def render_markdown(datasets: Sequence[Dataset], thresholds: Thresholds | None = None) -> str:
     """The Markdown report of these datasets (no plots; `render.write_report` writes them)."""
     from cublas_audit.render import render_report
     from cublas_audit.thresholds import Thresholds
@@ -104,7 +105,7 @@ def plan(
     )
 
 
-def sweep(options: SweepOptions) -> SweepResult:
+def run_sweep(options: SweepOptions) -> SweepResult:
     """Runs a sweep on this machine's GPU (ncu, CuPy and a GPU needed) into a run directory."""
     from cublas_audit.sweep_setup import sweep as run_sweep
 
