@@ -4,6 +4,7 @@ standalone repro script (CuPy + nvmath-python) of the faster algorithm.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -18,7 +19,7 @@ from cublas_audit.candidates import (
     problem_name,
 )
 from cublas_audit.cases import DEFAULT_WORKSPACE_BYTES
-from cublas_audit.markdown import md_table
+from cublas_audit.markdown import md_fence, md_table, md_text, visible
 from cublas_audit.modes import mode as mode_of
 from cublas_audit.table import plain
 
@@ -65,7 +66,7 @@ def _summary_table(frame: pd.DataFrame, threshold: float) -> str:
         flagged = is_better(row["left_on_table"], row["confirm_left_on_table"], threshold)
         body.append(
             [
-                f"{row['mode']} {row['m']}x{row['n']}x{row['k']} b{row['batch']}",
+                md_text(f"{row['mode']} {row['m']}x{row['n']}x{row['k']} b{row['batch']}"),
                 row["candidates"],
                 row["correct"],
                 plain(row["default_rank"]),
@@ -73,7 +74,7 @@ def _summary_table(frame: pd.DataFrame, threshold: float) -> str:
                 _fmt(row["best_ms"], ".4g"),
                 _fmt(row["left_on_table"], ".2f"),
                 _fmt(row["confirm_left_on_table"], ".2f"),
-                RULE if flagged else (row["reason"] if row["status"] == "skipped" else ""),
+                RULE if flagged else md_text(row["reason"] if row["status"] == "skipped" else ""),
             ]
         )
     headers = ["case", "candidates", "correct", "default rank", "default ms", "best ms"]
@@ -86,26 +87,40 @@ def _fmt(value: Any, spec: str) -> str:
 
 
 def _flagged_section(finding: Mapping[str, Any], rows: pd.DataFrame, level: int) -> list[str]:
-    table = rows[list(TABLE_COLUMNS)].rename(columns=TABLE_COLUMNS).copy()
-    table["default"] = table["default"].map({1: "yes", 0: ""})
-    table = table.astype(object).where(table.notna(), "")
     best = rows.loc[finding["rows"][1]]
     return [
-        f"{'#' * level} {RULE}: {problem_name(rows.iloc[0])}",
+        f"{'#' * level} {RULE}: {md_text(problem_name(rows.iloc[0]))}",
         "",
-        str(finding["message"]) + ".",
+        md_text(finding["message"]) + ".",
         "",
-        md_table(list(table.columns), table.to_numpy().tolist()),
+        md_table(list(TABLE_COLUMNS.values()), [_candidate_cells(r) for _, r in rows.iterrows()]),
         "",
         "Standalone repro (cupy + nvmath-python): the default algorithm against this candidate,",
         "its attributes set through the cuBLASLt API.",
         "",
-        "```python",
-        repro(best),
-        "```",
+        md_fence(repro(best), "python"),
     ]
 
 
+# How each candidate column reads in the flagged case's table.
+_CELL_FORMATS = {"time_ms": ".4g", "tflops": ".1f"}
+
+
+def _candidate_cells(row: pd.Series) -> list[str]:
+    cells = []
+    for column in TABLE_COLUMNS:
+        value = plain(row[column])
+        if column == "is_default":
+            cells.append("yes" if value == 1 else "")
+        elif column in _CELL_FORMATS:
+            cells.append(_fmt(value, _CELL_FORMATS[column]))
+        else:
+            cells.append("" if value is None else md_text(value))
+    return cells
+
+
+# What a candidates.csv value may be to enter the repro as an enum name or a number.
+_ENUM_NAME = re.compile(r"[A-Za-z0-9_]+")
 # The repro's algorithm attributes: (config attribute, candidates.csv column, enum, prefix).
 _REPRO_ATTRIBUTES = (
     ("TILE_ID", "tile", "MatmulTile", "TILE_"),
@@ -205,6 +220,9 @@ def _repro_settings(row: pd.Series) -> list[str]:
         if pd.isna(value):
             continue  # this cuBLASLt did not report it: leave the algo's initial value
         text = str(value)
+        if not _ENUM_NAME.fullmatch(text):
+            lines.append(f"# {attribute}: not set, {visible(text)!r} is not a plain name or number")
+            continue  # a table value never becomes code
         if enum and not text.isdigit():
             text = f"lt.{enum}.{prefix}{text}"
         lines.append(f"set_(C.{attribute}, {text})")

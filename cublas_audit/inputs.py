@@ -12,10 +12,12 @@ from typing import Any
 import pandas as pd
 
 from cublas_audit.candidates import read_candidates
+from cublas_audit.cases import read_plan
 from cublas_audit.errors import AuditError
 from cublas_audit.resources import shipped
-from cublas_audit.rundir import CANDIDATES_FILE, TABLE_FILE, read_env
-from cublas_audit.table import TableSource, read_table
+from cublas_audit.rundir import CANDIDATES_FILE, ENV_FILE, PLAN_FILE, TABLE_FILE, read_env
+from cublas_audit.table import TableSource, read_table, row_number
+from cublas_audit.validation import check_against_plan, check_env
 
 
 @dataclass
@@ -59,17 +61,30 @@ def load_inputs(paths: Sequence[Path]) -> list[Dataset]:
 def load_one_gpu(path: Path) -> Dataset:
     """The input of one side of a diff: a table that mixes GPUs is refused."""
     path = Path(path)
+    if path.is_dir():
+        return load_run(path)
     frame = read_table(path)
-    table_path = path / TABLE_FILE if path.is_dir() else path
-    require_one_gpu(frame, table_path)
-    return _dataset(path, frame, read_env(path))
+    require_one_gpu(frame, path)
+    return _dataset(path, frame, {})
+
+
+def load_run(run_dir: Path) -> Dataset:
+    """A run directory: its table (one GPU, agreeing with plan.json) and its env.json."""
+    frame = read_table(run_dir)
+    source = TableSource(run_dir / TABLE_FILE)
+    require_one_gpu(frame, source.path)
+    plan = run_dir / PLAN_FILE
+    if plan.is_file():
+        check_against_plan(frame, [case.case_id for case in read_plan(plan)], source)
+    env = read_env(run_dir)
+    check_env(env, run_dir / ENV_FILE)
+    return _dataset(run_dir, frame, env)
 
 
 def _load(path: Path) -> list[Dataset]:
-    frame = read_table(path)
     if path.is_dir():
-        require_one_gpu(frame, path / TABLE_FILE)
-        return [_dataset(path, frame, read_env(path))]
+        return [load_run(path)]
+    frame = read_table(path)
     labels = frame["gpu_label"].fillna("").unique()
     return [_dataset(path, frame[frame["gpu_label"].fillna("") == label], {}) for label in labels]
 
@@ -84,14 +99,14 @@ def _dataset(path: Path, frame: pd.DataFrame, env: dict[str, Any]) -> Dataset:
 
 
 def require_one_gpu(frame: pd.DataFrame, path: Path) -> None:
+    """A table mixing gpu_label values is refused where one GPU is expected."""
     labels = frame["gpu_label"].fillna("")
     other = labels.index[labels != labels.iloc[0]]
     if len(other):
-        row = list(frame.index).index(other[0]) + 1
         raise TableSource(path).error(
             f"mixes GPUs ({labels[other[0]]!r} here, {labels.iloc[0]!r} in row 1); "
             "one GPU is expected",
-            row,
+            row_number(frame, other[0]),
             "gpu_label",
         )
 

@@ -17,25 +17,60 @@ from cublas_audit.table import plain
 
 SHORT_NAME_MAX = 40
 
-_MD_SPECIAL = re.compile(r"([\\`*_\[\]<>|])")
+# Markdown's punctuation that can start emphasis, code, links, HTML, tables, headings or
+# strikethrough; a backslash escapes each on GitHub.
+_MD_SPECIAL = re.compile(r"([\\`*_\[\]<>|#&~])")
+# Characters that never reach a report as themselves: C0 and C1 controls (a newline would split a
+# table row or start a heading), zero-width and line/paragraph separators, and the bidirectional
+# embeddings, overrides and isolates that make text display in another order than it reads.
+_INVISIBLE = re.compile("[\x00-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]")
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def visible(value: object, keep_newlines: bool = False) -> str:
+    """Text with every invisible or reordering character written out as its escape (`\\n`,
+    `\\u202e`): what a reader sees is what the input holds, on one line unless kept."""
+
+    def written(match: re.Match[str]) -> str:
+        char = match.group(0)
+        if keep_newlines and char == "\n":
+            return char
+        return _NAMED.get(char, f"\\u{ord(char):04x}")
+
+    return _INVISIBLE.sub(written, str(value))
 
 
 def md_text(value: object) -> str:
-    """Plain text for GitHub Markdown: emphasis, HTML, link and table characters escaped; `::`
-    escaped too so `cutlass::gemm::` never reads as an emoji shortcode."""
-    text = str(value)
+    """Any text as inert GitHub Markdown on one line: invisible characters written out, then
+    emphasis, code, link, HTML, entity, table and heading characters escaped; `::` escaped too so
+    `cutlass::gemm::` never reads as an emoji shortcode."""
+    text = visible(value)
     if not _MD_SPECIAL.search(text) and "::" not in text:
         return text  # most cells are plain numbers and names: skip the substitution
     return _MD_SPECIAL.sub(r"\\\1", text).replace("::", r"\:\:")
 
 
 def md_code(value: object, in_table: bool = True) -> str:
-    """A code span; inside a table a `|` must still be escaped (GitHub splits cells first)."""
-    text = str(value)
-    fence = "``" if "`" in text else "`"
+    """A code span no content can close: its fence is one backtick longer than the longest run
+    inside; inside a table a `|` is still escaped (GitHub splits cells before code spans)."""
+    text = visible(value)
+    fence = "`" * (_longest_backtick_run(text) + 1)
     if in_table:
         text = text.replace("|", r"\|")
-    return f"{fence}{text}{fence}" if fence == "`" else f"{fence} {text} {fence}"
+    pad = " " if text.startswith("`") or text.endswith("`") or fence != "`" else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
+def md_fence(text: object, language: str = "") -> str:
+    """A fenced code block no content can close (the fence outgrows every backtick run in it);
+    lines are kept, every other invisible character is written out."""
+    body = visible(text, keep_newlines=True)
+    fence = "`" * max(3, _longest_backtick_run(body) + 1)
+    return f"{fence}{language}\n{body}\n{fence}"
+
+
+def _longest_backtick_run(text: str) -> int:
+    return max((len(run) for run in re.findall(r"`+", text)), default=0)
 
 
 def shorten(name: str, limit: int = SHORT_NAME_MAX) -> str:
@@ -63,4 +98,6 @@ def template(name: str) -> jinja2.Template:
     )
     env.filters["md"] = md_text
     env.filters["code"] = lambda v: md_code(v, in_table=False)
+    env.filters["fence"] = md_fence
+    env.filters["one_line"] = visible
     return env.get_template(name)

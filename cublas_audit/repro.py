@@ -1,6 +1,6 @@
 """A high finding's reproduce recipe: the `cublas-audit sweep` command of its largest case, and a
 standalone CuPy script that makes the same cuBLAS call for ncu without this tool
-(templates/repro_script.md.j2).
+(templates/repro_script.py.j2, fenced by markdown.md_fence).
 """
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 import shlex
 
 from cublas_audit.findings import Finding
-from cublas_audit.markdown import md_text, template
+from cublas_audit.markdown import md_fence, md_text, template
 from cublas_audit.modes import PIPE_METRICS
 from cublas_audit.modes import mode as mode_of
 
@@ -43,14 +43,17 @@ def script(finding: Finding) -> dict[str, str]:
     script = ""
     if finding.routine in SCRIPTED_ROUTINES:
         mode = mode_of(finding.mode)
-        script = template("repro_script.md.j2").render(
-            rule=finding.rule,
-            routine=finding.routine,
-            kernel=finding.kernel,
-            metric=PIPE_METRICS[mode.pipe],
-            dtype=mode.storage,
-            data_type=mode.data_type,
-            compute=mode.compute_type,
-            **case,
+        script = md_fence(
+            template("repro_script.py.j2").render(
+                rule=finding.rule,
+                routine=finding.routine,
+                kernel=finding.kernel,
+                metric=PIPE_METRICS[mode.pipe],
+                dtype=mode.storage,
+                data_type=mode.data_type,
+                compute=mode.compute_type,
+                **case,
+            ),
+            "python",
         )
     return {"title": title, "sweep": shlex.join(sweep), "script": script}

@@ -156,12 +156,6 @@ def validate(frame: pd.DataFrame, source: TableSource) -> pd.DataFrame:
     if frame.empty:
         raise source.error("the table has no rows")
     check_numeric_columns(frame, ALL_COLUMNS, source)
-    for column in ("m", "n", "k", "batch"):
-        bad = frame.index[pd.to_numeric(frame[column]) <= 0]
-        if len(bad):
-            raise source.error(
-                "size must be a positive integer", _row_number(frame, bad[0]), column
-            )
     check_values(frame, "mode", MODES, source)
     return coerce(frame)
 
@@ -184,7 +178,7 @@ def check_values(
     if len(bad):
         raise source.error(
             f"unknown {column} {frame.at[bad[0], column]!r} (known: {', '.join(known)})",
-            _row_number(frame, bad[0]),
+            row_number(frame, bad[0]),
             column,
         )
 
@@ -199,12 +193,12 @@ def _check_numeric(frame: pd.DataFrame, column: str, kind: str, source: TableSou
         row = bad[0]
         raise source.error(
             f"expected {'an integer' if kind == 'int' else 'a number'}, got {values[row]!r}",
-            _row_number(frame, row),
+            row_number(frame, row),
             column,
         )
 
 
-def _row_number(frame: pd.DataFrame, index: Any) -> int:
+def row_number(frame: pd.DataFrame, index: Any) -> int:
     """1-based data row number as a user sees it in the file (header is row 0)."""
     return list(frame.index).index(index) + 1
 
@@ -224,7 +218,13 @@ def read_table(path: Path) -> pd.DataFrame:
             raw = pd.read_csv(path, dtype=str, keep_default_na=False, na_values=[""])
     except (ValueError, OSError, ImportError, pd.errors.ParserError) as exc:
         raise source.error(f"cannot be read as a table ({str(exc).splitlines()[0]})") from exc
-    return validate(raw, source)
+    # validation builds on this module's schema, so it is imported here, not at the top.
+    from cublas_audit.validation import check_complete_file, check_frame
+
+    check_complete_file(path)
+    frame = validate(raw, source)
+    check_frame(frame, source)
+    return frame
 
 
 def write_table(frame: pd.DataFrame, path: Path) -> Path:
