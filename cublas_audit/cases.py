@@ -28,7 +28,12 @@ DEFAULT_WORKSPACE_BYTES = 32 * 1024 * 1024
 
 LOOP_ROUTINE = "sgemm-loop"
 _SAFE_LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
-_SHAPE = re.compile(r"^(\d+)x(\d+)x(\d+)$")
+_DIGITS = re.compile(r"[0-9]+")
+# cuBLAS takes m, n, k and the batch count as 32-bit ints.
+MAX_DIMENSION = 2**31 - 1
+# No GPU holds a case this large; smaller ones that do not fit this GPU are skipped by the probe
+# (recorded with the reason), but this one is refused before anything runs.
+MAX_CASE_BYTES = 2**44
 
 
 @dataclass(frozen=True, order=True)
@@ -92,21 +97,25 @@ class Case:
 
 def parse_int_list(text: str, what: str) -> list[int]:
     """'256,512' -> [256, 512]; anything that is not a positive integer is a one-line error."""
-    values = []
-    for item in _items(text, what):
-        if not item.isdigit() or int(item) <= 0:
-            raise AuditError(f"{what}: {item!r} is not a positive integer")
-        values.append(int(item))
-    return sorted(set(values))
+    return sorted({_positive(item, what) for item in _items(text, what)})
+
+
+def _positive(item: str, what: str) -> int:
+    """A positive integer in ASCII digits that cuBLAS's 32-bit ints can hold."""
+    if not _DIGITS.fullmatch(item) or int(item) <= 0:
+        raise AuditError(f"{what}: {item!r} is not a positive integer")
+    if int(item) > MAX_DIMENSION:
+        raise AuditError(f"{what}: {item} is larger than cuBLAS's 32-bit limit {MAX_DIMENSION}")
+    return int(item)
 
 
 def parse_shapes(text: str) -> list[tuple[int, int, int]]:
     shapes = []
     for item in _items(text, "--shapes"):
-        match = _SHAPE.match(item.lower())
-        if match is None or any(int(g) <= 0 for g in match.groups()):
+        parts = item.lower().split("x")
+        if len(parts) != 3:
             raise AuditError(f"--shapes: {item!r} is not MxNxK with positive integers")
-        m, n, k = (int(g) for g in match.groups())
+        m, n, k = (_positive(part, f"--shapes {item!r}") for part in parts)
         shapes.append((m, n, k))
     return shapes
 
@@ -199,7 +208,12 @@ def build_plan(
 ) -> list[Case]:
     """The grid of cases, smallest problems first so that an out-of-memory case comes last."""
     problems = sorted({(s, s, s) for s in sizes} | set(shapes))
-    batch_counts = ([1] if single else []) + ([b for b in batches if b > 1] if batched else [])
+    if not problems:
+        raise AuditError("nothing to run: --sizes and --shapes are both empty")
+    batched_counts = [b for b in batches if b > 1] if batched else []
+    if batched and not single and not batched_counts:
+        raise AuditError("--batches: a batched call needs a batch count of at least 2")
+    batch_counts = ([1] if single else []) + batched_counts
     if not batch_counts:
         raise AuditError("nothing to run: both --no-single and --no-batched were given")
     cases: list[Case] = []
@@ -207,10 +221,18 @@ def build_plan(
         for batch in batch_counts:
             for mode in modes:
                 for api in apis:
-                    cases.append(Case(api, mode, m, n, k, batch))
+                    cases.append(_fits(Case(api, mode, m, n, k, batch)))
                 if batch > 1 and mode == "fp32" and "cublas" in apis:
                     cases.append(Case("cublas", mode, m, n, k, batch, loop=True))
     return cases
+
+
+def _fits(case: Case) -> Case:
+    if case.bytes_needed > MAX_CASE_BYTES:
+        raise AuditError(
+            f"{case.case_id} needs {case.bytes_needed / 2**40:.0f} TiB of operands: no GPU holds it"
+        )
+    return case
 
 
 def write_plan(cases: Sequence[Case], path: Path) -> None:

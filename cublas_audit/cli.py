@@ -390,5 +390,10 @@ def diff_command(
         print_json(diff.to_json(result))
     else:
         typer.echo(diff.to_markdown(result), nl=False)
+    if fail_on is not None and result.matched.empty:
+        raise AuditError(
+            f"--fail-on {fail_on.value}: {a} and {b} share no case (api, routine, mode, shape, "
+            "batch), so nothing was compared"
+        )
     if fail_on is FailOn.regression and result.has_regression:
         raise typer.Exit(1)

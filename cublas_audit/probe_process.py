@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cublas_audit.errors import AuditError
+from cublas_audit.errors import AuditError, ToolMissingError
 from cublas_audit.resources import PROBE_MODULE
 
 # The probe's progress lines on stdout; everything else it prints goes to probe.log.
@@ -106,6 +106,25 @@ def check_loaded_cublas(versions: Mapping[str, Any], cublas_lib: Path | None) ->
         raise AuditError(
             f"--cublas-lib: the probe did not load the cuBLAS of {cublas_lib} "
             f"(libraries mapped: {shown})"
+        )
+
+
+def check_probe_imports(probe: ProbeCommand) -> None:
+    """The probe's interpreter can import CuPy and this package (through the view), checked
+    before a run directory exists: a missing [gpu] extra is one clear error, not a half-made run
+    whose cause sits in probe.log."""
+    argv = [probe.python, "-c", f"import cupy, cupy_backends.cuda.libs.cublas, {PROBE_MODULE}"]
+    try:
+        done = subprocess.run(
+            argv, env=dict(probe.env), capture_output=True, text=True, timeout=300, check=False
+        )
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise ToolMissingError(f"cannot run the probe interpreter {probe.python}: {exc}") from exc
+    if done.returncode != 0:
+        last = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
+        raise ToolMissingError(
+            f"the probe interpreter {probe.python} cannot load the probe ({last[0]}); "
+            "install CuPy there: pip install 'cublas-audit[gpu]'"
         )
 
 

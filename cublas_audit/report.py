@@ -9,6 +9,7 @@ An output path never names an input: a report cannot overwrite the table it read
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -68,6 +69,9 @@ def check_output(out: Path, inputs: Sequence[Path]) -> None:
     target = out.resolve()
     if out.is_dir():
         raise AuditError(f"--out: {out} is a directory; name the report file")
+    parent = next((p for p in target.parents if p.exists()), Path("/"))
+    if not os.access(parent, os.W_OK) or (out.exists() and not os.access(out, os.W_OK)):
+        raise AuditError(f"--out: {out} cannot be written here")
     for given in inputs:
         source = Path(given).resolve()
         table = source / TABLE_FILE if source.is_dir() else source

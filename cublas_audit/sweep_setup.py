@@ -78,6 +78,7 @@ def sweep(options: SweepOptions, progress: Progress | None = None) -> SweepResul
     ncu = environment.require_profiler(env) if options.profile else None
     with package_view() as view:
         config = _config(options, env, ncu, view)
+        probe_process.check_probe_imports(config.probe)
         if options.resume is None:
             start_run(config, env, options)
         frame = run(config, progress)

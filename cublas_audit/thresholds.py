@@ -7,6 +7,7 @@ from the article's published data and the H100 runs bundled under reports/.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -47,6 +48,18 @@ def names() -> list[str]:
     return [field.name for field in dataclasses.fields(Thresholds)]
 
 
+def limits(name: str) -> tuple[float, float]:
+    """The values a threshold may take: fractions 0..1, percentages 0..100, ratios at least 1,
+    everything else (sizes, element counts, points) any finite number from 0."""
+    if name.endswith("_fraction"):
+        return 0.0, 1.0
+    if name.endswith(("_pct", "_pts")):
+        return 0.0, 100.0
+    if name.endswith(("_ratio", "_range")):
+        return 1.0, math.inf
+    return 0.0, math.inf
+
+
 def with_overrides(items: Iterable[str], base: Thresholds | None = None) -> Thresholds:
     """Applies `name=value` overrides; an unknown name or a non-number is a one-line error."""
     changes: dict[str, float] = {}
@@ -61,7 +74,10 @@ def with_overrides(items: Iterable[str], base: Thresholds | None = None) -> Thre
             number = float(value)
         except ValueError:
             raise AuditError(f"--threshold {name}: {value!r} is not a number") from None
-        if number < 0:
-            raise AuditError(f"--threshold {name}: must not be negative, got {value!r}")
+        low, high = limits(name)
+        if not (math.isfinite(number) and low <= number <= high):
+            raise AuditError(
+                f"--threshold {name}: must be a number from {low:g} to {high:g}, got {value!r}"
+            )
         changes[name] = number
     return dataclasses.replace(base or Thresholds(), **changes)
