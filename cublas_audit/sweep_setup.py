@@ -25,6 +25,7 @@ from cublas_audit.errors import AuditError
 from cublas_audit.profile import CLOCK_CONTROLS
 from cublas_audit.resources import package_view
 from cublas_audit.sweep import Progress, SweepConfig, run
+from cublas_audit.validation import check_env
 
 DEFAULT_MIN_REPS = 20
 
@@ -120,6 +121,7 @@ def resumed(options: SweepOptions) -> SweepOptions:
             f"--resume: {run_dir} is not a cublas-audit run directory (no plan.json/env.json)"
         )
     record = rundir.read_env(run_dir)
+    check_env(record, run_dir / rundir.ENV_FILE)
     restored: dict[str, Any] = {}
     for name, (key, _default) in RECORDED.items():
         recorded = record.get(key)

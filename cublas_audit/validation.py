@@ -23,6 +23,7 @@ from cublas_audit.table import (
     STALL_REASONS,
     TableSource,
     check_values,
+    plain,
     row_number,
 )
 
@@ -54,7 +55,7 @@ class Range:
             return self.message
         low = f"{'above' if self.low_open else 'at least'} {self.low:g}"
         high = "" if self.high == math.inf else f" and at most {self.high:g}"
-        return f"{value!r} is out of range: expected a finite number {low}{high}"
+        return f"{plain(value)} is out of range: expected a finite number {low}{high}"
 
 
 PERCENT = Range(0.0, 100.0)
