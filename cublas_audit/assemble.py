@@ -83,7 +83,24 @@ def _result_columns(
         out["tflops"] = case.flops / (timed["time_ms"] * 1e-3) / 1e12
     if timed is not None:
         out["max_rel_err"] = timed.get("max_rel_err")
+        out.update(_recorded(timed, CALL_EVIDENCE))
     return out
+
+
+# The timing evidence the probe records beside each median: the call's distribution and the
+# GPU's clocks and power around it; the reference's distribution.
+CALL_EVIDENCE = (
+    *table.distribution_columns("time"),
+    "sm_clock_before_mhz",
+    "sm_clock_mhz",
+    "power_w",
+    "clock_reasons",
+)
+REFERENCE_EVIDENCE = ("ref_time_ms", *table.distribution_columns("ref_time"))
+
+
+def _recorded(record: Mapping[str, Any], keys: Sequence[str]) -> dict[str, Any]:
+    return {key: record[key] for key in keys if record.get(key) is not None}
 
 
 def _reference_by_problem(
@@ -94,9 +111,7 @@ def _reference_by_problem(
     for case in cases:
         timed = time_results.get(case.case_id, {})
         launches = refs.get(case.case_id, [])
-        columns: dict[str, Any] = {}
-        if timed.get("ref_time_ms") is not None:
-            columns["ref_time_ms"] = timed["ref_time_ms"]
+        columns: dict[str, Any] = _recorded(timed, REFERENCE_EVIDENCE)
         if launches:
             main = max(launches, key=lambda launch: launch.duration_us or 0.0)
             columns["ref_fma_pct"] = main.metrics.get(METRIC_COLUMNS["fma_pct"])

@@ -20,7 +20,9 @@ from cublas_audit.errors import AuditError
 from cublas_audit.modes import MODE_NAMES as MODES
 from cublas_audit.rundir import TABLE_FILE, write_csv_atomic
 
-SCHEMA_VERSION = 1
+# 2: the timed distributions and the GPU's clocks and power (tables of version 1 stay readable:
+# every added column is optional).
+SCHEMA_VERSION = 2
 APIS = ("cublas", "cublasLt")
 
 REQUIRED_COLUMNS: dict[str, str] = {
@@ -95,6 +97,40 @@ OPTIONAL_COLUMNS: dict[str, str] = {
     **{f"stall_{reason}": "float" for reason in STALL_REASONS},
 }
 
+# A timed quantity's distribution beside its median (`time_ms`, `ref_time_ms`): the evidence a
+# timing verdict is judged on (cublas_audit.verdicts).
+DISTRIBUTION = {
+    "n": "int",
+    "min_ms": "float",
+    "q1_ms": "float",
+    "q3_ms": "float",
+    "max_ms": "float",
+}
+TIMED = ("time", "ref_time")
+
+
+def distribution_columns(prefix: str) -> list[str]:
+    """`time` -> time_n, time_min_ms, time_q1_ms, time_q3_ms, time_max_ms."""
+    return [f"{prefix}_{field}" for field in DISTRIBUTION]
+
+
+OPTIONAL_COLUMNS.update(
+    {
+        column: DISTRIBUTION[column.removeprefix(prefix + "_")]
+        for prefix in TIMED
+        for column in distribution_columns(prefix)
+    }
+)
+# The GPU's state around the timed calls (NVML): SM clock before and after, board power after,
+# and the clock event reasons (throttling) seen during the measurement, as NVML's bitmask.
+OPTIONAL_COLUMNS.update(
+    {
+        "sm_clock_before_mhz": "float",
+        "sm_clock_mhz": "float",
+        "power_w": "float",
+        "clock_reasons": "int",
+    }
+)
 ALL_COLUMNS: dict[str, str] = {**REQUIRED_COLUMNS, **OPTIONAL_COLUMNS}
 CASE_KEY = ("api", "routine", "mode", "m", "n", "k", "batch")
 

@@ -21,8 +21,10 @@ from cublas_audit.table import (
     APIS,
     CASE_KEY,
     STALL_REASONS,
+    TIMED,
     TableSource,
     check_values,
+    distribution_columns,
     plain,
     row_number,
 )
@@ -86,6 +88,15 @@ RANGES: dict[str, Range] = {
     "smem_bytes": NON_NEGATIVE,
     "launch": NON_NEGATIVE,
     "max_rel_err": Range(0.0, infinite_ok=True),
+    **{
+        column: Range(1) if column.endswith("_n") else TIME
+        for prefix in TIMED
+        for column in distribution_columns(prefix)
+    },
+    "sm_clock_before_mhz": TIME,
+    "sm_clock_mhz": TIME,
+    "power_w": NON_NEGATIVE,
+    "clock_reasons": NON_NEGATIVE,
     # Warps per issue-active cycle x 100: several warps can wait on one reason, so >100 is real.
     **{f"stall_{reason}": NON_NEGATIVE for reason in STALL_REASONS},
 }

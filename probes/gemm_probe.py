@@ -229,7 +229,7 @@ class Runner:
         return result
 
     def time(self, case: Case, ops: Operands, launch: Callable[[], None]) -> dict[str, Any]:
-        from cublas_audit.device import operands
+        from cublas_audit.device import clocks, operands
         from cublas_audit.device.timing import time_interleaved
 
         error = operands.checked(launch, ops)
@@ -247,12 +247,16 @@ class Runner:
                 contenders["ref"] = ref.launch
             else:
                 result["ref_status"] = f"wrong: relative error {ref_error:.3g}"
+        before = clocks.state()
         timings = time_interleaved(contenders, self.min_reps, warm=True)  # checked just now
-        call = timings["call"]
-        result.update(status="ok", time_ms=call.median_ms, time_min_ms=call.min_ms, reps=call.reps)
+        after = clocks.state()
+        result.update(status="ok", **timings["call"].summary("time"))
+        result["time_samples_ms"] = list(timings["call"].samples_ms)  # for a later bootstrap
         if "ref" in timings:
-            ref_time = timings["ref"]
-            result.update(ref_time_ms=ref_time.median_ms, ref_time_min_ms=ref_time.min_ms)
+            result.update(timings["ref"].summary("ref_time"))
+        result.update(after, sm_clock_before_mhz=before.get("sm_clock_mhz"))
+        if "clock_reasons" in before and "clock_reasons" in after:
+            result["clock_reasons"] = int(before["clock_reasons"]) | int(after["clock_reasons"])
         return result
 
     def _reference_or_reason(

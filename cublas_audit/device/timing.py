@@ -12,6 +12,8 @@ import statistics
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from cublas_audit.table import distribution_columns
+
 MIN_REPS = 20
 MAX_REPS = 200
 TARGET_SECONDS = 0.1
@@ -19,14 +21,45 @@ TARGET_SECONDS = 0.1
 
 @dataclass(frozen=True)
 class Timing:
-    median_ms: float
-    min_ms: float
-    reps: int
+    """One contender's timed calls, in the order they ran: the distribution a verdict judges."""
+
+    samples_ms: tuple[float, ...]
+
+    @property
+    def reps(self) -> int:
+        return len(self.samples_ms)
+
+    @property
+    def median_ms(self) -> float:
+        return statistics.median(self.samples_ms)
+
+    @property
+    def min_ms(self) -> float:
+        return min(self.samples_ms)
+
+    @property
+    def max_ms(self) -> float:
+        return max(self.samples_ms)
+
+    @property
+    def quartiles_ms(self) -> tuple[float, float]:
+        if self.reps < 2:
+            return self.median_ms, self.median_ms
+        q1, _median, q3 = statistics.quantiles(self.samples_ms, n=4, method="inclusive")
+        return q1, q3
 
     @property
     def spread(self) -> float:
         """How far the median sits above the best run: a noise gauge for this measurement."""
         return self.median_ms / self.min_ms - 1.0 if self.min_ms > 0 else math.inf
+
+    def summary(self, prefix: str) -> dict[str, float | int]:
+        """The distribution as the table's columns (table.distribution_columns): the median under
+        `<prefix>_ms`, then n, min, quartiles and max."""
+        q1, q3 = self.quartiles_ms
+        values = (self.reps, self.min_ms, q1, q3, self.max_ms)
+        named = dict(zip(distribution_columns(prefix), values, strict=True))
+        return {f"{prefix}_ms": self.median_ms, **named}
 
 
 def repetitions(estimate_ms: float, min_reps: int = MIN_REPS) -> int:
@@ -53,10 +86,7 @@ def time_interleaved(
     for _ in range(reps - (1 if warm else 0)):
         for name, launch in contenders.items():
             samples[name].append(_one_call_ms(launch, stream))
-    return {
-        name: Timing(statistics.median(times), min(times), len(times))
-        for name, times in samples.items()
-    }
+    return {name: Timing(tuple(times)) for name, times in samples.items()}
 
 
 def _one_call_ms(launch: Callable[[], None], stream: object) -> float:
