@@ -25,16 +25,9 @@ from typing import Any
 
 import pandas as pd
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-
-from cublas_audit import candidates, environment  # noqa: E402
-from cublas_audit.cases import (  # noqa: E402
-    DEFAULT_BATCHES,
-    DEFAULT_SIZES,
-    build_plan,
-    label_from_gpu_name,
-)
+from cublas_audit import candidates, environment
+from cublas_audit.cases import DEFAULT_BATCHES, DEFAULT_SIZES, build_plan, label_from_gpu_name
+from cublas_audit.device.candidate_audit import DEFAULT_MIN_REPS, run_candidates
 
 TARGET_S = 60.0
 
@@ -52,7 +45,7 @@ def one_run(
     )
     start = time.perf_counter()
     try:
-        frame = candidates.run_candidates(
+        frame = run_candidates(
             cases,
             out_dir,
             limit,
@@ -153,7 +146,7 @@ def main() -> int:
         **device,
         "grid": {"sizes": list(DEFAULT_SIZES), "batches": list(DEFAULT_BATCHES), "mode": "fp32"},
         "limit": args.limit,
-        "min_reps": candidates.DEFAULT_MIN_REPS,
+        "min_reps": DEFAULT_MIN_REPS,
         "threshold": args.threshold,
         "target_s": TARGET_S,
         "wall_s": walls,

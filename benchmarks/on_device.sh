@@ -8,13 +8,20 @@
 # next, since a partial run is still worth bringing back:
 #   audit       the default batched sweep with its cuBLASLt candidate audit, and the single FP32
 #               sweep, into reports/<label>/<timestamp>-{batched,single}/
-#   speed       benchmarks/sweep_speed.py sweep (its run kept as reports/<label>/<ts>-batched,
-#               unless the audit step made that one)
+#   speed       benchmarks/sweep_speed.py sweep, i.e. `python -m cublas_audit sweep --batched`
+#               timed (its run kept as reports/<label>/<ts>-batched, unless the audit step made it)
 #   candidates  benchmarks/candidates_speed.py, three runs (the first kept in that run directory)
 #   reference   benchmarks/reference_vs_cublas.py --tune (tuned table to OUT/strategy.json)
 #   gpu-tests   pytest -m gpu
 # What the steps made is packed into OUT/results.tgz after each step (without the binary .ncu-rep
 # reports), paths relative to the repository, ready to unpack over a checkout.
+#
+# The project need not be installed: the checkout goes on PYTHONPATH, and the subpackages that
+# pyproject.toml maps in at build time (cublas_audit.probes, .reference_kernels, .bundled from
+# probes/, reference_kernels/, reports/) come from an editable install made offline (no index, no
+# build isolation: the setuptools already there builds it; the log is OUT/install.log), or, where
+# that cannot be made (no pip, no wheel support, an externally managed Python), from links inside
+# the checkout's cublas_audit/ that stand in for the mapping and are removed at exit.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=$(realpath "$1")
@@ -22,6 +29,32 @@ shift
 mkdir -p "$out" benchmarks/results
 export PYTHONUNBUFFERED=1
 py=${PYTHON:-python3}
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+
+# As the steps import it: from the repository root, the checkout's package first.
+mapped='import cublas_audit.probes, cublas_audit.reference_kernels, cublas_audit.bundled'
+importable() { $py -c "$mapped" 2>/dev/null; }
+
+if ! importable; then
+    echo "== install: pip install -e . (offline)"
+    $py -m pip install -q --no-deps --no-build-isolation --no-index --disable-pip-version-check \
+        -e . >"$out/install.log" 2>&1
+fi
+if ! importable; then
+    echo "== install: not possible here (OUT/install.log); linking the mapped folders instead"
+    links=()
+    for pair in probes:probes reference_kernels:reference_kernels bundled:reports; do
+        link=cublas_audit/${pair%%:*}
+        [[ -e $link || -L $link ]] || { ln -s "../${pair#*:}" "$link" && links+=("$link"); }
+    done
+    ((${#links[@]})) && trap 'rm -f "${links[@]}"' EXIT
+fi
+if ! importable; then
+    echo "cublas_audit and its probes/, reference_kernels/, reports/ cannot be imported:" >&2
+    $py -c "$mapped"
+    exit 1
+fi
+
 label=$($py -c 'from cublas_audit import environment as e, cases as c
 print(c.label_from_gpu_name(e.collect().gpu_name or ""))')
 stamp=$(date -u +%Y%m%d-%H%M%S)

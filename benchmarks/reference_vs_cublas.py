@@ -1,7 +1,10 @@
 """The reference SGEMM against cuBLAS on this GPU (issue 4): one self-checking device script.
 
-    PYTHONPATH=$PWD python3 benchmarks/reference_vs_cublas.py [--tune] [--json FILE]
-    PYTHONPATH=$PWD python3 benchmarks/reference_vs_cublas.py --profile 8192,1   # under ncu
+    python3 benchmarks/reference_vs_cublas.py [--tune] [--json FILE]
+    python3 benchmarks/reference_vs_cublas.py --profile 8192,1   # under ncu
+
+With the project installed (`pip install -e '.[gpu]'` in a checkout): the reference kernels are
+read from the installed package (cublas_audit.reference_kernels).
 
 Steps (each unit runs in a child process with a time limit, so that a kernel fault, which leaves
 the CUDA context unusable, or a hang costs that unit only; its traceback goes to the log):
@@ -33,13 +36,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-
-from cublas_audit import environment, reference  # noqa: E402
-from cublas_audit.errors import AuditError  # noqa: E402
-from cublas_audit.ncu_parse import FMA_PCT, parse_number  # noqa: E402
-from cublas_audit.profile import export_csv  # noqa: E402
+from cublas_audit import environment
+from cublas_audit.cases import Case
+from cublas_audit.device import launchers, operands
+from cublas_audit.device.reference import bench
+from cublas_audit.device.reference.build import build, device_cc, prepare
+from cublas_audit.device.reference.config import Config, fit, strategy_for
+from cublas_audit.errors import AuditError
+from cublas_audit.ncu_parse import FMA_PCT, parse_number
+from cublas_audit.profile import export_csv
 
 CHECK_PROBLEMS = [
     (256, 256, 256, 5),
@@ -102,7 +107,10 @@ def orchestrate(args: argparse.Namespace) -> int:
     results["device"] = child(args, "device", "")
     print(json.dumps(results["device"], indent=1), flush=True)
     if not args.skip_check:
-        print("\n== check (normwise relative error vs float64, limit 1e-5) ==", flush=True)
+        print(
+            f"\n== check (normwise relative error vs float64, limit {bench.TOLERANCE:g}) ==",
+            flush=True,
+        )
         results["check"] = [
             child(args, "check", ",".join(map(str, dims)), results) for dims in CHECK_PROBLEMS
         ]
@@ -297,29 +305,28 @@ def unit_device(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def all_tiles(cc: str, m: int, n: int, k: int, batch: int) -> list[reference.Config]:
+def all_tiles(cc: str, m: int, n: int, k: int, batch: int) -> list[Config]:
     """Every candidate tile shape, unsplit and split 4 ways, fitted to the problem."""
-    tiles = [
-        c for c in reference.candidates(cc, m, n, k, batch) if c.swizzle == 8 and c.splitk == 1
-    ]
+    tiles = [c for c in bench.candidates(cc, m, n, k, batch) if c.swizzle == 8 and c.splitk == 1]
     found = dict.fromkeys(tiles)
     for config in tiles:
-        found[reference.fit(replace(config, splitk=4), cc, m, n, k)] = None
+        found[fit(replace(config, splitk=4), cc, m, n, k)] = None
     return list(found)
 
 
 def unit_check(args: argparse.Namespace) -> dict[str, Any]:
     m, n, k, batch = ints(args.unit_arg)
-    cc = reference.device_cc()
-    a, b, c = reference.random_operands(m, n, k, batch)
-    default = reference.strategy_for(cc, m, n, k, batch)
+    cc = device_cc()
+    ops = operands.make("fp32", m, n, k, batch)
+    default = strategy_for(cc, m, n, k, batch)
     rows = []
     for config in [default, *(x for x in all_tiles(cc, m, n, k, batch) if x != default)]:
         name = f"{m}x{n}x{k} batch {batch} {config.label()}"
 
-        def check(config: reference.Config = config) -> dict[str, Any]:
-            error = reference.checked(reference.prepare(m, n, k, batch, a, b, c, config), a, b, c)
-            return {"status": "PASS" if error <= reference.TOLERANCE else "FAIL", "error": error}
+        def check(config: Config = config) -> dict[str, Any]:
+            launch = prepare(m, n, k, batch, ops.a, ops.b, ops.c, config)
+            error = operands.checked(launch, ops)
+            return {"status": "PASS" if error <= bench.TOLERANCE else "FAIL", "error": error}
 
         row = {"problem": [m, n, k, batch], "config": config.label(), **attempt(name, check)}
         print(f"{row['status']:4s} {name}: {row['error']}", flush=True)
@@ -328,17 +335,17 @@ def unit_check(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def unit_build(args: argparse.Namespace) -> dict[str, Any]:
-    cc = reference.device_cc()
+    cc = device_cc()
     rows = []
     for config in all_tiles(cc, *BUILD_PROBLEM):
         name = f"{config.label()} @ {'x'.join(map(str, BUILD_PROBLEM))}"
 
-        def build(config: reference.Config = config) -> dict[str, Any]:
-            kernel = reference.build(config, *BUILD_PROBLEM[:3]).sgemm
+        def compile_one(config: Config = config) -> dict[str, Any]:
+            kernel = build(config, *BUILD_PROBLEM[:3]).sgemm
             regs, local = kernel.num_regs, kernel.local_size_bytes
             return {"status": "ok", "registers": regs, "local_bytes": local}
 
-        row = {"variant": name, "smem": config.smem_bytes, **attempt(name, build)}
+        row = {"variant": name, "smem": config.smem_bytes, **attempt(name, compile_one)}
         print(
             f"{row['status']:4s} {name}: {row.get('registers', '?')} registers, "
             f"{row.get('local_bytes', '?')} B local, {config.smem_bytes} B shared",
@@ -349,10 +356,8 @@ def unit_build(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def unit_tune(args: argparse.Namespace) -> dict[str, Any]:
-    table = reference.tune(
-        ints(args.tune_sizes), ints(args.tune_batches), args.tune_budget_s, print
-    )
-    path = reference.write_table(table, Path(args.unit_arg))
+    table = bench.tune(ints(args.tune_sizes), ints(args.tune_batches), args.tune_budget_s, print)
+    path = bench.write_table(table, Path(args.unit_arg))
     print(f"strategy table written to {path}", flush=True)
     return {"status": "ok", "path": str(path)}
 
@@ -361,14 +366,14 @@ def unit_time(args: argparse.Namespace) -> dict[str, Any]:
     import cupy
 
     size = int(args.unit_arg)
-    cc = reference.device_cc()
+    cc = device_cc()
     table = Path(args.table) if args.table else None
     rows = []
     for batch in ints(args.batches):
 
         def one(batch: int = batch) -> dict[str, Any]:
-            config = reference.strategy_for(cc, size, size, size, batch, table)
-            return {"status": "ok", **reference.compare(size, size, size, batch, config).to_json()}
+            config = strategy_for(cc, size, size, size, batch, table)
+            return {"status": "ok", **bench.compare(size, size, size, batch, config).to_json()}
 
         row = {"size": size, "batch": batch, **attempt(f"{size} batch {batch}", one)}
         print(json.dumps(row), flush=True)
@@ -382,12 +387,12 @@ def profile_one(spec: str, table: Path | None) -> int:
     import cupy
 
     size, batch = ints(spec)
-    a, b, c = reference.random_operands(size, size, size, batch)
-    config = reference.strategy_for(reference.device_cc(), size, size, size, batch, table)
+    ops = operands.make("fp32", size, size, size, batch)
+    config = strategy_for(device_cc(), size, size, size, batch, table)
     print(f"reference {config.label()}", flush=True)
-    ref = reference.prepare(size, size, size, batch, a, b, c, config)
-    blas = reference.cublas_launcher(size, size, size, batch, a, b, c)
-    print(f"reference error {reference.checked(ref, a, b, c):.3g}", flush=True)
+    ref = prepare(size, size, size, batch, ops.a, ops.b, ops.c, config)
+    blas = launchers.classic(Case("cublas", "fp32", size, size, size, batch), ops)
+    print(f"reference error {operands.checked(ref, ops):.3g}", flush=True)
     blas()
     ref.zero()  # outside the ranges: ncu sees the reference SGEMM alone
     for name, launch in (("ref", ref.sgemm), ("cublas", blas)):

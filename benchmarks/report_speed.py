@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -23,15 +22,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import jinja2
+import matplotlib
+import pandas as pd
+
+from cublas_audit import diff, render, table
+from cublas_audit.inputs import load_inputs, load_one_gpu
+
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-
-import jinja2  # noqa: E402
-import matplotlib  # noqa: E402
-import pandas as pd  # noqa: E402
-
-from cublas_audit import diff, render, table  # noqa: E402
-
 FIXTURES = REPO / "tests" / "fixtures"
 ROWS = 10_000
 LIMIT_S = 3.0
@@ -61,12 +59,8 @@ def main() -> int:
         work = Path(tmp)
         a = tiled(FIXTURES / "h100-batched-cublas", ROWS, work / "a.csv")
         b = tiled(FIXTURES / "h100-smoke", ROWS, work / "b.csv")
-        report_s = timed(
-            lambda: render.write_report(render.load_inputs([a]), work / "out" / "report.md")
-        )
-        diff_s = timed(
-            lambda: diff.to_markdown(diff.compare(render.load_one_gpu(a), render.load_one_gpu(b)))
-        )
+        report_s = timed(lambda: render.write_report(load_inputs([a]), work / "out" / "report.md"))
+        diff_s = timed(lambda: diff.to_markdown(diff.compare(load_one_gpu(a), load_one_gpu(b))))
     result = {
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "host": platform.node(),

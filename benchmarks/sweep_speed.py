@@ -24,11 +24,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+from cublas_audit import assemble, ncu_parse, rundir, table
+from cublas_audit.cases import Case
 
-from cublas_audit import assemble, ncu_parse, table  # noqa: E402
-from cublas_audit.cases import Case  # noqa: E402
+REPO = Path(__file__).resolve().parent.parent
 
 FIXTURE = REPO / "tests" / "fixtures" / "h100-batched-cublas" / "ncu" / "chunk-000.csv"
 ROWS = 10_000
@@ -62,7 +61,7 @@ def parse_benchmark() -> dict[str, Any]:
         launches = ncu_parse.parse_csv_file(export)
         parsed = time.perf_counter()
         frame = assemble.build_table(cases, launches, {}, {}, {"gpu_label": "h100"})
-        table.write_table(frame, Path(tmp) / "dispatch.csv")
+        table.write_table(frame, Path(tmp) / rundir.TABLE_FILE)
         done = time.perf_counter()
     return {
         "rows": len(frame),
@@ -95,8 +94,8 @@ def sweep_benchmark(keep: Path | None, cold_cache: bool) -> dict[str, Any]:
         wall = time.perf_counter() - start
         if done.returncode:  # the sweep said why on stderr
             sys.exit(done.returncode)
-        env = json.loads((run_dir / "env.json").read_text())
-        plan = json.loads((run_dir / "plan.json").read_text())
+        env = json.loads((run_dir / rundir.ENV_FILE).read_text())
+        plan = json.loads((run_dir / rundir.PLAN_FILE).read_text())
     phases = env.get("phase_seconds", {})
     profiled = sum(1 for case in plan if not case.get("loop"))
     return {

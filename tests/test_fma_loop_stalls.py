@@ -1,4 +1,6 @@
-"""benchmarks/fma_loop_stalls.py on the committed ncu source export of 8192^3 batch 8 (H100)."""
+"""tools/fma_loop_stalls.py on the committed ncu source export of 8192^3 batch 8 (H100).
+
+The tool is not part of the package (tools/ is not shipped): it is loaded from its file."""
 
 from __future__ import annotations
 
@@ -10,13 +12,14 @@ from typing import Any
 
 import pytest
 
-RESULTS = Path(__file__).resolve().parent.parent / "benchmarks" / "results"
+TOOLS = Path(__file__).resolve().parent.parent / "tools"
+RESULTS = TOOLS / "results"
 EXPORT = RESULTS / "reference_ncu_source_8192b8_h100.csv.gz"
 
 
 @pytest.fixture(scope="module")
 def script() -> ModuleType:
-    path = RESULTS.parent / "fma_loop_stalls.py"
+    path = TOOLS / "fma_loop_stalls.py"
     spec = importlib.util.spec_from_file_location("fma_loop_stalls", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)

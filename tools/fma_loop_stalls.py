@@ -4,7 +4,9 @@ register-bank conflicts and instruction-fetch stalls, next to the shares of ever
     ncu --nvtx --nvtx-include ref/ --nvtx-include cublas/ --section WarpStateStats \\
         --section SourceCounters -o ref python3 benchmarks/reference_vs_cublas.py --profile 8192,8
     ncu --import ref.ncu-rep --page source --csv --print-source sass | gzip > source.csv.gz
-    python3 benchmarks/fma_loop_stalls.py source.csv.gz [--json FILE]
+    python -m tools.fma_loop_stalls source.csv.gz [--json FILE]
+
+Needs pandas only (no GPU, no CUDA): it reads the export anywhere.
 
 The FMA loop is the code run as often as most FFMAs. ncu's SASS leaves out the operand reuse
 flags, so an FFMA operand counts as served by the reuse cache when the FFMA before it read the same

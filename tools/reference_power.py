@@ -1,14 +1,15 @@
 """SM clock and board power while each contender runs back to back: a steady stream of one kernel.
 
-    PYTHONPATH=$PWD python3 benchmarks/reference_power.py --problem 8192,8 \\
+    python -m tools.reference_power --problem 8192,8 \\
         --variants acc_layout=rows acc_layout=blocks --json FILE
 
-The figures of reference_vs_cublas.py time the reference and cuBLAS interleaved, one call each in
-turn. Under a power limit that is not what a stream of one kernel gets: here each contender runs
---calls times in a row while nvidia-smi samples the SM clock, power and temperature every 100 ms,
-for --rounds rounds over all contenders. Variants are the table's pick with Config fields
-overridden, as in reference_variants.py. Prints one line per contender and round; --json writes
-them with the device, date and versions.
+The figures of benchmarks/reference_vs_cublas.py time the reference and cuBLAS interleaved, one
+call each in turn. Under a power limit that is not what a stream of one kernel gets: here each
+contender runs --calls times in a row while nvidia-smi samples the SM clock, power and temperature
+every 100 ms, for --rounds rounds over all contenders. Variants are the table's pick with Config
+fields overridden, as in tools/reference_variants.py; each contender is checked against float64
+first (a wrong one is dropped and reported). Prints one line per contender and round; --json
+writes them with the device, date and versions.
 """
 
 from __future__ import annotations
@@ -21,13 +22,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-
-from reference_variants import launchers, variants  # noqa: E402
-from reference_vs_cublas import unit_device  # noqa: E402
-
-from cublas_audit import reference  # noqa: E402
+from cublas_audit.device import operands
+from tools._common import checked, contenders, device_info, problem, variants
 
 SAMPLE = ["--query-gpu=clocks.sm,power.draw,temperature.gpu", "--format=csv,noheader,nounits"]
 SKIPPED_SAMPLES = 3  # the sampler's first 300 ms overlap the warm-up call
@@ -72,14 +68,15 @@ def run_sampled(launch: Callable[[], None], calls: int) -> dict[str, float]:
 
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
-    size, batch = (int(x) for x in args.problem.split(","))
-    a, b, c = reference.random_operands(size, size, size, batch)
-    contenders = launchers(size, batch, variants(size, batch, args.variants), a, b, c)
-    results: dict[str, Any] = {"command": sys.argv, "device": unit_device(args), "rows": []}
+    size, batch = problem(args.problem)
+    ops = operands.make("fp32", size, size, size, batch)
+    found = contenders(size, batch, variants(size, batch, args.variants), ops)
+    errors = checked(found, ops)
+    results: dict[str, Any] = {"command": sys.argv, "device": device_info(), "rows": []}
     for round_ in range(args.rounds):
-        for name, launch in contenders.items():
+        for name, launch in found.items():
             row = {"size": size, "batch": batch, "round": round_, "contender": name}
-            row |= run_sampled(launch, args.calls)
+            row |= {**run_sampled(launch, args.calls), "error": errors[name]}
             results["rows"].append(row)
             print(
                 f"{round_} {name:24s} {row['ms']:9.3f} ms {row['mhz']:6.0f} MHz "
