@@ -224,7 +224,8 @@ def sweep_command(
 
 
 def _with_progress(work: Callable[[Any], R]) -> R:
-    """Runs `work(progress_hooks)` under a rich progress bar on stderr."""
+    """Runs `work(progress_hooks)`; the rich progress bar on stderr appears when the work starts
+    its cases, so every check before that prints its error alone."""
     from rich.console import Console
     from rich.progress import (
         BarColumn,
@@ -238,15 +239,23 @@ def _with_progress(work: Callable[[Any], R]) -> R:
 
     console = Console(stderr=True)
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
-    with Progress(*columns, TimeRemainingColumn(), console=console) as bar:
-        task = bar.add_task("sweep", total=None)
-        hooks = Hooks(
-            start=lambda total: bar.update(task, total=total),
-            current=lambda case_id: bar.update(task, description=case_id),
-            advance=lambda case_id: bar.advance(task),
-            note=lambda message: console.print(message, style="yellow", markup=False),
-        )
+    bar = Progress(*columns, TimeRemainingColumn(), console=console)
+    task = bar.add_task("sweep", total=None)
+
+    def start(total: int) -> None:
+        bar.start()
+        bar.update(task, total=total)
+
+    hooks = Hooks(
+        start=start,
+        current=lambda case_id: bar.update(task, description=case_id),
+        advance=lambda case_id: bar.advance(task),
+        note=lambda message: console.print(message, style="yellow", markup=False),
+    )
+    try:
         return work(hooks)
+    finally:
+        bar.stop()
 
 
 @app.command("candidates")

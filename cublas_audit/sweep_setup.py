@@ -128,14 +128,16 @@ def resumed(options: SweepOptions) -> SweepOptions:
         if name == "cublas_lib" and recorded is not None:
             recorded = Path(recorded)
         given = getattr(options, name)
-        if given is not None and recorded is not None and given != recorded:
+        # A recorded null is a setting too (the system's cuBLAS, no candidate audit); only a run
+        # recorded before the key existed leaves the option free.
+        if given is not None and key in record and given != recorded:
             raise AuditError(
                 f"--resume: {run_dir} was recorded with {name.replace('_', '-')} {recorded!r}; "
                 f"the command line says {given!r} (leave it out to resume)"
             )
         restored[name] = given if given is not None else recorded
     probe_env = dict(record.get("probe_env") or {})
-    clashing = {k: v for k, v in options.probe_env.items() if probe_env.get(k, v) != v}
+    clashing = {k: v for k, v in options.probe_env.items() if probe_env.get(k) != v}
     if clashing:
         raise AuditError(
             f"--resume: {run_dir} was recorded with another --probe-env for "

@@ -3,28 +3,20 @@ is still measured, a child that finishes nothing is a clear error naming probe.l
 retry loop), and `--resume` never redoes an ncu chunk whose CSV export is on disk.
 
 These tests drive the real cublas_audit.sweep.run. What they replace is the child process only:
-ProbeCommand.python is a small fake interpreter written into tmp_path, which receives the real
-argv (`-m cublas_audit.probes.gemm_probe --plan ... --phase ... --results ... --only ...`) and
-speaks the real probe's protocol (probes/gemm_probe.py: a `probe` record, then per case a `start`
-record and @@start line, the `done` record and @@done line). It replays the `done` records the
-real probe wrote on an H100 (tests/fixtures/h100-*/timing.jsonl, profile.jsonl), or dies inside a
-named case, or exits without a result. A fake ncu likewise stands in for the profiler: it records
-each call, runs the probe command it wraps, and exports a recorded ncu CSV.
+ProbeCommand.python is a small fake interpreter written into tmp_path (tests/fakeprobe.py), which
+receives the real argv (`-m cublas_audit.probes.gemm_probe --plan ... --phase ... --results ...
+--only ...`) and speaks the real probe's protocol (probes/gemm_probe.py: a `probe` record, then per
+case a `start` record and @@start line, the `done` record and @@done line). It replays the `done`
+records the real probe wrote on an H100 (tests/fixtures/h100-*/timing.jsonl, profile.jsonl), or
+dies inside a named case, or exits without a result. A fake ncu likewise stands in for the
+profiler: it records each call, runs the probe command it wraps, and exports a recorded ncu CSV.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import signal
-import stat
-import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 import pandas as pd
@@ -33,129 +25,21 @@ import pytest
 from cublas_audit import rundir, sweep
 from cublas_audit.cases import read_plan, write_plan
 from cublas_audit.errors import AuditError
-from cublas_audit.probe_process import DONE_LINE, START_LINE, ProbeCommand
-from cublas_audit.resources import PROBE_MODULE
+from cublas_audit.probe_process import ProbeCommand
 from cublas_audit.rundir import NCU_DIR, PLAN_FILE, PROFILE_RESULTS, TIME_RESULTS
+from tests.fakeprobe import (
+    BATCHED,
+    SMOKE,
+    Recorded,
+    call_records,
+    deadline,
+    fake_ncu,
+    fake_probe,
+)
 
-REPO = Path(__file__).resolve().parent.parent
-SMOKE = REPO / "tests" / "fixtures" / "h100-smoke"
-BATCHED = REPO / "tests" / "fixtures" / "h100-batched-cublas"
 DEADLINE_S = 20  # sweep.run must end well before this; a retry loop would not
 
 SMOKE_IDS = [case.case_id for case in read_plan(SMOKE / PLAN_FILE)]
-
-FAKE_PROBE = '''\
-#!{python}
-"""A stand-in for `python -m cublas_audit.probes.gemm_probe`: replays recorded results."""
-import argparse, json, os, sys
-
-CONFIG = json.loads({config!r})
-if sys.argv[1:3] != ["-m", CONFIG["module"]]:
-    sys.exit("fake probe: unexpected argv " + repr(sys.argv))
-parser = argparse.ArgumentParser()
-for option in ("--plan", "--phase", "--results", "--only", "--min-reps", "--gpu-label", "--limit"):
-    parser.add_argument(option)
-parser.add_argument("--reference", action="store_true")
-args = parser.parse_args(sys.argv[3:])
-only = open(args.only).read().split() if args.only else None
-with open(CONFIG["calls"], "a") as calls:
-    calls.write(json.dumps({{"phase": args.phase, "only": only}}) + "\\n")
-if CONFIG["behaviour"] == "exit-0-silently":
-    print("fake probe: exiting 0 without writing a result")
-    sys.exit(0)
-if CONFIG["behaviour"] == "no-cupy":
-    print("ModuleNotFoundError: No module named 'cupy'")
-    sys.exit(1)
-recorded = [json.loads(line) for line in open(CONFIG["replay"][args.phase])]
-probe = next(r for r in recorded if r.get("event") == "probe")
-done = {{r["case_id"]: r for r in recorded if r.get("event") == "done"}}
-plan = [case["case_id"] for case in json.load(open(args.plan))]
-with open(args.results, "a", buffering=1) as out:
-    def emit(record):
-        out.write(json.dumps(record) + "\\n")
-        out.flush()
-
-    emit(probe)
-    for case_id in plan:
-        if only is not None and case_id not in only:
-            continue
-        emit({{"event": "start", "case_id": case_id, "phase": args.phase}})
-        print(CONFIG["start_line"] + case_id, flush=True)
-        if case_id == CONFIG["crash_on"]:
-            print("fake probe: Segmentation fault in " + case_id, flush=True)
-            os._exit(139)
-        emit(done[case_id])
-        print(CONFIG["done_line"] + case_id, flush=True)
-'''
-
-FAKE_NCU = '''\
-#!{python}
-"""A stand-in for ncu: records its call; profiles by running the probe it wraps and writing a
-report; `--import REPORT --csv` prints the recorded export of that chunk."""
-import json, os, subprocess, sys
-
-CONFIG = json.loads({config!r})
-argv = sys.argv[1:]
-with open(CONFIG["calls"], "a") as calls:
-    calls.write(json.dumps(argv) + "\\n")
-if CONFIG["fail"]:
-    print("==ERROR== fake ncu: this call was not expected")
-    sys.exit(1)
-if argv[0] == "--import":
-    name = os.path.basename(argv[1]).split(".")[0]
-    sys.stdout.write(open(CONFIG["exports"][name]).read())
-    sys.exit(0)
-end = argv.index("--log-file") + 2
-report, log = argv[argv.index("--export") + 1], argv[end - 1]
-code = subprocess.call(argv[end:])
-with open(log, "w") as out:
-    out.write("==PROF== Report: " + report + "\\n")
-with open(report, "w") as out:
-    out.write("fake report\\n")
-sys.exit(code)
-'''
-
-
-def executable(path: Path, template: str, config: dict[str, Any]) -> Path:
-    path.write_text(template.format(python=sys.executable, config=json.dumps(config)))
-    path.chmod(path.stat().st_mode | stat.S_IXUSR)
-    return path
-
-
-def fake_probe(
-    tmp_path: Path,
-    *,
-    replay: Path = SMOKE,
-    crash_on: str | None = None,
-    behaviour: str = "replay",
-) -> tuple[ProbeCommand, Path]:
-    """The fake probe interpreter and the file it records its calls in, one JSON line a call."""
-    calls = tmp_path / "probe-calls.jsonl"
-    config = {
-        "module": PROBE_MODULE,
-        "calls": str(calls),
-        "behaviour": behaviour,
-        "crash_on": crash_on,
-        "replay": {"time": str(replay / TIME_RESULTS), "profile": str(replay / PROFILE_RESULTS)},
-        "start_line": START_LINE,
-        "done_line": DONE_LINE,
-    }
-    script = executable(tmp_path / "fake-python", FAKE_PROBE, config)
-    return ProbeCommand(python=str(script), env=dict(os.environ)), calls
-
-
-def fake_ncu(tmp_path: Path, *, fail: bool, exports: Path = BATCHED) -> tuple[str, Path]:
-    calls = tmp_path / "ncu-calls.jsonl"
-    config = {
-        "calls": str(calls),
-        "fail": fail,
-        "exports": {p.stem: str(p) for p in (exports / NCU_DIR).glob("chunk-*.csv")},
-    }
-    return str(executable(tmp_path / "fake-ncu", FAKE_NCU, config)), calls
-
-
-def call_records(path: Path) -> list[Any]:
-    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
 def new_run_dir(tmp_path: Path, recorded: Path) -> Path:
@@ -172,36 +56,6 @@ def config_for(run_dir: Path, probe: ProbeCommand, ncu: str | None = None) -> sw
         cases=read_plan(run_dir / PLAN_FILE), run_dir=run_dir, gpu_label="h100", ncu=ncu,
         probe=probe,
     )  # fmt: skip
-
-
-@dataclass
-class Recorded:
-    """A Progress that remembers what the sweep reported."""
-
-    totals: list[int] = field(default_factory=list)
-    advanced: list[str] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-
-    def progress(self) -> sweep.Progress:
-        return sweep.Progress(
-            start=self.totals.append, advance=self.advanced.append, note=self.notes.append
-        )
-
-
-@contextmanager
-def deadline(seconds: int) -> Iterator[None]:
-    """Fails the test (instead of hanging the suite) if the block runs past `seconds`."""
-
-    def expire(signum: int, frame: FrameType | None) -> None:
-        raise TimeoutError(f"sweep.run still running after {seconds} s: a retry loop?")
-
-    previous = signal.signal(signal.SIGALRM, expire)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
 
 
 def run_sweep(config: sweep.SweepConfig, recorded: Recorded) -> pd.DataFrame:

@@ -1,0 +1,80 @@
+"""The package view (resources.package_view): what the probe child imports the package from.
+
+Inside the view, a fresh interpreter whose PYTHONPATH is the one the child gets
+(probe_process.probe_environment), started elsewhere than the checkout, imports the probe module
+(cublas_audit.probes.gemm_probe) and finds the shipped folders: the reference kernel sources in
+cublas_audit.reference_kernels and the bundled audits in cublas_audit.bundled. It finds them in
+the view, not through this checkout's editable install: the child takes that finder out of
+sys.meta_path first, standing for an interpreter without cublas-audit installed (the
+`--probe-python` case). The view holds `cublas_audit/` alone and is removed when the context
+exits, normally or on an error.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from cublas_audit.probe_process import probe_environment
+from cublas_audit.resources import PACKAGE, PROBE_MODULE, package_view
+
+CHILD = f"""
+import importlib, importlib.resources, json, sys
+sys.meta_path[:] = [f for f in sys.meta_path if "__editable__" not in repr(f)]
+probe = importlib.import_module({PROBE_MODULE!r})
+kernels = importlib.resources.files("cublas_audit.reference_kernels")
+bundled = importlib.resources.files("cublas_audit.bundled")
+print(json.dumps({{
+    "package": sys.modules["cublas_audit"].__file__,
+    "probe": probe.__file__,
+    "kernels": str(kernels),
+    "sgemm_tma": (kernels / "sgemm_tma.cu").is_file(),
+    "bundled": str(bundled),
+    "dispatch": [str(p) for p in sorted(bundled.rglob("dispatch.csv"))],
+}}))
+"""
+
+
+def test_a_fresh_interpreter_imports_the_probe_and_its_folders_from_the_view(
+    tmp_path: Path,
+) -> None:
+    base = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    with package_view() as view:
+        env = probe_environment(base, {}, None, view)
+        done = subprocess.run(
+            [sys.executable, "-c", CHILD],
+            env=env,
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        found = json.loads(done.stdout)
+        inside = view / PACKAGE
+        assert found["package"] == str(inside / "__init__.py")
+        assert found["probe"] == str(inside / "probes" / "gemm_probe.py")
+        assert found["kernels"] == str(inside / "reference_kernels")
+        assert found["sgemm_tma"] is True
+        assert found["bundled"] == str(inside / "bundled")
+        assert found["dispatch"], "no bundled dispatch.csv in the view"
+        assert all(p.startswith(str(inside / "bundled") + os.sep) for p in found["dispatch"])
+        assert os.listdir(view) == [PACKAGE]
+
+
+def test_the_view_is_removed_when_the_context_exits(tmp_path: Path) -> None:
+    with package_view() as view:
+        assert (view / PACKAGE / "__init__.py").is_file()
+    assert not view.exists()
+
+
+def test_the_view_is_removed_on_an_error_too() -> None:
+    with pytest.raises(RuntimeError, match="stopped"), package_view() as view:
+        raise RuntimeError("stopped")
+    assert not view.exists()
