@@ -32,10 +32,14 @@ CUBLAS_LIBRARIES = ("libcublasLt.so", "libcublas.so")
 
 @dataclass(frozen=True)
 class ProbeCommand:
-    """How to start the probe: interpreter and the child's whole environment."""
+    """How to start the probe: interpreter, the child's whole environment, and its working
+    directory. `python -m` and `-c` put the working directory first on sys.path, so the child
+    runs in the package view: a checkout's own cublas_audit/ (which lacks the mapped probes/)
+    must not shadow the view when a sweep starts from the repository root."""
 
     python: str = sys.executable
     env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
+    cwd: Path | None = None
 
     def argv(self, args: Sequence[str]) -> list[str]:
         return [self.python, "-m", PROBE_MODULE, *args]
@@ -63,7 +67,7 @@ def check_python(python: str) -> str:
         return found
     if not path.is_file() or not os.access(path, os.X_OK):
         raise AuditError(f"--probe-python: {python} is not an executable file")
-    return python
+    return str(path.absolute())  # the child runs elsewhere (ProbeCommand.cwd)
 
 
 def cublas_preload(cublas_lib: Path) -> list[Path]:
@@ -116,7 +120,13 @@ def check_probe_imports(probe: ProbeCommand) -> None:
     argv = [probe.python, "-c", f"import cupy, cupy_backends.cuda.libs.cublas, {PROBE_MODULE}"]
     try:
         done = subprocess.run(
-            argv, env=dict(probe.env), capture_output=True, text=True, timeout=300, check=False
+            argv,
+            env=dict(probe.env),
+            cwd=probe.cwd,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
         )
     except (OSError, subprocess.SubprocessError) as exc:
         raise ToolMissingError(f"cannot run the probe interpreter {probe.python}: {exc}") from exc
@@ -128,7 +138,12 @@ def check_probe_imports(probe: ProbeCommand) -> None:
         )
 
 
-def run_streaming(argv: list[str], env: Mapping[str, str], on_line: Callable[[str], None]) -> int:
+def run_streaming(
+    argv: list[str],
+    env: Mapping[str, str],
+    on_line: Callable[[str], None],
+    cwd: Path | None = None,
+) -> int:
     """Runs a child, handing each stdout line to `on_line`; Ctrl-C stops the child too."""
     try:
         child = subprocess.Popen(
@@ -138,6 +153,7 @@ def run_streaming(argv: list[str], env: Mapping[str, str], on_line: Callable[[st
             stdin=subprocess.DEVNULL,
             text=True,
             env=dict(env),
+            cwd=cwd,
             bufsize=1,
         )
     except OSError as exc:

@@ -139,7 +139,8 @@ def _write_only(config: SweepConfig, name: str, cases: Sequence[Case]) -> Path:
 
 
 def _run_probe(config: SweepConfig, argv: list[str], progress: Progress) -> int:
-    code = run_streaming(argv, config.probe.env, _on_probe_line(progress, config.run_dir))
+    on_line = _on_probe_line(progress, config.run_dir)
+    code = run_streaming(argv, config.probe.env, on_line, config.probe.cwd)
     check_loaded_cublas(probe_versions(config.run_dir), config.cublas_lib)
     return code
 
@@ -199,7 +200,7 @@ def _audit_candidates(config: SweepConfig, progress: Progress) -> None:
     if (config.run_dir / rundir.CANDIDATES_FILE).exists():
         return
     argv = config.probe.argv(_probe_args(config, "candidates", None))
-    code = run_streaming(argv, config.probe.env, progress.note)
+    code = run_streaming(argv, config.probe.env, progress.note, config.probe.cwd)
     if code != 0 or not (config.run_dir / rundir.CANDIDATES_FILE).exists():
         raise AuditError(
             f"the candidate audit failed (exit code {code}; log: "

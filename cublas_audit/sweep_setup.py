@@ -171,7 +171,8 @@ def _config(
     options: SweepOptions, env: environment.Environment, ncu: str | None, view: Path
 ) -> SweepConfig:
     label = options.gpu_label or label_from_gpu_name(env.gpu_name or "")
-    run_dir = options.resume or options.out or default_run_dir(label)
+    # Absolute: the probe and ncu run in the package view, not in the user's directory.
+    run_dir = (options.resume or options.out or default_run_dir(label)).absolute()
     child_env = probe_process.probe_environment(
         os.environ, options.probe_env, options.cublas_lib, view
     )
@@ -181,7 +182,7 @@ def _config(
         gpu_label=label,
         ncu=ncu,
         clock_control=options.clock_control or "none",
-        probe=probe_process.ProbeCommand(options.probe_python or sys.executable, child_env),
+        probe=probe_process.ProbeCommand(options.probe_python or sys.executable, child_env, view),
         reference=bool(options.reference),
         min_reps=options.min_reps or DEFAULT_MIN_REPS,
         candidate_limit=options.candidate_limit,

@@ -78,3 +78,34 @@ def test_the_view_is_removed_on_an_error_too() -> None:
     with pytest.raises(RuntimeError, match="stopped"), package_view() as view:
         raise RuntimeError("stopped")
     assert not view.exists()
+
+
+def test_the_child_runs_in_the_view_whatever_directory_the_sweep_starts_in(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`python -m` and `-c` put the working directory first on sys.path: a sweep started from a
+    checkout's root (whose cublas_audit/ lacks the mapped probes/) must not import that copy."""
+    from cublas_audit.environment import Environment
+    from cublas_audit.sweep_setup import SweepOptions, _config
+
+    decoy = tmp_path / "checkout"
+    (decoy / PACKAGE).mkdir(parents=True)
+    (decoy / PACKAGE / "__init__.py").write_text("raise ImportError('the checkout, not the view')")
+    monkeypatch.chdir(decoy)
+    base = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    monkeypatch.setattr(os, "environ", base)
+    with package_view() as view:
+        options = SweepOptions(probe_python=sys.executable, out=Path("run"))
+        config = _config(options, Environment(gpu_name="NVIDIA H100 80GB HBM3"), None, view)
+        assert config.run_dir == decoy / "run"  # absolute: the child's directory is another
+        done = subprocess.run(
+            [config.probe.python, "-c", CHILD],
+            env=dict(config.probe.env),
+            cwd=config.probe.cwd,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        assert json.loads(done.stdout)["package"] == str(view / PACKAGE / "__init__.py")
