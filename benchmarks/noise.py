@@ -1,6 +1,17 @@
-"""Run-to-run noise of un-profiled timing: the default batched grid rerun back to back.
+"""Run-to-run noise of un-profiled timing: the default batched grid rerun back to back, the noise
+model fitted on part of the reruns, and the diff gate judged on the rest.
 
     python benchmarks/noise.py collect --runs 10 --out reports/h100/noise/START   (on a GPU)
+    python benchmarks/noise.py fit RUN... --model cublas_audit/data/noise_h100.json
+    python benchmarks/noise.py evaluate --fitted RUN... --held-out RUN... [--planted A B]
+        [--json benchmarks/results/noise_h100.json]
+
+`evaluate` diffs every pair of runs with the shipped model (the fitting runs, the held-out runs,
+and fitting against held-out) and counts regressions and improvements: on reruns of the same GPU
+every one is a false verdict. It then plants real changes the gate must catch: each held-out run
+with one case of 2 ms or more made 15 % slower, and the `--planted` pair (two runs that really
+differ, e.g. CUBLAS_WORKSPACE_CONFIG=:0:0 against the default). Every figure is printed and written
+to --json.
 
 Each rerun is a complete `cublas-audit sweep --batched --no-profile --no-reference` into its own
 run directory (OUT/run-NN), so every table the noise model is fitted and judged on is an ordinary
@@ -11,12 +22,21 @@ line per run (wall time, cases) and a JSON summary last; the run directories are
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
+import math
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
+import pandas as pd
+
+from cublas_audit import diff, noise
 from cublas_audit.cases import DEFAULT_BATCHES, DEFAULT_SIZES, build_plan
+from cublas_audit.inputs import Dataset, load_one_gpu
+from cublas_audit.rundir import read_env
 from cublas_audit.sweep_setup import SweepOptions, sweep
 
 
@@ -49,6 +69,99 @@ def collect(runs: int, out: Path, label: str) -> list[dict[str, object]]:
     return done
 
 
+def fit(runs: Sequence[Path], model_path: Path) -> noise.NoiseModel:
+    env = read_env(runs[0])
+    source = {
+        "device": env.get("gpu_name"),
+        "date": str(env.get("started", ""))[:10],
+        "driver": env.get("driver_version"),
+        "cublas": env.get("cublas_version"),
+        "runs": [str(run) for run in runs],
+        "how": "benchmarks/noise.py fit: envelope of |log(t_i/t_j)| over every pair, by time per "
+        f"launch, x{noise.MARGIN}, at least {noise.MIN_FLOOR}",
+    }
+    model = noise.fit([load_one_gpu(run).frame for run in runs], source)
+    model_path.write_text(json.dumps(model.to_json(), indent=1) + "\n")
+    return model
+
+
+def false_verdicts(runs: Sequence[Dataset], pairs: Sequence[tuple[int, int]]) -> dict[str, Any]:
+    """Regressions and improvements over the given pairs of reruns (all of them false)."""
+    counts = {"pairs": len(pairs), "regressions": 0, "improvements": 0, "unsure": 0, "cases": 0}
+    for i, j in pairs:
+        result = diff.compare(runs[i], runs[j])
+        counts["regressions"] += len(result.rows("regression"))
+        counts["improvements"] += len(result.rows("improvement"))
+        counts["unsure"] += len(result.rows("unsure"))
+        counts["cases"] += len(result.matched)
+    return counts
+
+
+def slowed(run: Dataset, factor: float, at_least_ms: float) -> tuple[Dataset, str]:
+    """A copy of the run with its shortest case of at least `at_least_ms` made slower."""
+    frame = run.frame.copy()
+    timed = frame[frame["time_ms"] >= at_least_ms]  # unprofiled runs: one row per case
+    case = str(timed.sort_values("time_ms")["case_id"].iloc[0])
+    rows = frame["case_id"] == case
+    # The median and its quartiles, min and max: the whole distribution moves.
+    columns = [c for c in frame.columns if c.startswith("time_") and c.endswith("_ms")]
+    frame.loc[rows, columns] = frame.loc[rows, columns].astype(float) * factor
+    return Dataset(run.title, run.gpu_label, run.path, frame, run.env, None), case
+
+
+def evaluate(
+    fitted: Sequence[Path], held_out: Sequence[Path], planted: Sequence[Path]
+) -> dict[str, Any]:
+    runs = [load_one_gpu(run) for run in [*fitted, *held_out]]
+    first = range(len(fitted))
+    rest = range(len(fitted), len(runs))
+    result: dict[str, Any] = {
+        "model": noise.load().to_json(),
+        "fitted_pairs": false_verdicts(runs, list(itertools.combinations(first, 2))),
+        "held_out_pairs": false_verdicts(runs, list(itertools.combinations(rest, 2))),
+        "fitted_against_held_out": false_verdicts(runs, list(itertools.product(first, rest))),
+    }
+    caught = []
+    for index in rest:
+        copy, case = slowed(runs[index], 1.15, 2.0)
+        judged = diff.compare(runs[index], copy)
+        found = judged.rows("regression")
+        caught.append(
+            {"run": str(runs[index].path), "case": case, "regressions": len(found),
+             "caught": [_case_id(r) for r in found.to_dict("records")] == [case]}
+        )  # fmt: skip
+    result["slowed_15pct_at_2ms"] = caught
+    scales = diff.compare(runs[0], runs[-1]).floors
+    result["detectable"] = [
+        {key: (None if isinstance(v, float) and math.isinf(v) else v) for key, v in row.items()}
+        for row in scales.to_dict("records")
+    ]
+    if planted:
+        a, b = (load_one_gpu(path) for path in planted)
+        judged = diff.compare(a, b)
+        result["planted"] = {
+            "a": str(planted[0]),
+            "b": str(planted[1]),
+            "regressions": _cases(judged.rows("regression")),
+            "kernel_changes": _cases(judged.kernel_changes),
+            "unsure": len(judged.rows("unsure")),
+        }
+    return result
+
+
+def _case_id(row: dict[Any, Any]) -> str:
+    """A diff row's case id (the diff matches on the key, not on case_id)."""
+    api = "loop" if row["routine"] == "sgemm-loop" else row["api"]
+    return f"{api}.{row['mode']}.{row['m']}x{row['n']}x{row['k']}.b{row['batch']}.nn"
+
+
+def _cases(rows: pd.DataFrame) -> list[str]:
+    return [
+        f"{r['api']} {r['routine']} {r['shape']} b{r['batch']}: {r.get('evidence', '')}"
+        for r in rows.to_dict("records")
+    ]
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
@@ -56,9 +169,25 @@ def main(argv: list[str]) -> int:
     gather.add_argument("--runs", type=int, default=10)
     gather.add_argument("--out", type=Path, required=True)
     gather.add_argument("--gpu-label", default="h100")
+    fitting = commands.add_parser("fit", help="fit the noise model on reruns")
+    fitting.add_argument("runs", type=Path, nargs="+")
+    fitting.add_argument("--model", type=Path, default=noise.DEFAULT_MODEL)
+    judging = commands.add_parser("evaluate", help="judge the gate on fitted and held-out reruns")
+    judging.add_argument("--fitted", type=Path, nargs="+", required=True)
+    judging.add_argument("--held-out", type=Path, nargs="+", required=True)
+    judging.add_argument("--planted", type=Path, nargs=2, default=[])
+    judging.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
-    done = collect(args.runs, args.out, args.gpu_label)
-    print(json.dumps({"runs": done}, indent=1))
+    if args.command == "collect":
+        print(json.dumps({"runs": collect(args.runs, args.out, args.gpu_label)}, indent=1))
+    elif args.command == "fit":
+        print(json.dumps(fit(args.runs, args.model).to_json(), indent=1))
+    else:
+        result = evaluate(args.fitted, args.held_out, args.planted)
+        text = json.dumps(result, indent=1, default=str)
+        print(text)
+        if args.json:
+            args.json.write_text(text + "\n")
     return 0
 
 

@@ -82,6 +82,8 @@ class Format(StrEnum):
 
 class FailOn(StrEnum):
     regression = "regression"
+    kernel_change = "kernel-change"
+    any = "any"
 
 
 def exit_codes(command: Callable[P, R]) -> Callable[P, R]:
@@ -384,7 +386,10 @@ def diff_command(
     b: Path = typer.Argument(..., metavar="RUN_B", help="Compared: a run directory or a table."),
     format: Format = typer.Option(Format.md, "--format", help="Output format."),
     fail_on: FailOn | None = typer.Option(
-        None, "--fail-on", help="Exit 1 when B has a regression against A (for CI)."
+        None,
+        "--fail-on",
+        help="Exit 1 when B has a confident regression (a slowdown beyond the noise floor, or a "
+        "call that broke), a kernel change, or any of them, against A (for CI).",
     ),
     threshold: Thresholds = None,
 ) -> None:
@@ -404,5 +409,5 @@ def diff_command(
             f"--fail-on {fail_on.value}: {a} and {b} share no case (api, routine, mode, shape, "
             "batch), so nothing was compared"
         )
-    if fail_on is FailOn.regression and result.has_regression:
+    if fail_on is not None and result.fails(fail_on.value):
         raise typer.Exit(1)

@@ -7,18 +7,23 @@ reported in the header, never assumed: the comparison itself is the same for all
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Hashable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
+from cublas_audit import noise
 from cublas_audit.findings import plain, prepare
 from cublas_audit.inputs import Dataset
 from cublas_audit.markdown import md_code, md_table, md_text, template
+from cublas_audit.noise import NoiseModel
 from cublas_audit.render import env_value
 from cublas_audit.table import CASE_KEY, TableSource
 from cublas_audit.thresholds import Thresholds
+from cublas_audit.verdicts import Judgement, Timed, Verdict, detectable_slowdown, judge
 
 # env.json keys the header compares; env.json may lack any of them (a bare table has none).
 ENV_KEYS = (
@@ -36,6 +41,9 @@ ENV_KEYS = (
 # Provenance a table carries in its own columns, for inputs without env.json.
 TABLE_ENV_COLUMNS = ("gpu_name", "cc", "driver_version", "cublas_version")
 SIDE_COLUMNS = ("kernel_short", "util", "time_ms", "status")
+# Evidence a timing verdict uses where the table has it (schema 2): the distribution and clock.
+EVIDENCE_COLUMNS = ("time_n", "time_q1_ms", "time_q3_ms", "sm_clock_mhz")
+CLOCK_NOTE_PCT = 2.0  # SM clocks of the two sides further apart than this are said beside a verdict
 
 
 @dataclass(frozen=True)
@@ -60,6 +68,8 @@ class Diff:
     only_a: pd.DataFrame
     only_b: pd.DataFrame
 
+    floors: pd.DataFrame = field(default_factory=pd.DataFrame)  # time scale -> detectable
+
     def rows(self, verdict: str) -> pd.DataFrame:
         return self.matched[self.matched["verdict"] == verdict]
 
@@ -72,14 +82,23 @@ class Diff:
     def has_regression(self) -> bool:
         return not self.rows("regression").empty
 
+    def fails(self, gate: str) -> bool:
+        """The diff gate: `regression` (a confident slowdown or a call that broke),
+        `kernel-change`, or `any` of them."""
+        regression, changed = self.has_regression, not self.kernel_changes.empty
+        return {"regression": regression, "kernel-change": changed}.get(gate, regression or changed)
 
-def compare(a: Dataset, b: Dataset, thresholds: Thresholds | None = None) -> Diff:
+
+def compare(
+    a: Dataset, b: Dataset, thresholds: Thresholds | None = None, model: NoiseModel | None = None
+) -> Diff:
     t = thresholds or Thresholds()
+    model = model or noise.load()
     key = _case_key(a.frame, b.frame)
     left, right = _sided(a, key), _sided(b, key)
     merged = left.merge(right, on=key, how="outer", suffixes=("_a", "_b"), indicator=True)
     # Columns outside the key come in pairs: one value per case for the shared ones.
-    shared = [c for c in ("shape", "size", "routine") if c not in key]
+    shared = [c for c in ("shape", "size", "routine", "launches") if c not in key]
     merged = merged.assign(**{c: merged[f"{c}_a"].fillna(merged[f"{c}_b"]) for c in shared}).drop(
         columns=[f"{c}_{side}" for c in shared for side in "ab"]
     )
@@ -89,9 +108,10 @@ def compare(a: Dataset, b: Dataset, thresholds: Thresholds | None = None) -> Dif
         a=str(a.path),
         b=str(b.path),
         env=env_differences(a, b),
-        matched=_judge(both, t),
+        matched=_judge(both, t, model),
         only_a=merged[merged["_merge"] == "left_only"],
         only_b=merged[merged["_merge"] == "right_only"],
+        floors=_detectable(both, t, model),
     )
 
 
@@ -119,29 +139,96 @@ def _sided(dataset: Dataset, key: list[str]) -> pd.DataFrame:
             position,
             key[-1],
         )
-    columns = list(dict.fromkeys([*key, "routine", "shape", "size", *SIDE_COLUMNS]))
+    rows["launches"] = noise.launches(rows)
+    evidence = [c for c in EVIDENCE_COLUMNS if c in rows.columns]
+    columns = list(
+        dict.fromkeys([*key, "routine", "shape", "size", "launches", *SIDE_COLUMNS, *evidence])
+    )
     return rows[columns].astype({"size": float})
 
 
-def _judge(both: pd.DataFrame, t: Thresholds) -> pd.DataFrame:
-    """Time decides where both sides are timed; otherwise pipe utilization; a call that stops
-    working (status ok -> error / wrong) is a regression whatever the numbers say."""
+def _judge(both: pd.DataFrame, t: Thresholds, model: NoiseModel) -> pd.DataFrame:
+    """Time decides where both sides are timed (verdicts.judge, widened by the noise floor at the
+    call's time per launch); otherwise pipe utilization; a call that stops working (status ok ->
+    error / wrong) is a regression whatever the numbers say."""
     out = both.drop(columns=["_merge"])
     time_pct = (out["time_ms_b"] / out["time_ms_a"] - 1) * 100
     util_pts = out["util_b"] - out["util_a"]
     out = out.assign(time_delta_pct=time_pct, util_delta=util_pts)
-    timed = time_pct.notna()
-    worse = (timed & (time_pct > t.diff_time_noise_pct)) | (
-        ~timed & (util_pts < -t.diff_util_noise_pts).fillna(False)
+    judged = [_judge_time(row, t, model) for row in out.to_dict("records")]
+    by_util = pd.Series(
+        np.select(
+            [
+                (util_pts < -t.diff_util_noise_pts).fillna(False),
+                (util_pts > t.diff_util_noise_pts).fillna(False),
+            ],
+            ["regression", "improvement"],
+            "same",
+        ),
+        index=out.index,
     )
-    better = (timed & (time_pct < -t.diff_time_noise_pct)) | (
-        ~timed & (util_pts > t.diff_util_noise_pts).fillna(False)
+    verdict = pd.Series(
+        [
+            _VERDICT_WORDS[j.verdict] if j else by_util[i]
+            for i, j in zip(out.index, judged, strict=True)
+        ],
+        index=out.index,
+        dtype=object,
     )
     broke = (out["status_a"].fillna("ok") == "ok") & (out["status_b"].fillna("ok") != "ok")
-    verdict = pd.Series("same", index=out.index, dtype=object)
-    verdict[better.fillna(False).astype(bool)] = "improvement"
-    verdict[(worse.fillna(False) | broke).astype(bool)] = "regression"
-    return out.assign(verdict=verdict)
+    verdict[broke.astype(bool)] = "regression"
+    return out.assign(
+        verdict=verdict,
+        evidence=[j.describe() if j else "" for j in judged],
+        note=[_clock_note(row) for row in out.to_dict("records")],
+    )
+
+
+_VERDICT_WORDS = {
+    Verdict.slower: "regression",
+    Verdict.faster: "improvement",
+    Verdict.same: "same",
+    Verdict.unsure: "unsure",
+}
+
+
+def _judge_time(row: Mapping[Hashable, Any], t: Thresholds, model: NoiseModel) -> Judgement | None:
+    a = Timed.from_row(row, suffix="_a")
+    b = Timed.from_row(row, suffix="_b")
+    if a is None or b is None:
+        return None
+    per_launch = math.sqrt(a.median_ms * b.median_ms) / float(row.get("launches") or 1)
+    return judge(a, b, model.floor(per_launch), t.diff_time_noise_pct / 100)
+
+
+def _clock_note(row: Mapping[Hashable, Any]) -> str:
+    """'SM clock 1980 / 1755 MHz' where the two sides' recorded clocks differ."""
+    a, b = plain(row.get("sm_clock_mhz_a")), plain(row.get("sm_clock_mhz_b"))
+    if a is None or b is None or abs(b / a - 1) * 100 <= CLOCK_NOTE_PCT:
+        return ""
+    return f"SM clock {a:.0f} / {b:.0f} MHz"
+
+
+def _detectable(both: pd.DataFrame, t: Thresholds, model: NoiseModel) -> pd.DataFrame:
+    """Per time-scale bin of the matched cases: the floor and the smallest slowdown the gate
+    can call a regression there."""
+    timed = both[both["time_ms_a"].notna()]
+    if timed.empty:
+        return pd.DataFrame(columns=["up_to_ms", "cases", "floor_pct", "detectable_pct"])
+    per_launch = timed["time_ms_a"].astype(float) / timed["launches"].astype(float)
+    bins = np.searchsorted(np.array(model.edges_ms), per_launch.to_numpy(), side="left")
+    rows = []
+    for index in sorted(set(bins.tolist())):
+        floor = model.floors[index]
+        rows.append(
+            {
+                "up_to_ms": model.edges_ms[index],
+                "cases": int((bins == index).sum()),
+                "floor_pct": floor * 100,
+                "detectable_pct": detectable_slowdown(floor, t.diff_time_noise_pct / 100) * 100,
+            }
+        )
+    return pd.DataFrame(rows)
 
 
 def env_differences(a: Dataset, b: Dataset) -> list[EnvRow]:
@@ -176,6 +263,8 @@ def to_json(diff: Diff) -> dict[str, Any]:
         "differs": [{"key": r.key, "a": r.a, "b": r.b} for r in diff.env if r.differs],
         "regressions": _records(diff.rows("regression")),
         "improvements": _records(diff.rows("improvement")),
+        "unsure": _records(diff.rows("unsure")),
+        "detectable": _records(diff.floors),
         "kernel_changes": _records(diff.kernel_changes),
         "only_a": _records(diff.only_a),
         "only_b": _records(diff.only_b),
@@ -199,9 +288,16 @@ def to_markdown(diff: Diff) -> str:
         env=md_table(["", "A", "B"], [(r.key, md_text(r.a), md_text(r.b)) for r in differs]),
         same=", ".join(same),
         matched=len(diff.matched),
+        detectable=_detectable_table(diff.floors),
+        model=noise.load().source,
         sections=[
             _section("Regressions", diff.rows("regression"), _delta_table),
             _section("Improvements", diff.rows("improvement"), _delta_table),
+            _section(
+                "Unsure: changes the noise floor cannot tell from noise",
+                diff.rows("unsure"),
+                _delta_table,
+            ),
             _section("Kernel changes", diff.kernel_changes, _delta_table),
             _section("Only in A", diff.only_a, lambda rows: _case_table(rows, "_a")),
             _section("Only in B", diff.only_b, lambda rows: _case_table(rows, "_b")),
@@ -209,6 +305,7 @@ def to_markdown(diff: Diff) -> str:
         counts={
             "regression": len(diff.rows("regression")),
             "improvement": len(diff.rows("improvement")),
+            "unsure": len(diff.rows("unsure")),
             "kernel": len(diff.kernel_changes),
         },
     )
@@ -242,12 +339,28 @@ def _delta_table(rows: pd.DataFrame) -> str:
             _cell(r["util_b"], "{:.0f}"),
             _cell(r["time_ms_a"], "{:.4g}"),
             _cell(r["time_ms_b"], "{:.4g}"),
-            _cell(r["time_delta_pct"], "{:+.1f} %"),
+            md_text(r.get("evidence") or _cell(r["time_delta_pct"], "{:+.1f} %")),
+            md_text(r.get("note") or ""),
         ]
         for r in rows.to_dict("records")
     ]
     headers = [*_CASE_COLUMNS, "kernel A", "kernel B", "pipe % A", "pipe % B", "ms A", "ms B"]
-    return md_table([*headers, "time change"], body)
+    return md_table([*headers, "time change (how sure)", "note"], body)
+
+
+def _detectable_table(floors: pd.DataFrame) -> str:
+    if floors.empty:
+        return ""
+    body = [
+        [
+            "longer" if not math.isfinite(r["up_to_ms"]) else f"up to {r['up_to_ms']:g} ms",
+            str(r["cases"]),
+            f"{r['floor_pct']:.1f} %",
+            f"{r['detectable_pct']:.1f} %",
+        ]
+        for r in floors.to_dict("records")
+    ]
+    return md_table(["time per launch", "cases", "noise floor", "smallest slowdown caught"], body)
 
 
 def _kernel(kernel: Any, status: Any) -> str:

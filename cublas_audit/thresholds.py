@@ -39,7 +39,8 @@ class Thresholds:
     # default batched grid on the H100 put run-to-run spread of that ratio at 4.8 % at most
     # (benchmarks/results/candidates_speed_h100.json).
     candidate_gap_pct: float = 10.0
-    # diff: changes within these margins are noise, beyond them a regression or an improvement.
+    # diff: the smallest time change a verdict reports; whether a change this large is real is
+    # the noise model's to say (cublas_audit.verdicts), not this number's.
     diff_time_noise_pct: float = 5.0
     diff_util_noise_pts: float = 3.0
 
