@@ -15,12 +15,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from cublas_audit import noise
 from cublas_audit.cases import LOOP_ROUTINE
 from cublas_audit.kernels import LEGACY_FAMILIES, normalize
 from cublas_audit.modes import pipe_name
 from cublas_audit.table import main_launches
 from cublas_audit.table import plain as table_plain
 from cublas_audit.thresholds import Thresholds
+from cublas_audit.verdicts import Timed, Verdict, judge
 
 SEVERITIES = ("high", "medium", "info")
 EVIDENCE_DIGITS = 4
@@ -226,9 +228,9 @@ def reference_faster(ctx: RuleContext) -> list[Finding]:
     rows = ctx.rows.dropna(subset=["time_ms", "ref_time_ms"])
     rows = rows[~rows["is_loop"]]
     rows = rows.assign(ratio=rows["time_ms"] / rows["ref_time_ms"])
-    slow = rows[rows["ratio"] > 1 + t.reference_margin_pct / 100]
-    found = []
-    for group in _by_kernel(slow):
+    rows = rows.assign(verdict=_verdicts(rows, "ref_time", "time", t.reference_margin_pct))
+    found = _unsure(rows, "reference-faster", "the bundled reference kernel faster than cuBLAS")
+    for group in _by_kernel(rows[rows["verdict"] == Verdict.slower]):
         ratio = float(group["ratio"].max())
         message = (
             f"The bundled reference kernel is {_ratio_range(group['ratio'])} faster than cuBLAS "
@@ -252,9 +254,9 @@ def batched_slower_than_loop(ctx: RuleContext) -> list[Finding]:
     paired = batched.reset_index().merge(loops, on=["gpu_label", "api", "mode", "m", "n", "k"])
     paired = paired[paired["batch_x"] == paired["batch_y"]].rename(columns={"batch_x": "batch"})
     paired = paired.set_index("index").assign(ratio=lambda p: p["time_ms"] / p["loop_time_ms"])
-    slow = paired[paired["ratio"] > 1 + t.loop_margin_pct / 100]
-    found = []
-    for group in _by_kernel(slow):
+    paired = paired.assign(verdict=_verdicts(paired, "loop_time", "time", t.loop_margin_pct))
+    found = _unsure(paired, "batched-slower-than-loop", "the batched call slower than the loop")
+    for group in _by_kernel(paired[paired["verdict"] == Verdict.slower]):
         message = (
             f"{group['routine'].iloc[0] or 'The batched call'} "
             f"({_kernel_of(group) or 'kernel not recorded'}) "
@@ -264,6 +266,37 @@ def batched_slower_than_loop(ctx: RuleContext) -> list[Finding]:
         workaround = "Call the single GEMM in a loop for these shapes until the dispatch is fixed."
         severity = "high" if float(group["ratio"].max()) >= t.high_ratio else "medium"
         found.append(_finding("batched-slower-than-loop", severity, group, message, workaround))
+    return found
+
+
+def _verdicts(rows: pd.DataFrame, fast: str, slow: str, margin_pct: float) -> pd.Series:
+    """verdicts.judge of `<slow>_ms` against `<fast>_ms` on each row, widened by the noise floor
+    at the time of one launch of the slower side: `slower` is a confident finding."""
+    model = noise.load()
+    judged = []
+    for record in rows.to_dict("records"):
+        a, b = Timed.from_row(record, fast), Timed.from_row(record, slow)
+        if a is None or b is None:
+            judged.append(Verdict.same)
+            continue
+        floor = model.floor(b.median_ms)
+        judged.append(judge(a, b, floor, margin_pct / 100).verdict)
+    return pd.Series(judged, index=rows.index, dtype=object)
+
+
+def _unsure(rows: pd.DataFrame, rule: str, claim: str) -> list[Finding]:
+    """One info finding per kernel whose gap the noise floor cannot confirm: shown, never medium
+    or high."""
+    found = []
+    claimed = (rows["verdict"] == Verdict.unsure) & (rows["ratio"] > 1)  # the claim's direction
+    for group in _by_kernel(rows[claimed]):
+        message = (
+            f"Unsure: the measurements put {claim} by {_ratio_range(group['ratio'])} at "
+            f"{_size_list(group)}, within the run-to-run noise at that time scale "
+            "(cublas_audit.noise); a rerun or a longer measurement would tell."
+        )
+        workaround = "None needed on this evidence."
+        found.append(_finding(rule, "info", group, message, workaround))
     return found
 
 
