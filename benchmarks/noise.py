@@ -3,12 +3,12 @@ model fitted on part of the reruns, and the diff gate judged on the rest.
 
     python benchmarks/noise.py collect --runs 10 --out reports/h100/noise/START   (on a GPU)
     python benchmarks/noise.py fit RUN... --model cublas_audit/data/noise_h100.json
-    python benchmarks/noise.py evaluate --fitted RUN... --held-out RUN... [--planted A B]
-        [--json benchmarks/results/noise_h100.json]
+    python benchmarks/noise.py evaluate --fitted RUN... --held-out RUN... [--other-start RUN...]
+        [--planted A B] [--json benchmarks/results/noise_h100.json]
 
 `evaluate` diffs every pair of runs with the shipped model (the fitting runs, the held-out runs,
-and fitting against held-out) and counts regressions and improvements: on reruns of the same GPU
-every one is a false verdict. It then plants real changes the gate must catch: each held-out run
+reruns from another start of the machine, and each group against the others) and counts
+regressions and improvements: on reruns of the same GPU every one is a false verdict. It then plants real changes the gate must catch: each held-out run
 with one case of 2 ms or more made 15 % slower, and the `--planted` pair (two runs that really
 differ, e.g. CUBLAS_WORKSPACE_CONFIG=:0:0 against the default). Every figure is printed and written
 to --json.
@@ -110,16 +110,24 @@ def slowed(run: Dataset, factor: float, at_least_ms: float) -> tuple[Dataset, st
 
 
 def evaluate(
-    fitted: Sequence[Path], held_out: Sequence[Path], planted: Sequence[Path]
+    fitted: Sequence[Path],
+    held_out: Sequence[Path],
+    other_start: Sequence[Path],
+    planted: Sequence[Path],
 ) -> dict[str, Any]:
-    runs = [load_one_gpu(run) for run in [*fitted, *held_out]]
+    runs = [load_one_gpu(run) for run in [*fitted, *held_out, *other_start]]
     first = range(len(fitted))
-    rest = range(len(fitted), len(runs))
+    rest = range(len(fitted), len(fitted) + len(held_out))
+    other = range(len(fitted) + len(held_out), len(runs))
     result: dict[str, Any] = {
         "model": noise.load().to_json(),
         "fitted_pairs": false_verdicts(runs, list(itertools.combinations(first, 2))),
         "held_out_pairs": false_verdicts(runs, list(itertools.combinations(rest, 2))),
         "fitted_against_held_out": false_verdicts(runs, list(itertools.product(first, rest))),
+        "other_start_pairs": false_verdicts(runs, list(itertools.combinations(other, 2))),
+        "fitted_against_other_start": false_verdicts(
+            runs, list(itertools.product([*first, *rest], other))
+        ),
     }
     caught = []
     for index in rest:
@@ -175,6 +183,7 @@ def main(argv: list[str]) -> int:
     judging = commands.add_parser("evaluate", help="judge the gate on fitted and held-out reruns")
     judging.add_argument("--fitted", type=Path, nargs="+", required=True)
     judging.add_argument("--held-out", type=Path, nargs="+", required=True)
+    judging.add_argument("--other-start", type=Path, nargs="*", default=[])
     judging.add_argument("--planted", type=Path, nargs=2, default=[])
     judging.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
@@ -183,7 +192,7 @@ def main(argv: list[str]) -> int:
     elif args.command == "fit":
         print(json.dumps(fit(args.runs, args.model).to_json(), indent=1))
     else:
-        result = evaluate(args.fitted, args.held_out, args.planted)
+        result = evaluate(args.fitted, args.held_out, args.other_start, args.planted)
         text = json.dumps(result, indent=1, default=str)
         print(text)
         if args.json:
