@@ -8,10 +8,10 @@ model fitted on part of the reruns, and the diff gate judged on the rest.
 
 `evaluate` diffs every pair of runs with the shipped model (the fitting runs, the held-out runs,
 reruns from another start of the machine, and each group against the others) and counts
-regressions and improvements: on reruns of the same GPU every one is a false verdict. It then plants real changes the gate must catch: each held-out run
-with one case of 2 ms or more made 15 % slower, and the `--planted` pair (two runs that really
-differ, e.g. CUBLAS_WORKSPACE_CONFIG=:0:0 against the default). Every figure is printed and written
-to --json.
+regressions and improvements: on reruns of the same GPU every one is a false verdict. It then
+plants real changes the gate must catch: each held-out run with one case of 2 ms or more made
+15 % slower, and the `--planted` pair (two runs that really differ, e.g.
+CUBLAS_WORKSPACE_CONFIG=:0:0 against the default). Every figure is printed and written to --json.
 
 Each rerun is a complete `cublas-audit sweep --batched --no-profile --no-reference` into its own
 run directory (OUT/run-NN), so every table the noise model is fitted and judged on is an ordinary
