@@ -191,9 +191,28 @@ def validate(frame: pd.DataFrame, source: TableSource) -> pd.DataFrame:
         raise source.error(f"missing required column(s) {', '.join(missing)}")
     if frame.empty:
         raise source.error("the table has no rows")
+    frame = _blank_as_missing(frame)
+    for column in IDENTIFYING_COLUMNS:
+        blank = frame.index[frame[column].isna()]
+        if len(blank):
+            raise source.error("must not be empty", row_number(frame, blank[0]), column)
     check_numeric_columns(frame, ALL_COLUMNS, source)
     check_values(frame, "mode", MODES, source)
     return coerce(frame)
+
+
+# What names a case: a row without one of these cannot be matched, judged or reported.
+IDENTIFYING_COLUMNS = ("api", "mode", "m", "n", "k", "batch")
+
+
+def _blank_as_missing(frame: pd.DataFrame) -> pd.DataFrame:
+    """Text cells holding only white space are missing values, as empty ones are."""
+    out = frame.copy()
+    for column in out.columns:
+        if out[column].dtype == object or pd.api.types.is_string_dtype(out[column]):
+            text = out[column].astype("string")
+            out[column] = out[column].where(~text.str.fullmatch(r"\s*").fillna(False), pd.NA)
+    return out
 
 
 def check_numeric_columns(
