@@ -346,7 +346,7 @@ def _case_name(row: pd.Series) -> str:
 
 def _stall_table(flagged: pd.Series, healthy: pd.Series, stalls: Sequence[str]) -> str:
     pair = pd.DataFrame({"flagged": flagged[list(stalls)], "healthy": healthy[list(stalls)]})
-    pair = pair.astype(float).fillna(0.0)
+    pair = pair.astype("Float64").fillna(0.0).astype(float)  # an unmeasured reason (NA) is 0
     top = pair.loc[pair.max(axis=1).sort_values(ascending=False).index[:STALLS_SHOWN]]
     body = [
         (md_text(str(reason).removeprefix("stall_")), f"{flagged_pct:.1f}", f"{healthy_pct:.1f}")

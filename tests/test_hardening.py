@@ -121,6 +121,14 @@ def test_impossible_values_are_refused_with_file_row_and_column(
     assert message in result.stderr
 
 
+@pytest.mark.parametrize("column", ["stall_wait", "fma_pct", "time_ms", "kernel"])
+def test_an_all_empty_column_is_reported_not_crashed(tmp_path: Path, column: str) -> None:
+    frame, path = real_table(tmp_path)
+    frame[column] = ""
+    result = runner.invoke(app, ["report", "--format", "md", str(write(frame, path))])
+    assert result.exit_code == 0, result.output
+
+
 def test_a_case_recorded_twice_is_refused(tmp_path: Path) -> None:
     frame, path = real_table(tmp_path)
     twice = pd.concat([frame, frame.iloc[[0]].assign(time_ms="0.5")], ignore_index=True)
