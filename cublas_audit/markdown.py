@@ -64,7 +64,7 @@ def md_code(value: object, in_table: bool = True) -> str:
 def md_fence(text: object, language: str = "") -> str:
     """A fenced code block no content can close (the fence outgrows every backtick run in it);
     lines are kept, every other invisible character is written out."""
-    body = visible(text, keep_newlines=True)
+    body = visible(text, keep_newlines=True).strip("\n")
     fence = "`" * max(3, _longest_backtick_run(body) + 1)
     return f"{fence}{language}\n{body}\n{fence}"
 

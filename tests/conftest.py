@@ -1,15 +1,36 @@
-"""Shared test setup: GPU tests carry the `gpu` marker and skip on machines without a GPU."""
+"""Shared test setup: GPU tests carry the `gpu` marker and skip on machines without a GPU; the
+slow, self-contained work of a few modules runs in the background while the others' tests run."""
 
 from __future__ import annotations
 
+import math
 import shutil
+import subprocess
+from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pytest
+
+from cublas_audit.noise import NoiseModel
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "tests" / "fixtures"
 REPORTS = REPO / "reports"
+# A noise model without run-to-run noise: time verdicts as the two measurements alone give them
+# (the shipped one, cublas_audit/data/noise_h100.json, widens them by the H100's measured floor).
+ZERO_NOISE = NoiseModel((math.inf,), (0.0,), {"device": "none: no run-to-run noise", "date": "-"})
+
+# Modules whose slow part (rendering every bundled report, nvcc) starts as soon as the tests are
+# collected, in another process, on the machine's other core, while the rest of the suite runs;
+# their tests run last, when it is done. Each has a `background_work()` that returns what its
+# tests check, through the fixture named here (which calls `background_result`); the work starts
+# only if a selected test uses that fixture. A Path it returns is removed at the end.
+BACKGROUND = {"tests.test_bundled": "rendered", "tests.test_reference_build": "ptxas_reports"}
+_STARTED = pytest.StashKey[dict[str, "Future[Any]"]]()
+_POOL = pytest.StashKey[ThreadPoolExecutor]()
+_PROCESSES: list[subprocess.Popen[str]] = []
 
 
 def _gpu_available() -> bool:
@@ -23,10 +44,108 @@ def _gpu_available() -> bool:
         return False
 
 
+def _module(item: pytest.Item) -> str:
+    module = getattr(item, "module", None)
+    return str(getattr(module, "__name__", ""))
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    items.sort(key=lambda item: _module(item) in BACKGROUND)  # stable: those modules last
     if _gpu_available():
         return
     skip = pytest.mark.skip(reason="needs an NVIDIA GPU (cupy + a CUDA device)")
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    if session.config.option.collectonly:
+        return
+    work = {
+        _module(item): item.module
+        for item in session.items
+        if isinstance(item, pytest.Function)
+        and BACKGROUND.get(_module(item)) in item.fixturenames
+        and not item.get_closest_marker("skip")
+    }
+    if not work:
+        return
+    pool = ThreadPoolExecutor(max_workers=len(work), thread_name_prefix="background")
+    session.config.stash[_POOL] = pool
+    session.config.stash[_STARTED] = {
+        name: pool.submit(module.background_work) for name, module in work.items()
+    }
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    for process in _PROCESSES:
+        if process.poll() is None:
+            process.kill()
+    pool = session.config.stash.get(_POOL, None)
+    if pool is not None:
+        pool.shutdown(wait=True, cancel_futures=True)
+    for future in session.config.stash.get(_STARTED, {}).values():
+        finished = future.done() and not future.cancelled() and future.exception() is None
+        if finished and isinstance(future.result(), Path):
+            shutil.rmtree(future.result(), ignore_errors=True)
+
+
+def background_result(request: pytest.FixtureRequest) -> Any:
+    """The test module's `background_work()`: started at collection, or run now."""
+    started = request.config.stash.setdefault(_STARTED, {})
+    name = request.module.__name__
+    if name not in started:
+        started[name] = Future()
+        started[name].set_result(request.module.background_work())
+    return started[name].result()
+
+
+def run_process(argv: Sequence[str], timeout: float = 900) -> str:
+    """Runs a command in the repository (killed if the session ends first); its stdout."""
+    process = subprocess.Popen(
+        list(argv), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    _PROCESSES.append(process)
+    out, err = process.communicate(timeout=timeout)
+    if process.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv)} exited {process.returncode}:\n{err}")
+    return out
+
+
+# The article's table "B=8 | 5090 kernel | FMA% | Pro 6000 kernel | FMA% | H200 kernel | FMA%"
+# (cublasSgemmStridedBatched, FP32, batch 8), as published: tests/fixtures/PUBLISHED.md.
+ARTICLE_B8 = {
+    # size: (5090 kernel, FMA %, Pro 6000 kernel, FMA %, H200 kernel, FMA %)
+    256: ("simt_128x32_8x5", 33, "magma_Ex", 32, "xmma_32x32x8", 33),
+    512: ("simt_128x32_8x5", 39, "magma_Ex", 32, "xmma_64x128x8", 69),
+    1024: ("simt_128x32_8x5", 41, "simt_128x64_8x5", 64, "simt_256x128_8x4", 78),
+    2048: ("simt_128x32_8x5", 41, "simt_128x128_8x4", 69, "simt_256x128_8x4", 79),
+    4096: ("simt_128x32_8x5", 42, "simt_256x128_8x4", 73, "xmma_128x128x8", 82),
+    8192: ("simt_128x32_8x5", 42, "simt_256x128_8x4", 73, "xmma_128x128x8", 82),
+}
+
+
+def table_under(markdown: str, *headings: str) -> list[list[str]]:
+    """The cells of the first Markdown table after the given heading lines (each found after the
+    one before it), header row first, the |---| rule left out. Parsed here, independently of the
+    code that renders it."""
+    lines = markdown.splitlines()
+    at = 0
+    for heading in headings:
+        at = lines.index(heading, at) + 1
+    while not lines[at].startswith("|"):
+        at += 1
+    rows = []
+    while at < len(lines) and lines[at].startswith("|"):
+        cells = [cell.strip() for cell in lines[at].strip().strip("|").split("|")]
+        if not all(set(cell) <= {"-", ":"} for cell in cells):
+            rows.append(cells)
+        at += 1
+    return rows
+
+
+def cell(table: list[list[str]], first: str, column: str) -> str:
+    """The cell of the row whose first cell is `first`, in the column headed `column`."""
+    (row,) = [row for row in table[1:] if row[0] == first]
+    return row[table[0].index(column)]

@@ -9,7 +9,8 @@ import pandas as pd
 
 from cublas_audit import table
 from cublas_audit.cases import read_plan
-from cublas_audit.sweep import SweepConfig, collect_launches, read_results, write_table
+from cublas_audit.rundir import read_results
+from cublas_audit.sweep import SweepConfig, collect_launches, write_table
 
 from .conftest import FIXTURES
 
@@ -20,7 +21,7 @@ KEY = ["case_id", "launch"]
 def test_rebuilt_table_matches_the_recorded_one(tmp_path: Path) -> None:
     run = tmp_path / "run"
     shutil.copytree(RUN, run)
-    config = SweepConfig(read_plan(run / "plan.json"), run, "h100", [], None)
+    config = SweepConfig(read_plan(run / "plan.json"), run, "h100", None)
     rebuilt = write_table(config)
     recorded = table.read_table(RUN)
     columns = ["case_id", "kernel", "role", "fma_pct", "time_ms", "status", "cublas_version"]

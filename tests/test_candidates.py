@@ -1,6 +1,7 @@
 """The cuBLASLt candidate audit on the CPU, on the real H100 audit bundled in reports/: ranking,
 left_on_table, confirmation, findings, the candidates.csv schema, the Markdown section and repro.
-The measuring loop itself runs against the real cuBLASLt in the GPU tests at the end."""
+The measuring loop itself (cublas_audit.device.candidate_audit) runs against the real cuBLASLt in
+the GPU tests at the end."""
 
 from __future__ import annotations
 
@@ -14,10 +15,12 @@ import pytest
 from typer.testing import CliRunner
 
 from cublas_audit import candidates as cd
-from cublas_audit import lt
+from cublas_audit import candidates_report
 from cublas_audit.cases import Case
 from cublas_audit.cli import app
+from cublas_audit.device import candidate_audit, lt
 from cublas_audit.errors import AuditError, ToolMissingError
+from cublas_audit.rundir import CANDIDATES_FILE
 from tests.conftest import REPORTS
 
 RECORDED = REPORTS / "h100" / "20261123-012340-batched"
@@ -122,17 +125,17 @@ def test_finalists_are_the_default_and_those_near_the_best(recorded: pd.DataFram
     case = one_case(recorded, "cublasLt.fp32.4096x4096x4096.b16.nn")
     medians = {str(r.candidate): float(r.time_ms) for r in case.itertuples()}
     best = min(medians.values())
-    finalists = cd.finalist_keys(medians, "0")
+    finalists = candidate_audit.finalist_keys(medians, "0")
     assert finalists[0] == "0"  # the default, 1.09x the best, always runs the full round
-    assert all(medians[key] <= cd.SCREEN_MARGIN * best for key in finalists[1:])
+    assert all(medians[key] <= candidate_audit.SCREEN_MARGIN * best for key in finalists[1:])
     left_out = set(medians) - set(finalists)
-    assert left_out and all(medians[key] > cd.SCREEN_MARGIN * best for key in left_out)
+    assert left_out and all(medians[key] > candidate_audit.SCREEN_MARGIN * best for key in left_out)
 
 
 # ----- candidates.csv --------------------------------------------------------------------------
 def test_csv_round_trip(recorded: pd.DataFrame, tmp_path: Path) -> None:
     frame = recorded
-    cd.write_candidates(frame, tmp_path / cd.CANDIDATES_FILE)
+    cd.write_candidates(frame, tmp_path / CANDIDATES_FILE)
     back = cd.read_candidates(tmp_path)
     pd.testing.assert_frame_equal(frame, back, check_exact=False, rtol=1e-5)
     assert list(back.columns) == list(cd.COLUMNS)
@@ -143,8 +146,8 @@ def test_csv_round_trip(recorded: pd.DataFrame, tmp_path: Path) -> None:
     [
         ("m", "big", "column 'm': expected an integer, got 'big'"),
         ("time_ms", "fast", "column 'time_ms': expected a number"),
-        ("status", "great", "column 'status': unknown value 'great'"),
-        ("mode", "fp64", "column 'mode': unknown value 'fp64'"),
+        ("status", "great", "column 'status': unknown status 'great'"),
+        ("mode", "fp64", "column 'mode': unknown mode 'fp64'"),
     ],
 )
 def test_bad_values_are_one_line_errors(
@@ -167,7 +170,7 @@ def test_missing_columns_and_files(tmp_path: Path) -> None:
 
 # ----- Markdown ---------------------------------------------------------------------------------
 def test_markdown_flags_the_case_and_carries_a_repro(recorded: pd.DataFrame) -> None:
-    text = cd.render_markdown(recorded, 0.10)
+    text = candidates_report.render_markdown(recorded, 0.10)
     assert "## cuBLASLt heuristic candidates" in text
     assert "### better-candidate: fp32 256x256x256 batch 8" in text
     assert "                    20, algo.ctypes.data)" in text  # algo 20, not the default's 55
@@ -178,14 +181,14 @@ def test_markdown_flags_the_case_and_carries_a_repro(recorded: pd.DataFrame) -> 
 
 
 def test_unflagged_cases_have_no_repro(recorded: pd.DataFrame) -> None:
-    text = cd.render_markdown(recorded[recorded["case_id"] != FLAGGED], 0.10)
+    text = candidates_report.render_markdown(recorded[recorded["case_id"] != FLAGGED], 0.10)
     assert "```python" not in text
 
 
 def test_bf16_repro_stores_bf16_bits(recorded: pd.DataFrame) -> None:
     row = one_case(recorded).iloc[5].copy()
     row["mode"] = "bf16"
-    code = cd.repro(row)
+    code = candidates_report.repro(row)
     assert "COMPUTE_32F" in code and "CUDA_R_16BF" in code and "cp.uint16" in code
     compile(code, "repro.py", "exec")
 
@@ -197,7 +200,7 @@ def test_problems_merge_the_apis_and_loop_rows() -> None:
         Case("cublas", "fp32", 256, 256, 256, 8, loop=True),
         Case("cublas", "tf32", 256, 256, 256, 8),
     ]
-    assert [c.case_id for c in cd.problems(cases)] == [
+    assert [c.case_id for c in candidate_audit.problems(cases)] == [
         "cublasLt.fp32.256x256x256.b8.nn",
         "cublasLt.tf32.256x256x256.b8.nn",
     ]
@@ -253,7 +256,9 @@ def test_audit_on_the_gpu(tmp_path: Path) -> None:
         Case("cublasLt", "fp32", 65536, 65536, 65536, 16),  # 3 x 256 GiB: out of memory
     ]
     lines: list[str] = []
-    frame = cd.run_candidates(cases, tmp_path, 8, gpu_label="gpu-test", progress=lines.append)
+    frame = candidate_audit.run_candidates(
+        cases, tmp_path, 8, gpu_label="gpu-test", progress=lines.append
+    )
     small = frame[frame["m"] == 256]
     assert small["is_default"].sum() == 1 and len(small) >= 2
     assert set(small["status"]) <= {"ok", "wrong", "failed", "unsupported"}

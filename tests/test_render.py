@@ -1,9 +1,17 @@
-"""The Markdown report on real data: golden files, escaping, inputs, the CLI."""
+"""The Markdown report on real data: golden files, escaping, inputs, the CLI.
+
+The golden files (tests/golden/*.md) are rewritten, with every other file a test compares output
+against, by one command; review the diff before committing it:
+
+    .venv/bin/python tests/regenerate_golden.py markdown
+
+Each golden test also checks facts that do not come from the code: the article's published
+numbers (tests/fixtures/PUBLISHED.md) and TFLOP/s worked out by hand from the recorded times.
+"""
 
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 from pathlib import Path
@@ -13,26 +21,40 @@ from typer.testing import CliRunner
 
 from cublas_audit.cli import app
 from cublas_audit.errors import AuditError
-from cublas_audit.render import (
-    load_inputs,
-    md_code,
-    md_text,
-    render_report,
-    shorten,
-    write_run_report,
-)
+from cublas_audit.inputs import load_inputs
+from cublas_audit.markdown import md_code, md_text, shorten
+from cublas_audit.render import render_report, write_run_report
 from cublas_audit.table import read_table, write_table
 from cublas_audit.thresholds import Thresholds
-from tests.conftest import FIXTURES, REPO
+from tests.conftest import ARTICLE_B8, FIXTURES, REPO, cell, table_under
+from tests.regenerate_golden import GOLDEN, GOLDEN_INPUTS, fixture_report
 
-GOLDEN = REPO / "tests" / "golden"
-# UPDATE_GOLDEN=1 pytest tests/test_render.py rewrites the expected files; review the git diff.
-UPDATE = os.environ.get("UPDATE_GOLDEN") == "1"
-GOLDEN_INPUTS = {
-    "published_article_b8.md": ["tests/fixtures/published_article_b8.csv"],
-    "published_article_single_5090.md": ["tests/fixtures/published_article_single_5090.csv"],
-    "h100-smoke.md": ["tests/fixtures/h100-smoke"],
-    "h100-batched-cublas.md": ["tests/fixtures/h100-batched-cublas"],
+# Per golden file, (headings down to a dispatch table, size, TFLOP/s) worked out by hand:
+# 2 * m * n * k * batch flop over the recorded time.
+HAND_TFLOPS = {
+    # 2 * 1024^3 = 2,147,483,648 flop in 0.044 ms (the article's cuBLAS time) = 48.8 TFLOP/s
+    # 2 * 16384^3 = 8,796,093,022,208 flop in 131.991 ms = 66.6 TFLOP/s
+    "published_article_single_5090.md": [
+        (("## 5090", "#### cublas · cublasSgemm · fp32 · batch 1"), "1024", "48.8"),
+        (("## 5090", "#### cublas · cublasSgemm · fp32 · batch 1"), "16384", "66.6"),
+    ],
+    # 2 * 1024^3 * 8 = 17,179,869,184 flop in 0.354496 ms (timing.jsonl) = 48.5 TFLOP/s
+    "h100-smoke.md": [
+        (("#### cublas · cublasSgemmStridedBatched · fp32 · batch 8",), "1024", "48.5"),
+    ],
+    # 2 * 8192^3 * 16 = 17,592,186,044,416 flop in 338.236 ms = 52.0 TFLOP/s
+    "h100-batched-cublas.md": [
+        (("#### cublas · cublasSgemmStridedBatched · fp32 · batch 16",), "8192", "52.0"),
+    ],
+    "published_article_b8.md": [],  # the article gives no times: its table is checked instead
+}
+# The article's "Single matmul on RTX 5090" Eff column (cuBLAS ms / kernel ms), size -> %.
+ARTICLE_SINGLE_5090_EFF = {
+    "1024": "96%",
+    "2048": "106%",
+    "4096": "100%",
+    "8192": "94%",
+    "16384": "89%",
 }
 
 
@@ -48,11 +70,24 @@ def _squeeze(markdown: str) -> str:
 @pytest.mark.parametrize("name", sorted(GOLDEN_INPUTS))
 def test_golden(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(REPO)  # inputs are named as a user in the repository would type them
-    text = _render(GOLDEN_INPUTS[name])
-    expected = GOLDEN / name
-    if UPDATE:
-        expected.write_text(text)
-    assert text == expected.read_text()
+    text = fixture_report(name)
+    # Facts first, so that they hold even while the golden file is out of date.
+    for headings, size, tflops in HAND_TFLOPS[name]:
+        assert cell(table_under(text, *headings), size, "TFLOP/s") == tflops, (headings, size)
+    if name == "published_article_b8.md":
+        side = table_under(text, "## Side by side")
+        gpus = [(f"{gpu} kernel", "FMA %") for gpu in ("5090", "pro6000", "h200")]
+        assert side[0] == ["size", *(column for pair in gpus for column in pair)]
+        published = [
+            [str(size), *(f"`{v}`" if isinstance(v, str) else str(v) for v in row)]
+            for size, row in ARTICLE_B8.items()
+        ]
+        assert side[1:] == published
+    if name == "published_article_single_5090.md":
+        efficiency = table_under(text, "### Efficiency (reference vs cuBLAS)")
+        for size, eff in ARTICLE_SINGLE_5090_EFF.items():
+            assert [row[5] for row in efficiency[1:] if row[1] == size] == [eff], size
+    assert text == (GOLDEN / name).read_text()
 
 
 def test_side_by_side_reproduces_the_article_table() -> None:

@@ -9,6 +9,7 @@ import pytest
 
 from cublas_audit import table
 from cublas_audit.errors import AuditError
+from cublas_audit.rundir import TABLE_FILE
 
 from .conftest import FIXTURES
 
@@ -22,7 +23,11 @@ def write(tmp_path: Path, frame: pd.DataFrame) -> Path:
 
 
 def required_only() -> pd.DataFrame:
-    return pd.read_csv(RUN / table.TABLE_FILE)[list(table.REQUIRED_COLUMNS)]
+    """The recorded run in the required columns alone, less its loop rows: without `routine` a
+    loop row is the same case as the batched call beside it."""
+    recorded = pd.read_csv(RUN / TABLE_FILE)
+    calls = recorded[recorded["routine"] != "sgemm-loop"].reset_index(drop=True)
+    return calls[list(table.REQUIRED_COLUMNS)]
 
 
 def test_a_table_with_only_the_required_columns_is_accepted(tmp_path: Path) -> None:
@@ -30,6 +35,13 @@ def test_a_table_with_only_the_required_columns_is_accepted(tmp_path: Path) -> N
     assert list(frame.columns) == list(table.REQUIRED_COLUMNS)
     assert frame["m"].dtype == "Int64"
     assert table.main_launches(frame).equals(frame)
+
+
+def test_a_case_twice_is_refused_naming_both_rows(tmp_path: Path) -> None:
+    # With the loop rows, row 3 (the 256 batch-4 loop) is row 1's case again once routine is gone.
+    recorded = pd.read_csv(RUN / TABLE_FILE)[list(table.REQUIRED_COLUMNS)]
+    with pytest.raises(AuditError, match=r"t\.csv, row 3: the case of row 1 appears again"):
+        table.read_table(write(tmp_path, recorded))
 
 
 def test_missing_column_names_the_file(tmp_path: Path) -> None:

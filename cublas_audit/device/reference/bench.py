@@ -72,9 +72,9 @@ def compare(
     m: int, n: int, k: int, batch: int, config: Config | None = None, min_reps: int = 20
 ) -> Comparison:
     """Checks both contenders on fresh random inputs, then times them interleaved."""
+    cc = device_cc()  # first: no CuPy or no GPU is one clear error, before any allocation
     ops = operands.make("fp32", m, n, k, batch)
     ref_c = ops.c.copy()
-    cc = device_cc()
     chosen = fit(config, cc, m, n, k) if config else strategy_for(cc, m, n, k, batch)
     ref = prepare(m, n, k, batch, ops.a, ops.b, ref_c, chosen)
     blas = launchers.classic(Case("cublas", "fp32", m, n, k, batch), ops)
