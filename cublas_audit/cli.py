@@ -25,6 +25,7 @@ app = typer.Typer(
     help="Catch cuBLAS dispatching the wrong GEMM kernel: profile, tabulate, report, diff.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # plain help: real metavars, no <bool> or <list[Path]> type column
     add_completion=False,
 )
 
@@ -135,7 +136,9 @@ def print_json(data: Any) -> None:
 @app.command("env")
 @exit_codes
 def env_command(
-    format: TextOrJson = typer.Option(TextOrJson.text, "--format", help="Output format."),
+    format: TextOrJson = typer.Option(
+        TextOrJson.text, "--format", metavar="text|json", help="Output format."
+    ),
 ) -> None:
     """Show the GPU, driver, CUDA, cuBLAS and ncu here, and whether ncu may read counters."""
     from cublas_audit import environment
@@ -279,7 +282,7 @@ def candidates_command(
     workspace_mib: int = typer.Option(
         32, min=0, metavar="MIB", help="Workspace a candidate may use."
     ),
-    format: Format = typer.Option(Format.md, "--format", help="Output format."),
+    format: Format = typer.Option(Format.md, "--format", metavar="md|json", help="Output format."),
     out: Path | None = typer.Option(
         None, metavar="DIR", help="Write candidates.csv and candidates.log here."
     ),
@@ -318,7 +321,7 @@ def reference_command(
     batches: str = typer.Option(
         "1,4,8,16", metavar="N,N,...", help="Batch counts (1 = the single call)."
     ),
-    format: Format = typer.Option(Format.md, "--format", help="Output format."),
+    format: Format = typer.Option(Format.md, "--format", metavar="md|json", help="Output format."),
     tune: bool = typer.Option(
         False, "--tune", help="Search the tile space on this GPU and write its strategy table."
     ),
@@ -356,7 +359,7 @@ def reference_command(
 def report_command(
     inputs: list[Path] | None = typer.Argument(
         None,
-        metavar="[RUN_OR_TABLE]...",
+        metavar="RUN_OR_TABLE",
         help="Run directories or dispatch tables (CSV/Parquet) (default: the bundled audits, "
         "each GPU's newest batched run).",
         show_default=False,
@@ -367,6 +370,7 @@ def report_command(
     format: Format | None = typer.Option(
         None,
         "--format",
+        metavar="md|json",
         help="md or json on stdout (default: a summary in a terminal, Markdown in a pipe).",
         show_default=False,
     ),
@@ -384,10 +388,11 @@ def report_command(
 def diff_command(
     a: Path = typer.Argument(..., metavar="RUN_A", help="Baseline: a run directory or a table."),
     b: Path = typer.Argument(..., metavar="RUN_B", help="Compared: a run directory or a table."),
-    format: Format = typer.Option(Format.md, "--format", help="Output format."),
+    format: Format = typer.Option(Format.md, "--format", metavar="md|json", help="Output format."),
     fail_on: FailOn | None = typer.Option(
         None,
         "--fail-on",
+        metavar="regression|kernel-change|any",
         help="Exit 1 when B has a confident regression (a slowdown beyond the noise floor, or a "
         "call that broke), a kernel change, or any of them, against A (for CI).",
     ),
