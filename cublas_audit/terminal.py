@@ -40,16 +40,16 @@ def findings_table(datasets: Sequence[Dataset], found: Sequence[list[Finding]]) 
     table = Table(title=title, title_justify="left", show_lines=True, expand=True)
     for column, ratio in (("severity", 1), ("GPU", 1), ("rule", 2), ("where", 2), ("what", 6)):
         table.add_column(column, overflow="fold", ratio=ratio)
-    for dataset, group in zip(datasets, found, strict=True):
-        for f in sorted(group, key=lambda f: SEVERITIES.index(f.severity)):
-            where = " ".join(p for p in (f.api, f.routine, f.mode) if p) + f", batch {f.batch}"
-            table.add_row(
-                Text(f.severity, style=SEVERITY_STYLE[f.severity]),
-                Text(dataset.gpu_label),
-                Text(f.rule),
-                Text(where),
-                Text(f.message),
-            )
+    pairs = [(d, f) for d, group in zip(datasets, found, strict=True) for f in group]
+    for dataset, f in sorted(pairs, key=lambda pair: SEVERITIES.index(pair[1].severity)):
+        where = " ".join(p for p in (f.api, f.routine, f.mode) if p) + f", batch {f.batch}"
+        table.add_row(
+            Text(f.severity, style=SEVERITY_STYLE[f.severity]),
+            Text(dataset.gpu_label),
+            Text(f.rule),
+            Text(where),
+            Text(f.message),
+        )
     return table
 
 
