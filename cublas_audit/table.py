@@ -242,8 +242,9 @@ def _check_numeric(frame: pd.DataFrame, column: str, kind: str, source: TableSou
     values = frame[column]
     parsed = pd.to_numeric(values, errors="coerce")
     bad = frame.index[parsed.isna() & values.notna() & (values.astype(str).str.strip() != "")]
-    if kind == "int":
-        bad = bad.union(frame.index[parsed.notna() & (parsed % 1 != 0)])
+    if kind == "int":  # whole, and within int64 (the nullable integer column holds it)
+        outside = parsed.notna() & ((parsed % 1 != 0) | (parsed.abs() >= 2.0**63))
+        bad = bad.union(frame.index[outside])
     if len(bad):
         row = bad[0]
         raise source.error(

@@ -61,7 +61,8 @@ def corrupted(draw: st.DrawFn) -> bytes:
 
 
 @settings(
-    max_examples=20,  # each example runs the CLI twice; CI runs the whole suite in under 60 s
+    max_examples=15,  # each example runs the CLI twice; CI runs the whole suite in under 60 s
+    derandomize=True,  # the same examples on every run: CI never fails by the luck of a draw
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
