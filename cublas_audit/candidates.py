@@ -9,7 +9,6 @@ or refutes a gap before it becomes a finding.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -19,7 +18,13 @@ import pandas as pd
 from cublas_audit.errors import AuditError
 from cublas_audit.modes import MODE_NAMES
 from cublas_audit.rundir import CANDIDATES_FILE, write_csv_atomic
-from cublas_audit.table import TableSource, check_numeric_columns, check_values, plain
+from cublas_audit.table import (
+    TableSource,
+    blank_as_missing,
+    check_numeric_columns,
+    check_values,
+    plain,
+)
 from cublas_audit.thresholds import Thresholds
 from cublas_audit.verdicts import Timed, Verdict, judge
 
@@ -98,6 +103,7 @@ def validate(raw: pd.DataFrame, path: Path) -> pd.DataFrame:
     missing = [c for c in REQUIRED if c not in raw.columns]
     if missing:
         raise source.error(f"missing required column(s) {', '.join(missing)}")
+    raw = blank_as_missing(raw)
     check_numeric_columns(raw, COLUMNS, source)
     check_values(raw, "mode", MODE_NAMES, source)
     check_values(raw, "status", STATUSES, source)
@@ -132,18 +138,12 @@ def add_ranks(frame: pd.DataFrame) -> pd.DataFrame:
     out["rank"] = pd.Series(pd.NA, index=out.index, dtype=pd.Int64Dtype())
     ranks = out.loc[timed].groupby("case_id")["time_ms"].rank(method="min")
     out.loc[timed, "rank"] = ranks.astype("int64")
-    left = {case_id: _left_on_table(rows) for case_id, rows in out.groupby("case_id")}
-    out["left_on_table"] = out["case_id"].map(left).astype(pd.Float64Dtype())
+    # left_on_table = t_default / t_best over the correct, timed candidates; NA without a default.
+    correct = out.loc[timed & out["status"].notna()]
+    best = correct.groupby("case_id")["time_ms"].min()
+    default = correct[correct["is_default"] == 1].groupby("case_id")["time_ms"].first()
+    out["left_on_table"] = out["case_id"].map(default / best).astype(pd.Float64Dtype())
     return out
-
-
-def _left_on_table(rows: pd.DataFrame) -> float:
-    """t_default / t_best over the correct, timed candidates; NaN if the default has no time."""
-    default = rows[(rows["is_default"] == 1) & (rows["status"] == "ok")]["time_ms"].dropna()
-    timed = rows[rows["status"] == "ok"]["time_ms"].dropna()
-    if default.empty or timed.empty:
-        return math.nan
-    return float(default.iloc[0] / timed.min())
 
 
 def case_summary(frame: pd.DataFrame) -> pd.DataFrame:

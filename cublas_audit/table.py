@@ -191,7 +191,7 @@ def validate(frame: pd.DataFrame, source: TableSource) -> pd.DataFrame:
         raise source.error(f"missing required column(s) {', '.join(missing)}")
     if frame.empty:
         raise source.error("the table has no rows")
-    frame = _blank_as_missing(frame)
+    frame = blank_as_missing(frame)
     for column in IDENTIFYING_COLUMNS:
         blank = frame.index[frame[column].isna()]
         if len(blank):
@@ -205,14 +205,9 @@ def validate(frame: pd.DataFrame, source: TableSource) -> pd.DataFrame:
 IDENTIFYING_COLUMNS = ("api", "mode", "m", "n", "k", "batch")
 
 
-def _blank_as_missing(frame: pd.DataFrame) -> pd.DataFrame:
+def blank_as_missing(frame: pd.DataFrame) -> pd.DataFrame:
     """Text cells holding only white space are missing values, as empty ones are."""
-    out = frame.copy()
-    for column in out.columns:
-        if out[column].dtype == object or pd.api.types.is_string_dtype(out[column]):
-            text = out[column].astype("string")
-            out[column] = out[column].where(~text.str.fullmatch(r"\s*").fillna(False), pd.NA)
-    return out
+    return frame.replace(r"^\s*$", pd.NA, regex=True)
 
 
 def check_numeric_columns(
@@ -241,7 +236,8 @@ def check_values(
 def _check_numeric(frame: pd.DataFrame, column: str, kind: str, source: TableSource) -> None:
     values = frame[column]
     parsed = pd.to_numeric(values, errors="coerce")
-    bad = frame.index[parsed.isna() & values.notna() & (values.astype(str).str.strip() != "")]
+    # Blank cells are missing by now (blank_as_missing): anything else that does not parse is bad.
+    bad = frame.index[parsed.isna() & values.notna()]
     if kind == "int":  # whole, and within int64 (the nullable integer column holds it)
         outside = parsed.notna() & ((parsed % 1 != 0) | (parsed.abs() >= 2.0**63))
         bad = bad.union(frame.index[outside])
