@@ -40,7 +40,9 @@ from cublas_audit.rundir import read_env
 from cublas_audit.sweep_setup import SweepOptions, sweep
 
 
-def collect(runs: int, out: Path, label: str) -> list[dict[str, object]]:
+def collect(
+    runs: int, out: Path, label: str, reference: bool = False, first: int = 0
+) -> list[dict[str, object]]:
     cases = build_plan(
         sizes=DEFAULT_SIZES,
         batches=DEFAULT_BATCHES,
@@ -50,15 +52,16 @@ def collect(runs: int, out: Path, label: str) -> list[dict[str, object]]:
         batched=True,
     )
     done = []
-    for index in range(runs):
+    for index in range(first, first + runs):
         run_dir = out / f"run-{index:02d}"
-        command = ["cublas-audit", "sweep", "--batched", "--no-profile", "--no-reference"]
+        command = ["cublas-audit", "sweep", "--batched", "--no-profile"]
+        command.append("--reference" if reference else "--no-reference")
         options = SweepOptions(
             cases=cases,
             gpu_label=label,
             out=run_dir,
             profile=False,
-            reference=False,
+            reference=reference,
             command=[*command, "--gpu-label", label, "--out", str(run_dir)],
         )
         start = time.perf_counter()
@@ -177,6 +180,8 @@ def main(argv: list[str]) -> int:
     gather.add_argument("--runs", type=int, default=10)
     gather.add_argument("--out", type=Path, required=True)
     gather.add_argument("--gpu-label", default="h100")
+    gather.add_argument("--reference", action="store_true", help="time the reference kernel too")
+    gather.add_argument("--first", type=int, default=0, help="number of the first run directory")
     fitting = commands.add_parser("fit", help="fit the noise model on reruns")
     fitting.add_argument("runs", type=Path, nargs="+")
     fitting.add_argument("--model", type=Path, default=noise.DEFAULT_MODEL)
@@ -188,7 +193,12 @@ def main(argv: list[str]) -> int:
     judging.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
     if args.command == "collect":
-        print(json.dumps({"runs": collect(args.runs, args.out, args.gpu_label)}, indent=1))
+        print(
+            json.dumps(
+                {"runs": collect(args.runs, args.out, args.gpu_label, args.reference, args.first)},
+                indent=1,
+            )
+        )
     elif args.command == "fit":
         print(json.dumps(fit(args.runs, args.model).to_json(), indent=1))
     else:

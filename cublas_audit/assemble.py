@@ -87,16 +87,29 @@ def _result_columns(
     return out
 
 
-# The timing evidence the probe records beside each median: the call's distribution and the
-# GPU's clocks and power around it; the reference's distribution.
+# The timing evidence the probe records beside each median: the call's distribution, its kernel-only
+# time (CUPTI) and what was traced, the GPU's clocks and power around it; the reference's likewise.
 CALL_EVIDENCE = (
     *table.distribution_columns("time"),
+    "kernel_time_ms",
+    *table.distribution_columns("kernel_time"),
+    "kernel_time_status",
+    "traced_kernels",
+    "traced_launches",
+    "traced_ctas",
+    "traced_block",
+    "traced_registers",
     "sm_clock_before_mhz",
     "sm_clock_mhz",
     "power_w",
     "clock_reasons",
 )
-REFERENCE_EVIDENCE = ("ref_time_ms", *table.distribution_columns("ref_time"))
+REFERENCE_EVIDENCE = (
+    "ref_time_ms",
+    *table.distribution_columns("ref_time"),
+    "ref_kernel_time_ms",
+    *table.distribution_columns("ref_kernel_time"),
+)
 
 
 def _recorded(record: Mapping[str, Any], keys: Sequence[str]) -> dict[str, Any]:

@@ -20,9 +20,10 @@ from cublas_audit.errors import AuditError
 from cublas_audit.modes import MODE_NAMES as MODES
 from cublas_audit.rundir import TABLE_FILE, write_csv_atomic
 
-# 2: the timed distributions and the GPU's clocks and power (tables of version 1 stay readable:
-# every added column is optional).
-SCHEMA_VERSION = 2
+# 2: the timed distributions and the GPU's clocks and power; 3: kernel-only times (CUPTI) beside
+# the call times, and the traced launch geometry (older tables stay readable: every added column
+# is optional).
+SCHEMA_VERSION = 3
 APIS = ("cublas", "cublasLt")
 
 REQUIRED_COLUMNS: dict[str, str] = {
@@ -106,7 +107,8 @@ DISTRIBUTION = {
     "q3_ms": "float",
     "max_ms": "float",
 }
-TIMED = ("time", "ref_time")
+# time: the call, CUDA events; kernel_time: the kernels it dispatched, CUPTI activity records.
+TIMED = ("time", "ref_time", "kernel_time", "ref_kernel_time")
 
 
 def distribution_columns(prefix: str) -> list[str]:
@@ -129,6 +131,20 @@ OPTIONAL_COLUMNS.update(
         "sm_clock_mhz": "float",
         "power_w": "float",
         "clock_reasons": "int",
+    }
+)
+# What CUPTI saw of the timed call: whether it traced (or why not), the distinct kernels of one call
+# in launch order, how many launches, and the grid size, block and registers of the longest one.
+OPTIONAL_COLUMNS.update(
+    {
+        "kernel_time_ms": "float",
+        "ref_kernel_time_ms": "float",
+        "kernel_time_status": "str",
+        "traced_kernels": "str",
+        "traced_launches": "int",
+        "traced_ctas": "int",
+        "traced_block": "str",
+        "traced_registers": "int",
     }
 )
 ALL_COLUMNS: dict[str, str] = {**REQUIRED_COLUMNS, **OPTIONAL_COLUMNS}

@@ -124,6 +124,7 @@ class Runner:
         self.min_reps = min_reps
         self.operands: Operands | None = None
         self.reference_missing: str | None = None
+        self.cupti_missing: str | None = None  # "" once CUPTI is known to trace here
         self.closers: list[Callable[[], None]] = []
 
     def precompile_reference(self, cases: list[Case]) -> None:
@@ -257,7 +258,28 @@ class Runner:
         result.update(after, sm_clock_before_mhz=before.get("sm_clock_mhz"))
         if "clock_reasons" in before and "clock_reasons" in after:
             result["clock_reasons"] = int(before["clock_reasons"]) | int(after["clock_reasons"])
+        result.update(self.kernel_times(contenders, timings["call"].median_ms))
         return result
+
+    def kernel_times(
+        self, contenders: dict[str, Callable[[], None]], call_ms: float
+    ) -> dict[str, Any]:
+        """Kernel-only times (CUPTI) of the contenders just timed, after the event timing so that
+        tracing never weighs on the call time; where CUPTI cannot trace, why (once per case)."""
+        from cublas_audit.device import kernel_trace
+        from cublas_audit.device.timing import repetitions
+
+        if self.cupti_missing is None:
+            self.cupti_missing = kernel_trace.available() or ""
+        if self.cupti_missing:
+            return {"kernel_time_status": f"unavailable: {self.cupti_missing}"}
+        reps = repetitions(call_ms, kernel_trace.MIN_REPS)
+        traced = kernel_trace.trace_calls(contenders, reps)
+        found: dict[str, Any] = {"kernel_time_status": "ok"}
+        found.update(traced["call"].columns("kernel_time"), **traced["call"].launch_columns())
+        if "ref" in traced:
+            found.update(traced["ref"].columns("ref_kernel_time"))
+        return found
 
     def _reference_or_reason(
         self, case: Case, ops: Operands, result: dict[str, Any]

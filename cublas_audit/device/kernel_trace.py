@@ -1,0 +1,183 @@
+"""Kernel-only times and launch geometry of each call, through the CUPTI activity API.
+
+A call's event time holds the host's share (launch, cuBLAS's heuristic, the loop of launches) and
+moves by 15-25 % between runs at 20 us; the durations of the kernels it dispatched move by about
+1 % (measured on the H100 and H200). "Did the dispatch get worse" is judged on these, "did the
+call get slower" on the event time (cublas_audit.verdicts).
+
+CUPTI's activity tracing needs no counter permission (it works where ncu gets ERR_NVGPUCTRPERM)
+and no profiler process: the records come from cupti-python (with the nvidia-cuda-cupti wheel's
+libcupti). Each call is bracketed by CUPTI timestamps, with the stream synchronized between calls,
+so a kernel record belongs to the call whose bracket holds its start: no reliance on the order
+or count of a call's launches (split-K adds a reduction kernel, a loop launches `batch`).
+
+CUPTI is imported inside the functions: this module imports on machines without it, and a probe
+without it records why and times with events alone.
+"""
+
+from __future__ import annotations
+
+import bisect
+import functools
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from cublas_audit.device.timing import Timing
+
+BUFFER_BYTES = 8 * 1024 * 1024
+# Traced calls per contender: at least this many, else about as many as the event timing made.
+MIN_REPS = 10
+
+
+@dataclass(frozen=True)
+class KernelLaunch:
+    """One kernel a call launched, as CUPTI recorded it."""
+
+    name: str
+    start_ns: int
+    end_ns: int
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    registers: int
+
+    @property
+    def duration_ms(self) -> float:
+        return (self.end_ns - self.start_ns) / 1e6
+
+    @property
+    def ctas(self) -> int:
+        return self.grid[0] * self.grid[1] * self.grid[2]
+
+
+@dataclass(frozen=True)
+class TracedCalls:
+    """The kernels of each traced call of one contender, in call order."""
+
+    calls: tuple[tuple[KernelLaunch, ...], ...]
+
+    def timing(self) -> Timing:
+        """Kernel-only time per call: the sum of its kernels' durations (gaps between them are
+        the host's share, which the event time already measures)."""
+        return Timing(tuple(sum(k.duration_ms for k in call) for call in self.calls if call))
+
+    def columns(self, prefix: str) -> dict[str, Any]:
+        """The table's columns for this contender: `<prefix>_ms` and its distribution, and (for
+        the call itself) the kernels it ran and the geometry of its longest one."""
+        found: dict[str, Any] = {}
+        if any(self.calls):
+            found.update(self.timing().summary(prefix))
+        return found
+
+    def launch_columns(self) -> dict[str, Any]:
+        first = next((call for call in self.calls if call), ())
+        if not first:
+            return {}
+        longest = max(first, key=lambda k: k.end_ns - k.start_ns)
+        return {
+            "traced_kernels": " + ".join(dict.fromkeys(k.name for k in first)),
+            "traced_launches": len(first),
+            "traced_ctas": longest.ctas,
+            "traced_block": "x".join(str(v) for v in longest.block),
+            "traced_registers": longest.registers,
+        }
+
+
+def available() -> str | None:
+    """None where CUPTI tracing can start in this process, else why not (one line)."""
+    try:
+        _tracer()
+    except Exception as exc:
+        return f"{type(exc).__name__}: {exc}".splitlines()[0]
+    return None
+
+
+def trace_calls(contenders: Mapping[str, Callable[[], None]], reps: int) -> dict[str, TracedCalls]:
+    """Runs each contender `reps` times, round-robin like the event timing, each call bracketed
+    by CUPTI timestamps and followed by a synchronize; returns their kernels per call."""
+    import cupy
+
+    tracer = _tracer()
+    stream = cupy.cuda.get_current_stream()
+    brackets: dict[str, list[tuple[int, int]]] = {name: [] for name in contenders}
+    with tracer.recording():
+        for _ in range(reps):
+            for name, launch in contenders.items():
+                stream.synchronize()
+                begin = tracer.now()
+                launch()
+                stream.synchronize()
+                brackets[name].append((begin, tracer.now()))
+    records = tracer.take()
+    return {name: TracedCalls(assign(records, spans)) for name, spans in brackets.items()}
+
+
+def assign(
+    records: Sequence[KernelLaunch], spans: Sequence[tuple[int, int]]
+) -> tuple[tuple[KernelLaunch, ...], ...]:
+    """The records whose start lies inside each (begin, end) span, per span, in start order."""
+    ordered = sorted(records, key=lambda k: k.start_ns)
+    starts = [k.start_ns for k in ordered]
+    return tuple(
+        tuple(ordered[bisect.bisect_left(starts, begin) : bisect.bisect_right(starts, end)])
+        for begin, end in spans
+    )
+
+
+class _Tracer:
+    """CUPTI's activity buffers for kernel records, registered once per process."""
+
+    def __init__(self) -> None:
+        from cupti import cupti
+
+        self.cupti = cupti
+        self.records: list[KernelLaunch] = []
+        cupti.activity_register_callbacks(self._buffer_requested, self._buffer_completed)
+
+    def _buffer_requested(self) -> tuple[int, int]:
+        return BUFFER_BYTES, 0
+
+    def _buffer_completed(self, activities: list[Any]) -> None:
+        kernel = self.cupti.ActivityKind.CONCURRENT_KERNEL
+        self.records.extend(
+            KernelLaunch(
+                name=str(a.name),
+                start_ns=int(a.start),
+                end_ns=int(a.end),
+                grid=(int(a.grid_x), int(a.grid_y), int(a.grid_z)),
+                block=(int(a.block_x), int(a.block_y), int(a.block_z)),
+                registers=int(a.registers_per_thread),
+            )
+            for a in activities
+            if a.kind == kernel
+        )
+
+    def now(self) -> int:
+        return int(self.cupti.get_timestamp())
+
+    def recording(self) -> _Recording:
+        return _Recording(self)
+
+    def take(self) -> list[KernelLaunch]:
+        taken, self.records = self.records, []
+        return taken
+
+
+class _Recording:
+    def __init__(self, tracer: _Tracer) -> None:
+        self.tracer = tracer
+
+    def __enter__(self) -> None:
+        cupti = self.tracer.cupti
+        self.tracer.take()
+        cupti.activity_enable(cupti.ActivityKind.CONCURRENT_KERNEL)
+
+    def __exit__(self, *exc: object) -> None:
+        cupti = self.tracer.cupti
+        cupti.activity_flush_all(1)  # every record of the calls just made, before disabling
+        cupti.activity_disable(cupti.ActivityKind.CONCURRENT_KERNEL)
+
+
+@functools.lru_cache(maxsize=1)
+def _tracer() -> _Tracer:
+    return _Tracer()
