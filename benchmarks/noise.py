@@ -91,11 +91,16 @@ def fit(runs: Sequence[Path], model_path: Path) -> noise.NoiseModel:
 def false_verdicts(runs: Sequence[Dataset], pairs: Sequence[tuple[int, int]]) -> dict[str, Any]:
     """Regressions and improvements over the given pairs of reruns (all of them false)."""
     counts = {"pairs": len(pairs), "regressions": 0, "improvements": 0, "unsure": 0, "cases": 0}
+    counts.update(host_slower=0, regressions_on_call_time=0, pairs_with_kernel_times=0)
     for i, j in pairs:
         result = diff.compare(runs[i], runs[j])
         counts["regressions"] += len(result.rows("regression"))
         counts["improvements"] += len(result.rows("improvement"))
         counts["unsure"] += len(result.rows("unsure"))
+        counts["host_slower"] += len(result.host_slower)
+        on_call = result.rows("regression")["kernel_verdict"].isna()
+        counts["regressions_on_call_time"] += int(on_call.sum())
+        counts["pairs_with_kernel_times"] += int(result.matched["kernel_verdict"].notna().any())
         counts["cases"] += len(result.matched)
     return counts
 
@@ -107,7 +112,9 @@ def slowed(run: Dataset, factor: float, at_least_ms: float) -> tuple[Dataset, st
     case = str(timed.sort_values("time_ms")["case_id"].iloc[0])
     rows = frame["case_id"] == case
     # The median and its quartiles, min and max: the whole distribution moves.
-    columns = [c for c in frame.columns if c.startswith("time_") and c.endswith("_ms")]
+    columns = [
+        c for c in frame.columns if c.startswith(("time_", "kernel_time_")) and c.endswith("_ms")
+    ]
     frame.loc[rows, columns] = frame.loc[rows, columns].astype(float) * factor
     return Dataset(run.title, run.gpu_label, run.path, frame, run.env, None), case
 

@@ -84,6 +84,7 @@ class Format(StrEnum):
 class FailOn(StrEnum):
     regression = "regression"
     kernel_change = "kernel-change"
+    host = "host"
     any = "any"
 
 
@@ -392,9 +393,11 @@ def diff_command(
     fail_on: FailOn | None = typer.Option(
         None,
         "--fail-on",
-        metavar="regression|kernel-change|any",
-        help="Exit 1 when B has a confident regression (a slowdown beyond the noise floor, or a "
-        "call that broke), a kernel change, or any of them, against A (for CI).",
+        metavar="regression|kernel-change|host|any",
+        help="Exit 1 when B has, against A: a confident regression (the dispatched kernels "
+        "slower beyond their noise floor, or the call where kernels were not traced, or a call "
+        "that broke), a kernel change, a call slower over unchanged kernels (host), or any of "
+        "them (for CI).",
     ),
     threshold: Thresholds = None,
 ) -> None:

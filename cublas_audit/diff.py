@@ -41,8 +41,21 @@ ENV_KEYS = (
 # Provenance a table carries in its own columns, for inputs without env.json.
 TABLE_ENV_COLUMNS = ("gpu_name", "cc", "driver_version", "cublas_version")
 SIDE_COLUMNS = ("kernel_short", "util", "time_ms", "status")
-# Evidence a timing verdict uses where the table has it (schema 2): the distribution and clock.
-EVIDENCE_COLUMNS = ("time_n", "time_q1_ms", "time_q3_ms", "sm_clock_mhz")
+# Evidence a timing verdict uses where the table has it: the distribution and clock (schema 2),
+# the kernel-only time and its distribution (schema 3).
+EVIDENCE_COLUMNS = (
+    "time_n",
+    "time_q1_ms",
+    "time_q3_ms",
+    "sm_clock_mhz",
+    "kernel_time_ms",
+    "kernel_time_n",
+    "kernel_time_q1_ms",
+    "kernel_time_q3_ms",
+)
+# The two times a case is judged on: the prefix of its table columns and its noise model kind.
+# The kernels' time answers "did the dispatch get worse", the call's "did the call get slower".
+TIMES = {"kernel": "kernel_time", "call": "time"}
 CLOCK_NOTE_PCT = 2.0  # SM clocks of the two sides further apart than this are said beside a verdict
 
 
@@ -79,14 +92,27 @@ class Diff:
         return m[m["kernel_short_a"].fillna("") != m["kernel_short_b"].fillna("")]
 
     @property
+    def host_slower(self) -> pd.DataFrame:
+        """Cases whose call got slower beyond its noise floor while their kernels did not: the
+        host's share (launch, heuristic, a loop of launches) grew, or the host was busy."""
+        m = self.matched
+        if "call_verdict" not in m.columns:
+            return m.iloc[0:0]
+        kernel_judged = m["kernel_verdict"].notna() & (m["kernel_verdict"] != "regression")
+        return m[kernel_judged & (m["call_verdict"] == "regression")]
+
+    @property
     def has_regression(self) -> bool:
         return not self.rows("regression").empty
 
     def fails(self, gate: str) -> bool:
-        """The diff gate: `regression` (a confident slowdown or a call that broke),
-        `kernel-change`, or `any` of them."""
+        """The diff gate: `regression` (a confident slowdown of the dispatched kernels, or of the
+        call where kernels were not traced, or a call that broke), `kernel-change`, `host` (a call
+        slower over unchanged kernels), or `any` of them."""
         regression, changed = self.has_regression, not self.kernel_changes.empty
-        return {"regression": regression, "kernel-change": changed}.get(gate, regression or changed)
+        host = not self.host_slower.empty
+        gates = {"regression": regression, "kernel-change": changed, "host": host}
+        return gates.get(gate, regression or changed or host)
 
 
 def compare(
@@ -148,14 +174,16 @@ def _sided(dataset: Dataset, key: list[str]) -> pd.DataFrame:
 
 
 def _judge(both: pd.DataFrame, t: Thresholds, model: NoiseModel) -> pd.DataFrame:
-    """Time decides where both sides are timed (verdicts.judge, widened by the noise floor at the
-    call's time per launch); otherwise pipe utilization; a call that stops working (status ok ->
+    """Time decides where both sides are timed: the kernels' time (CUPTI) and the call's time
+    (events), each judged by verdicts.judge against its own noise floor (`_combine` says how the
+    two make one verdict); otherwise pipe utilization; a call that stops working (status ok ->
     error / wrong) is a regression whatever the numbers say."""
     out = both.drop(columns=["_merge"])
     time_pct = (out["time_ms_b"] / out["time_ms_a"] - 1) * 100
     util_pts = out["util_b"] - out["util_a"]
     out = out.assign(time_delta_pct=time_pct, util_delta=util_pts)
-    judged = [_judge_time(row, t, model) for row in out.to_dict("records")]
+    records = out.to_dict("records")
+    judged = {kind: [_judge_time(row, t, model, kind) for row in records] for kind in TIMES}
     by_util = pd.Series(
         np.select(
             [
@@ -167,10 +195,11 @@ def _judge(both: pd.DataFrame, t: Thresholds, model: NoiseModel) -> pd.DataFrame
         ),
         index=out.index,
     )
+    pairs = list(zip(judged["kernel"], judged["call"], strict=True))
     verdict = pd.Series(
         [
-            _VERDICT_WORDS[j.verdict] if j else by_util[i]
-            for i, j in zip(out.index, judged, strict=True)
+            _combine(kernel, call) or by_util[i]
+            for i, (kernel, call) in zip(out.index, pairs, strict=True)
         ],
         index=out.index,
         dtype=object,
@@ -179,8 +208,10 @@ def _judge(both: pd.DataFrame, t: Thresholds, model: NoiseModel) -> pd.DataFrame
     verdict[broke.astype(bool)] = "regression"
     return out.assign(
         verdict=verdict,
-        evidence=[j.describe() if j else "" for j in judged],
-        note=[_clock_note(row) for row in out.to_dict("records")],
+        kernel_verdict=_words(judged["kernel"], out.index),
+        call_verdict=_words(judged["call"], out.index),
+        evidence=[_evidence(kernel, call) for kernel, call in pairs],
+        note=[_clock_note(row) for row in records],
     )
 
 
@@ -192,13 +223,36 @@ _VERDICT_WORDS = {
 }
 
 
-def _judge_time(row: Mapping[Hashable, Any], t: Thresholds, model: NoiseModel) -> Judgement | None:
-    a = Timed.from_row(row, suffix="_a")
-    b = Timed.from_row(row, suffix="_b")
+def _words(judged: Sequence[Judgement | None], index: pd.Index) -> pd.Series:
+    return pd.Series([_VERDICT_WORDS[j.verdict] if j else None for j in judged], index, object)
+
+
+def _combine(kernel: Judgement | None, call: Judgement | None) -> str | None:
+    """One verdict per case. Where both sides traced their kernels, the kernels' time decides:
+    a dispatch audit judges the dispatched kernels, and the call's time of a launch-bound call
+    moves by up to 2.5x between runs of the same GPU with the kernels unchanged (host noise,
+    reports/h100/noise/kernel-b/run-04); a call slower beyond its own floor over unchanged
+    kernels is reported apart (`Diff.host_slower`). Otherwise the call's time decides. None where
+    neither time was judged."""
+    judged = kernel if kernel is not None else call
+    return None if judged is None else _VERDICT_WORDS[judged.verdict]
+
+
+def _evidence(kernel: Judgement | None, call: Judgement | None) -> str:
+    """'kernels +1.2 % (interval ...); call +9.0 % (interval ...)': each time that was judged."""
+    parts = [f"{name} {j.describe()}" for name, j in (("kernels", kernel), ("call", call)) if j]
+    return "; ".join(parts)
+
+
+def _judge_time(
+    row: Mapping[Hashable, Any], t: Thresholds, model: NoiseModel, kind: str = "call"
+) -> Judgement | None:
+    a = Timed.from_row(row, TIMES[kind], suffix="_a")
+    b = Timed.from_row(row, TIMES[kind], suffix="_b")
     if a is None or b is None:
         return None
     per_launch = math.sqrt(a.median_ms * b.median_ms) / float(row.get("launches") or 1)
-    return judge(a, b, model.floor(per_launch), t.diff_time_noise_pct / 100)
+    return judge(a, b, model.floor(per_launch, kind), t.diff_time_noise_pct / 100)
 
 
 def _clock_note(row: Mapping[Hashable, Any]) -> str:
@@ -210,25 +264,40 @@ def _clock_note(row: Mapping[Hashable, Any]) -> str:
 
 
 def _detectable(both: pd.DataFrame, t: Thresholds, model: NoiseModel) -> pd.DataFrame:
-    """Per time-scale bin of the matched cases: the floor and the smallest slowdown the gate
-    can call a regression there."""
+    """Per time-scale bin of the matched cases: each time's floor and the smallest slowdown the
+    gate can call a regression there (the kernels' where both sides traced them)."""
     timed = both[both["time_ms_a"].notna()]
     if timed.empty:
         return pd.DataFrame(columns=["up_to_ms", "cases", "floor_pct", "detectable_pct"])
     per_launch = timed["time_ms_a"].astype(float) / timed["launches"].astype(float)
-    bins = np.searchsorted(np.array(model.edges_ms), per_launch.to_numpy(), side="left")
+    traced = _traced(timed)
+    bins = np.array([model.bin(float(v)) for v in per_launch.to_numpy()])
+    threshold = t.diff_time_noise_pct / 100
     rows = []
     for index in sorted(set(bins.tolist())):
-        floor = model.floors[index]
+        floor = model.floors_of("call")[index]
+        kernel_floor = model.floors_of("kernel")[index]
+        in_bin = bins == index
         rows.append(
             {
                 "up_to_ms": model.edges_ms[index],
-                "cases": int((bins == index).sum()),
+                "cases": int(in_bin.sum()),
                 "floor_pct": floor * 100,
-                "detectable_pct": detectable_slowdown(floor, t.diff_time_noise_pct / 100) * 100,
+                "detectable_pct": detectable_slowdown(floor, threshold) * 100,
+                "kernel_cases": int((in_bin & traced).sum()),
+                "kernel_floor_pct": kernel_floor * 100,
+                "kernel_detectable_pct": detectable_slowdown(kernel_floor, threshold) * 100,
             }
         )
     return pd.DataFrame(rows)
+
+
+def _traced(rows: pd.DataFrame) -> np.ndarray:
+    """Which rows carry the kernels' time on both sides."""
+    if "kernel_time_ms_a" not in rows.columns or "kernel_time_ms_b" not in rows.columns:
+        return np.zeros(len(rows), dtype=bool)
+    both = rows["kernel_time_ms_a"].notna() & rows["kernel_time_ms_b"].notna()
+    return both.to_numpy(dtype=bool)
 
 
 def env_differences(a: Dataset, b: Dataset) -> list[EnvRow]:
@@ -266,6 +335,7 @@ def to_json(diff: Diff) -> dict[str, Any]:
         "unsure": _records(diff.rows("unsure")),
         "detectable": _records(diff.floors),
         "kernel_changes": _records(diff.kernel_changes),
+        "host_slower": _records(diff.host_slower),
         "only_a": _records(diff.only_a),
         "only_b": _records(diff.only_b),
         "matched": len(diff.matched),
@@ -299,6 +369,11 @@ def to_markdown(diff: Diff) -> str:
                 _delta_table,
             ),
             _section("Kernel changes", diff.kernel_changes, _delta_table),
+            _section(
+                "Call slower, kernels not: the host's share (informational unless --fail-on host)",
+                diff.host_slower,
+                _delta_table,
+            ),
             _section("Only in A", diff.only_a, lambda rows: _case_table(rows, "_a")),
             _section("Only in B", diff.only_b, lambda rows: _case_table(rows, "_b")),
         ],
@@ -307,6 +382,7 @@ def to_markdown(diff: Diff) -> str:
             "improvement": len(diff.rows("improvement")),
             "unsure": len(diff.rows("unsure")),
             "kernel": len(diff.kernel_changes),
+            "host": len(diff.host_slower),
         },
     )
 
@@ -351,16 +427,23 @@ def _delta_table(rows: pd.DataFrame) -> str:
 def _detectable_table(floors: pd.DataFrame) -> str:
     if floors.empty:
         return ""
-    body = [
-        [
-            "longer" if not math.isfinite(r["up_to_ms"]) else f"up to {r['up_to_ms']:g} ms",
-            str(r["cases"]),
-            f"{r['floor_pct']:.1f} %",
-            f"{r['detectable_pct']:.1f} %",
-        ]
-        for r in floors.to_dict("records")
-    ]
-    return md_table(["time per launch", "cases", "noise floor", "smallest slowdown caught"], body)
+    records = floors.to_dict("records")
+    traced = any(r.get("kernel_cases") for r in records)
+    body = []
+    for r in records:
+        scale = "longer" if not math.isfinite(r["up_to_ms"]) else f"up to {r['up_to_ms']:g} ms"
+        row = [scale, str(r["cases"]), f"{r['floor_pct']:.1f} %", f"{r['detectable_pct']:.1f} %"]
+        if traced:
+            row += [
+                str(r["kernel_cases"]),
+                f"{r['kernel_floor_pct']:.1f} %",
+                f"{r['kernel_detectable_pct']:.1f} %",
+            ]
+        body.append(row)
+    headers = ["time per launch", "cases", "call: noise floor", "call: smallest slowdown caught"]
+    if traced:
+        headers += ["kernels traced", "kernels: noise floor", "kernels: smallest slowdown caught"]
+    return md_table(headers, body)
 
 
 def _kernel(kernel: Any, status: Any) -> str:

@@ -41,31 +41,68 @@ MARGIN = 1.25
 MIN_FLOOR = 0.01
 
 
+# What a floor is the spread of. Between runs: `call` (a call's event time), `kernel` (its kernels'
+# CUPTI time). Within a run, for two contenders timed interleaved (the reference and the call):
+# how far their ratio moves between runs, `call_ratio` / `kernel_ratio`.
+KINDS = ("call", "kernel", "call_ratio", "kernel_ratio")
+# A kind a model lacks is judged with the floor of the kind that bounds it: the kernels' time and
+# a ratio measured interleaved are never noisier than the call's event time between runs.
+FALLBACK = {"kernel": "call", "call_ratio": "call", "kernel_ratio": "kernel"}
+# The table column each between-run kind reads, and the (numerator, denominator) of each ratio.
+COLUMNS = {"call": "time_ms", "kernel": "kernel_time_ms"}
+RATIOS = {
+    "call_ratio": ("ref_time_ms", "time_ms"),
+    "kernel_ratio": ("ref_kernel_time_ms", "kernel_time_ms"),
+}
+
+
 @dataclass(frozen=True)
 class NoiseModel:
     edges_ms: tuple[float, ...]
-    floors: tuple[float, ...]  # relative spread per bin, e.g. 0.3 = 30 %
+    floors: tuple[float, ...]  # the call's event time between runs, per bin: 0.3 = 30 %
     source: dict[str, Any] = field(default_factory=dict)
+    others: dict[str, tuple[float, ...]] = field(default_factory=dict)  # kernel, ratios
 
-    def floor(self, time_per_launch_ms: float) -> float:
+    def floors_of(self, kind: str = "call") -> tuple[float, ...]:
+        """The floors of one kind (KINDS), or of the kind that bounds it where not measured."""
+        while kind != "call" and kind not in self.others:
+            kind = FALLBACK[kind]
+        return self.floors if kind == "call" else self.others[kind]
+
+    def has(self, kind: str) -> bool:
+        return kind == "call" or kind in self.others
+
+    def floor(self, time_per_launch_ms: float, kind: str = "call") -> float:
         """The relative change noise alone can make at this time per launch."""
+        floors = self.floors_of(kind)
+        return floors[self.bin(time_per_launch_ms)]
+
+    def bin(self, time_per_launch_ms: float) -> int:
         if not math.isfinite(time_per_launch_ms) or time_per_launch_ms <= 0:
-            return self.floors[0]
-        return self.floors[
-            min(bisect.bisect_left(self.edges_ms, time_per_launch_ms), len(self.floors) - 1)
-        ]
+            return 0
+        index = bisect.bisect_left(self.edges_ms, time_per_launch_ms)
+        return min(index, len(self.edges_ms) - 1)
 
     def to_json(self) -> dict[str, Any]:
         edges = [edge if math.isfinite(edge) else None for edge in self.edges_ms]
-        return {"edges_ms": edges, "floors": list(self.floors), "source": self.source}
+        floors = {"call": list(self.floors), **{k: list(v) for k, v in self.others.items()}}
+        return {"edges_ms": edges, "floors": floors, "source": self.source}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> NoiseModel:
+        """Reads a model; `floors` is a mapping of KINDS, or (first models) the call's list."""
         edges = tuple(math.inf if e is None else float(e) for e in data["edges_ms"])
-        floors = tuple(float(f) for f in data["floors"])
-        if len(edges) != len(floors) or not all(math.isfinite(f) and f >= 0 for f in floors):
-            raise ValueError("edges_ms and floors must pair up, floors finite and >= 0")
-        return cls(edges, floors, dict(data.get("source") or {}))
+        raw = data["floors"]
+        kinds = raw if isinstance(raw, dict) else {"call": raw}
+        unknown = set(kinds) - set(KINDS)
+        if unknown or "call" not in kinds:
+            raise ValueError(f"floors must be of {', '.join(KINDS)}, with call")
+        parsed = {kind: tuple(float(f) for f in values) for kind, values in kinds.items()}
+        for values in parsed.values():
+            if len(values) != len(edges) or not all(math.isfinite(f) and f >= 0 for f in values):
+                raise ValueError("edges_ms and floors must pair up, floors finite and >= 0")
+        call = parsed.pop("call")
+        return cls(edges, call, dict(data.get("source") or {}), parsed)
 
 
 @functools.lru_cache(maxsize=4)
@@ -87,28 +124,19 @@ def time_per_launch(rows: pd.DataFrame, column: str = "time_ms") -> pd.Series:
     return rows[column].astype(float) / launches(rows)
 
 
-def pair_spreads(tables: Sequence[pd.DataFrame]) -> pd.DataFrame:
-    """For every case timed in two of the tables: its time per launch and |log(t_i / t_j)|,
-    one row per pair of tables."""
-    timed = []
-    for index, table in enumerate(tables):
-        rows = main_launches(table)
-        rows = rows[rows["time_ms"].notna()]
-        timed.append(
-            pd.DataFrame(
-                {"case_id": rows["case_id"], "time_ms": rows["time_ms"].astype(float),
-                 "per_launch": time_per_launch(rows), "run": index}
-            )
-        )  # fmt: skip
+def pair_spreads(tables: Sequence[pd.DataFrame], kind: str = "call") -> pd.DataFrame:
+    """For every case measured in two of the tables: its time per launch and the spread of this
+    kind between them, |log(t_i / t_j)| (or of the ratio, for a ratio kind), one row per pair."""
+    measured = [table for table in (_measured(t, kind) for t in tables) if not table.empty]
     pairs = []
-    for left, right in itertools.combinations(timed, 2):
+    for left, right in itertools.combinations(measured, 2):
         both = left.merge(right, on="case_id", suffixes=("_a", "_b"))
         pairs.append(
             pd.DataFrame(
                 {
                     "case_id": both["case_id"],
                     "per_launch": np.sqrt(both["per_launch_a"] * both["per_launch_b"]),
-                    "log_ratio": np.abs(np.log(both["time_ms_b"] / both["time_ms_a"])),
+                    "log_ratio": np.abs(both["value_b"] - both["value_a"]),
                 }
             )
         )
@@ -119,15 +147,53 @@ def pair_spreads(tables: Sequence[pd.DataFrame]) -> pd.DataFrame:
     )
 
 
+def _measured(table: pd.DataFrame, kind: str) -> pd.DataFrame:
+    """case_id, time per launch and the log of the measured value, where this table has it."""
+    rows = main_launches(table)
+    if kind in RATIOS:
+        numerator, column = RATIOS[kind]
+    else:
+        numerator, column = None, COLUMNS[kind]
+    needed = [c for c in (numerator, column) if c]
+    if not set(needed) <= set(rows.columns):
+        return pd.DataFrame()
+    rows = rows.dropna(subset=needed)
+    if numerator:  # the ratio of two contenders timed interleaved on the same row
+        rows = rows[interleaved_with_reference(rows)]
+        value = np.log(rows[numerator].astype(float) / rows[column].astype(float))
+    else:
+        value = np.log(rows[column].astype(float))
+    return pd.DataFrame(
+        {"case_id": rows["case_id"], "per_launch": time_per_launch(rows, column), "value": value}
+    )
+
+
+def interleaved_with_reference(rows: pd.DataFrame) -> pd.Series:
+    """The rows whose call the probe timed interleaved with the reference (the classic cuBLAS
+    call; the reference's columns are copied onto the problem's other rows, not timed with them)."""
+    api = rows["api"] if "api" in rows.columns else pd.Series("", index=rows.index)
+    loop = launches(rows) > 1
+    return (api == "cublas") & ~loop
+
+
 def fit(
     tables: Sequence[pd.DataFrame], source: dict[str, Any], margin: float = MARGIN
 ) -> NoiseModel:
-    """The envelope of the spread between every pair of the tables, by bin of time per launch,
-    times `margin`, at least MIN_FLOOR, and never smaller at a shorter time than at a longer one
-    (the longest bins' floor carries down to bins the runs left empty)."""
-    spreads = pair_spreads(tables)
-    if spreads.empty:
+    """For each kind the tables measure: the envelope of the spread between every pair of them,
+    by bin of time per launch, times `margin`, at least MIN_FLOOR, and never smaller at a shorter
+    time than at a longer one (the longest bins' floor carries down to bins the runs left empty)."""
+    fitted = {}
+    for kind in KINDS:
+        spreads = pair_spreads(tables, kind)
+        if not spreads.empty:
+            fitted[kind] = _envelope(spreads, margin)
+    if "call" not in fitted:
         raise AuditError("fitting a noise model needs at least two tables with a shared case")
+    call = fitted.pop("call")
+    return NoiseModel(EDGES_MS, call, source, fitted)
+
+
+def _envelope(spreads: pd.DataFrame, margin: float) -> tuple[float, ...]:
     bins = np.searchsorted(np.array(EDGES_MS), spreads["per_launch"].to_numpy(), side="left")
     worst = [
         float(np.expm1(spreads["log_ratio"].to_numpy()[bins == i].max()))
@@ -138,4 +204,4 @@ def fit(
     floors = [max(MIN_FLOOR, w * margin) for w in worst]
     for i in range(len(floors) - 2, -1, -1):  # a shorter launch is never less noisy
         floors[i] = max(floors[i], floors[i + 1])
-    return NoiseModel(EDGES_MS, tuple(round(f, 4) for f in floors), source)
+    return tuple(round(f, 4) for f in floors)

@@ -1,0 +1,94 @@
+"""The diff on tables with kernel-only times (schema 3): the kernels' time decides, the call's
+time is reported apart, each against its own floor of the shipped noise model.
+
+Real data: two CUPTI-traced reruns of the default batched grid from one start of the H100
+(reports/h100/noise/kernel-b). In run-04 the host was disturbed: cublasSgemmStridedBatched 256^3
+batch 16 took 0.066368 ms per call against 0.034608 in run-00 (+91.8 %), while its kernel took
+0.017248 against 0.017409 ms (-0.9 %).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from cublas_audit import diff
+from cublas_audit.cli import app
+from cublas_audit.inputs import Dataset, load_one_gpu
+from cublas_audit.noise import NoiseModel
+
+ROOT = Path(__file__).resolve().parents[1]
+RUN_00 = ROOT / "reports/h100/noise/kernel-b/run-00"
+RUN_04 = ROOT / "reports/h100/noise/kernel-b/run-04"
+
+
+def row(result: diff.Diff, routine: str, shape: str, batch: int) -> dict[str, object]:
+    m = result.matched
+    found = m[(m["routine"] == routine) & (m["shape"] == shape) & (m["batch"] == batch)]
+    assert len(found) == 1
+    return found.iloc[0].to_dict()
+
+
+def test_a_slower_call_over_unchanged_kernels_is_the_host_not_a_regression() -> None:
+    result = diff.compare(load_one_gpu(RUN_00), load_one_gpu(RUN_04))
+    assert result.rows("regression").empty
+    case = row(result, "cublasSgemmStridedBatched", "256", 16)
+    assert case["time_delta_pct"] == pytest.approx((0.066368 / 0.034608 - 1) * 100)
+    assert (case["kernel_verdict"], case["call_verdict"], case["verdict"]) == (
+        "same",
+        "regression",
+        "same",
+    )
+    assert str(case["evidence"]).startswith("kernels -0.9 % (")
+    assert "; call +91.8 % (" in str(case["evidence"])
+    host = result.host_slower
+    assert "256" in set(host["shape"]) and len(host) >= 1
+    assert not result.fails("regression") and result.fails("host") and result.fails("any")
+
+
+def test_the_gate_exits_1_on_host_only_when_asked() -> None:
+    runner = CliRunner()
+    args = ["diff", str(RUN_00), str(RUN_04), "--fail-on"]
+    assert runner.invoke(app, [*args, "regression"]).exit_code == 0
+    assert runner.invoke(app, [*args, "host"]).exit_code == 1
+    text = runner.invoke(app, ["diff", str(RUN_00), str(RUN_04)]).output
+    assert "## Call slower, kernels not" in text
+    assert "kernels: smallest slowdown caught" in text
+
+
+def slowed_kernels(run: Dataset, case_id: str, factor: float) -> Dataset:
+    frame = run.frame.copy()
+    rows = frame["case_id"] == case_id
+    columns = [c for c in frame.columns if c.startswith("kernel_time") and c.endswith("_ms")]
+    frame.loc[rows, columns] = frame.loc[rows, columns].astype(float) * factor
+    return Dataset(run.title, run.gpu_label, run.path, frame, run.env, None)
+
+
+def test_a_slower_dispatch_is_a_regression_even_when_the_call_time_hides_it() -> None:
+    # 4096^3 batch 8 (20.6 ms): the kernels 8 % slower, the call's time untouched. The call's
+    # floor there (8.2 %) would call +8 % noise; the kernels' floor (2.8 %) does not.
+    run = load_one_gpu(RUN_00)
+    slowed = slowed_kernels(run, "cublas.fp32.4096x4096x4096.b8.nn", 1.08)
+    result = diff.compare(run, slowed)
+    (regression,) = result.rows("regression").to_dict("records")
+    assert (regression["shape"], regression["batch"]) == ("4096", 8)
+    assert regression["kernel_verdict"] == "regression" and regression["call_verdict"] == "same"
+
+
+def test_noise_model_reads_both_file_forms_and_falls_back_to_the_bounding_kind() -> None:
+    first = NoiseModel.from_json({"edges_ms": [1.0, None], "floors": [0.3, 0.05]})
+    assert first.floor(0.5, "kernel") == 0.3 and first.floor(5.0, "kernel_ratio") == 0.05
+    shipped = json.loads((ROOT / "cublas_audit/data/noise_h100.json").read_text())
+    model = NoiseModel.from_json(shipped)
+    assert NoiseModel.from_json(model.to_json()) == model
+    for t in (0.02, 0.2, 2.0, 20.0, 200.0):
+        # kernels are steadier than calls, and a ratio measured interleaved steadier still
+        assert model.floor(t, "kernel") <= model.floor(t, "call")
+        assert model.floor(t, "kernel_ratio") <= model.floor(t, "kernel") + 1e-9
+    with pytest.raises(ValueError):
+        NoiseModel.from_json({"edges_ms": [None], "floors": {"kernel": [0.1]}})
+    assert math.isinf(model.edges_ms[-1])
