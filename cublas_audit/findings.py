@@ -79,6 +79,11 @@ def prepare(frame: pd.DataFrame) -> pd.DataFrame:
     """Main launches with kernel_short, family, util, size, shape and is_loop filled in."""
     rows = main_launches(frame).copy()
     names = rows["kernel"].fillna("").astype(str)
+    if "traced_kernels" in rows.columns:
+        # Without ncu (--no-profile, no counter permission) CUPTI still named the kernels: the
+        # first one a call launched is its GEMM (a split-K reduction comes after it).
+        traced = rows["traced_kernels"].fillna("").astype(str).str.split(" + ", regex=False).str[0]
+        names = names.where(names != "", traced)
     # Normalize each distinct name once: a 10,000-row table holds a few dozen kernels.
     infos = {name: normalize(name) for name in names.unique() if name}
     for column, attr in (("kernel_short", "short"), ("family", "family")):
@@ -227,14 +232,26 @@ def reference_faster(ctx: RuleContext) -> list[Finding]:
     t = ctx.thresholds
     rows = ctx.rows.dropna(subset=["time_ms", "ref_time_ms"])
     rows = rows[~rows["is_loop"]]
-    rows = rows.assign(ratio=rows["time_ms"] / rows["ref_time_ms"])
+    # The kernels' times where CUPTI traced both: the reference is one kernel, and the dispatch is
+    # what this rule judges. The classic call was timed interleaved with the reference, so its
+    # ratio has the (smaller) interleaved floor; the other rows of the problem were not.
+    kernels = _both_traced(rows, "kernel_time_ms", "ref_kernel_time_ms")
+    interleaved = noise.interleaved_with_reference(rows)
+    rows = rows.assign(
+        ratio=_ratio(
+            rows, kernels, ("kernel_time_ms", "ref_kernel_time_ms"), ("time_ms", "ref_time_ms")
+        ),
+        judged_on=np.where(kernels, "kernel", "call"),
+        floor_kind=np.where(kernels, "kernel", "call") + np.where(interleaved, "_ratio", ""),
+    )
     rows = rows.assign(verdict=_verdicts(rows, "ref_time", "time", t.reference_margin_pct))
     found = _unsure(rows, "reference-faster", "the bundled reference kernel faster than cuBLAS")
     for group in _by_kernel(rows[rows["verdict"] == Verdict.slower]):
         ratio = float(group["ratio"].max())
         message = (
             f"The bundled reference kernel is {_ratio_range(group['ratio'])} faster than cuBLAS "
-            f"({_kernel_of(group) or 'kernel not recorded'}) at {_size_list(group)}."
+            f"({_kernel_of(group) or 'kernel not recorded'}) at {_size_list(group)}, "
+            f"{_judged_on(group)}."
         )
         workaround = (
             "cuBLAS leaves speed on the table here: a hand-written kernel such as the bundled "
@@ -248,12 +265,28 @@ def reference_faster(ctx: RuleContext) -> list[Finding]:
 def batched_slower_than_loop(ctx: RuleContext) -> list[Finding]:
     t = ctx.thresholds
     timed = ctx.rows.dropna(subset=["time_ms"])
-    loops = timed.loc[timed["is_loop"], ["gpu_label", "api", "mode", "m", "n", "k", "batch"]]
-    loops = loops.assign(loop_time_ms=timed.loc[timed["is_loop"], "time_ms"])
+    if "kernel_time_ms" not in timed.columns:
+        timed = timed.assign(kernel_time_ms=np.nan)
+    key = ["gpu_label", "api", "mode", "m", "n", "k", "batch"]
+    loop_rows = timed.loc[timed["is_loop"]]
+    loops = loop_rows[key].assign(
+        loop_time_ms=loop_rows["time_ms"], loop_kernel_time_ms=loop_rows["kernel_time_ms"]
+    )
+    loops = loops.assign(**{c: loop_rows.get(c.replace("loop_", "", 1)) for c in _LOOP_EVIDENCE})
     batched = timed[~timed["is_loop"] & (timed["batch"] > 1)]
     paired = batched.reset_index().merge(loops, on=["gpu_label", "api", "mode", "m", "n", "k"])
     paired = paired[paired["batch_x"] == paired["batch_y"]].rename(columns={"batch_x": "batch"})
-    paired = paired.set_index("index").assign(ratio=lambda p: p["time_ms"] / p["loop_time_ms"])
+    paired = paired.set_index("index")
+    # Kernels against kernels where both were traced (the dispatch of the batched call against
+    # that of the single call), else call against call; two cases, so between-run floors.
+    kernels = _both_traced(paired, "kernel_time_ms", "loop_kernel_time_ms")
+    paired = paired.assign(
+        ratio=_ratio(
+            paired, kernels, ("kernel_time_ms", "loop_kernel_time_ms"), ("time_ms", "loop_time_ms")
+        ),
+        judged_on=np.where(kernels, "kernel", "call"),
+        floor_kind=np.where(kernels, "kernel", "call"),
+    )
     paired = paired.assign(verdict=_verdicts(paired, "loop_time", "time", t.loop_margin_pct))
     found = _unsure(paired, "batched-slower-than-loop", "the batched call slower than the loop")
     for group in _by_kernel(paired[paired["verdict"] == Verdict.slower]):
@@ -261,7 +294,7 @@ def batched_slower_than_loop(ctx: RuleContext) -> list[Finding]:
             f"{group['routine'].iloc[0] or 'The batched call'} "
             f"({_kernel_of(group) or 'kernel not recorded'}) "
             f"takes {_ratio_range(group['ratio'])} the time of a loop of {group['batch'].iloc[0]} "
-            f"single calls at {_size_list(group)}."
+            f"single calls at {_size_list(group)}, {_judged_on(group)}."
         )
         workaround = "Call the single GEMM in a loop for these shapes until the dispatch is fixed."
         severity = "high" if float(group["ratio"].max()) >= t.high_ratio else "medium"
@@ -269,17 +302,57 @@ def batched_slower_than_loop(ctx: RuleContext) -> list[Finding]:
     return found
 
 
+# The loop companion's evidence, renamed beside the batched call's own on a paired row.
+_LOOP_EVIDENCE = tuple(
+    f"loop_{prefix}_{field}"
+    for prefix in ("time", "kernel_time")
+    for field in ("n", "q1_ms", "q3_ms")
+)
+
+
+def _judged_on(group: pd.DataFrame) -> str:
+    """Which time a timing finding compared: its readers must know whether launches count."""
+    on = set(group["judged_on"]) if "judged_on" in group.columns else {"call"}
+    if on == {"kernel"}:
+        return "comparing the kernels' time (CUPTI)"
+    if on == {"call"}:
+        return "comparing the calls' time (CUDA events)"
+    return "comparing the kernels' time (CUPTI) where traced, else the calls' time"
+
+
+def _both_traced(rows: pd.DataFrame, a: str, b: str) -> pd.Series:
+    if a not in rows.columns or b not in rows.columns:
+        return pd.Series(False, index=rows.index)
+    return (rows[a].notna() & rows[b].notna()).astype(bool)
+
+
+def _ratio(
+    rows: pd.DataFrame, kernels: pd.Series, kernel: tuple[str, str], call: tuple[str, str]
+) -> pd.Series:
+    """slow / fast on the time each row is judged on."""
+    by_call = rows[call[0]].astype(float) / rows[call[1]].astype(float)
+    if kernels.any():
+        by_kernel = rows[kernel[0]].astype(float) / rows[kernel[1]].astype(float)
+        return by_kernel.where(kernels, by_call)
+    return by_call
+
+
 def _verdicts(rows: pd.DataFrame, fast: str, slow: str, margin_pct: float) -> pd.Series:
-    """verdicts.judge of `<slow>_ms` against `<fast>_ms` on each row, widened by the noise floor
-    at the time of one launch of the slower side: `slower` is a confident finding."""
+    """verdicts.judge of the slow side against the fast one on each row, on the time in its
+    `judged_on` column (`<fast>` / `<slow>` are the call's prefixes; the kernels' are
+    `..kernel_time`), widened by the noise floor of its `floor_kind` at the time of one launch
+    of the slower side: `slower` is a confident finding."""
     model = noise.load()
     judged = []
     for record in rows.to_dict("records"):
-        a, b = Timed.from_row(record, fast), Timed.from_row(record, slow)
+        on_kernels = record.get("judged_on") == "kernel"
+        fast_prefix = fast.replace("time", "kernel_time") if on_kernels else fast
+        slow_prefix = slow.replace("time", "kernel_time") if on_kernels else slow
+        a, b = Timed.from_row(record, fast_prefix), Timed.from_row(record, slow_prefix)
         if a is None or b is None:
             judged.append(Verdict.same)
             continue
-        floor = model.floor(b.median_ms)
+        floor = model.floor(b.median_ms, str(record.get("floor_kind") or "call"))
         judged.append(judge(a, b, floor, margin_pct / 100).verdict)
     return pd.Series(judged, index=rows.index, dtype=object)
 

@@ -170,10 +170,16 @@ def _measured(table: pd.DataFrame, kind: str) -> pd.DataFrame:
 
 def interleaved_with_reference(rows: pd.DataFrame) -> pd.Series:
     """The rows whose call the probe timed interleaved with the reference (the classic cuBLAS
-    call; the reference's columns are copied onto the problem's other rows, not timed with them)."""
+    call; the reference's columns are copied onto the problem's other rows, not timed with
+    them)."""
     api = rows["api"] if "api" in rows.columns else pd.Series("", index=rows.index)
     loop = launches(rows) > 1
-    return (api == "cublas") & ~loop
+    # Only this tool's probe is known to interleave them; it records the reference's
+    # distribution (schema 2 on): a table from elsewhere has none and gets no interleaved floor.
+    if "ref_time_n" not in rows.columns:
+        return pd.Series(False, index=rows.index)
+    recorded = rows["ref_time_n"].notna()
+    return ((api == "cublas") & ~loop & recorded).astype(bool)
 
 
 def fit(
