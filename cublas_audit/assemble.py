@@ -65,6 +65,13 @@ def _case_columns(case: Case) -> dict[str, Any]:
         "batch": case.batch,
         "transa": case.transa,
         "transb": case.transb,
+        "lda": case.lda,
+        "ldb": case.ldb,
+        "broadcast": case.broadcast,
+        "beta": case.beta,
+        "strided": int(case.strided),
+        "bias": int(case.bias),
+        "workspace_mib": case.workspace_mib,
     }
 
 

@@ -7,7 +7,9 @@ and the key that ties ncu's launches, the timings and the table rows together. I
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
@@ -36,9 +38,36 @@ MAX_DIMENSION = 2**31 - 1
 MAX_CASE_BYTES = 2**44
 
 
+@dataclass(frozen=True)
+class OperandLayout:
+    """How one operand sits in memory, in cuBLAS's column-major terms: a `rows` x `cols` matrix
+    with leading dimension `ld` (>= rows), batch entry i at offset i * `stride` elements, and
+    `stored` entries really held (1 for a broadcast operand, whose stride is 0)."""
+
+    rows: int
+    cols: int
+    ld: int
+    stride: int
+    stored: int
+
+    @property
+    def elements(self) -> int:
+        return self.stored * self.cols * self.ld
+
+
 @dataclass(frozen=True, order=True)
 class Case:
-    """One GEMM call: C (m x n) = A (m x k) @ B (k x n), column-major, `batch` times."""
+    """One GEMM call, in cuBLAS's column-major terms:
+    C (m x n) = alpha * op(A) (m x k) @ op(B) (k x n) + beta * C, `batch` times.
+
+    transa / transb: "n" (op(X) = X) or "t" (op(X) = X^T: A is stored k x m, B n x k). In a
+    row-major user's terms (NumPy, PyTorch) the same call computes C^T = op(B)^T op(A)^T, so a
+    row-major `X @ W.T` is cuBLAS's transa "t" on W (see docs/schema.md).
+    lda / ldb: leading dimensions; 0 means packed (the stored rows). broadcast: "a" or "b" gives
+    that operand batch stride 0 (one matrix shared by the batch). strided: call the
+    strided-batched routine even at batch 1. bias (cuBLASLt): the BIAS epilogue adds a vector of
+    m values to every column. workspace_mib (cuBLASLt): the workspace limit, -1 for the default.
+    """
 
     api: str
     mode: str
@@ -49,6 +78,35 @@ class Case:
     transa: str = "n"
     transb: str = "n"
     loop: bool = False
+    lda: int = 0
+    ldb: int = 0
+    broadcast: str = ""
+    beta: float = 0.0
+    strided: bool = False
+    bias: bool = False
+    workspace_mib: int = -1
+
+    def __post_init__(self) -> None:
+        for name in ("transa", "transb"):
+            if getattr(self, name) not in TRANSPOSES:
+                raise AuditError(f"{name}: {getattr(self, name)!r} is not one of n, t")
+        if self.broadcast not in BROADCASTS:
+            raise AuditError(f"broadcast: {self.broadcast!r} is not one of a, b (or empty)")
+        a, b = self.operand("a"), self.operand("b")
+        for name, layout, given in (("lda", a, self.lda), ("ldb", b, self.ldb)):
+            if given and given < layout.rows:
+                raise AuditError(
+                    f"{self.case_id}: {name} {given} is smaller than the {layout.rows} rows "
+                    "of the stored operand"
+                )
+        if not math.isfinite(self.beta):
+            raise AuditError(f"beta: {self.beta!r} is not a finite number")
+        if (self.bias or self.workspace_mib >= 0) and self.api != "cublasLt":
+            raise AuditError("--bias and --workspace-mib are cuBLASLt settings (--api cublasLt)")
+
+    @property
+    def batched_call(self) -> bool:
+        return self.batch > 1 or self.strided
 
     @property
     def routine(self) -> str:
@@ -57,15 +115,35 @@ class Case:
         if self.api == "cublasLt":
             return "cublasLtMatmul"
         if self.mode == "fp32":
-            return "cublasSgemm" if self.batch == 1 else "cublasSgemmStridedBatched"
-        return "cublasGemmEx" if self.batch == 1 else "cublasGemmStridedBatchedEx"
+            return "cublasSgemmStridedBatched" if self.batched_call else "cublasSgemm"
+        return "cublasGemmStridedBatchedEx" if self.batched_call else "cublasGemmEx"
+
+    @property
+    def layout(self) -> str:
+        return self.transa + self.transb
 
     @property
     def case_id(self) -> str:
+        """`api.mode.MxNxK.bB.layout`, then only the settings that differ from the defaults."""
         api = "loop" if self.loop else self.api
-        return (
-            f"{api}.{self.mode}.{self.m}x{self.n}x{self.k}.b{self.batch}.{self.transa}{self.transb}"
-        )
+        problem = [api, self.mode, f"{self.m}x{self.n}x{self.k}", f"b{self.batch}"]
+        return ".".join([*problem, self.layout, *self._settings()])
+
+    @property
+    def variant(self) -> str:
+        """How the problem is posed where it is not the default: 'tn lda7 bcast-b', or ''."""
+        parts = [self.layout] if self.layout != "nn" else []
+        return " ".join([*parts, *self._settings()])
+
+    def _settings(self) -> list[str]:
+        parts = [f"lda{self.lda}"] if self.lda else []
+        parts += [f"ldb{self.ldb}"] if self.ldb else []
+        parts += [f"bcast-{self.broadcast}"] if self.broadcast else []
+        parts += [f"beta{_number_id(self.beta)}"] if self.beta else []
+        parts += ["strided"] if self.strided and self.batch == 1 else []
+        parts += ["bias"] if self.bias else []
+        parts += [f"ws{self.workspace_mib}m"] if self.workspace_mib >= 0 else []
+        return parts
 
     @property
     def profiled(self) -> bool:
@@ -76,10 +154,25 @@ class Case:
     def flops(self) -> float:
         return 2.0 * self.m * self.n * self.k * self.batch
 
+    def operand(self, name: str) -> OperandLayout:
+        """The memory layout of operand "a", "b" or "c" (C is packed and never broadcast)."""
+        if name == "c":
+            return OperandLayout(self.m, self.n, self.m, self.m * self.n, self.batch)
+        trans, ld = (self.transa, self.lda) if name == "a" else (self.transb, self.ldb)
+        rows, cols = (self.m, self.k) if name == "a" else (self.k, self.n)
+        if trans == "t":
+            rows, cols = cols, rows
+        ld = ld or rows
+        shared = self.broadcast == name
+        return OperandLayout(
+            rows, cols, ld, 0 if shared else cols * ld, 1 if shared else self.batch
+        )
+
     @property
     def bytes_needed(self) -> int:
         item = mode_of(self.mode).element_bytes
-        return self.batch * item * (self.m * self.k + self.k * self.n + self.m * self.n)
+        elements = sum(self.operand(name).elements for name in "abc")
+        return item * (elements + (self.m if self.bias else 0))
 
     def to_json(self) -> dict[str, Any]:
         return {**asdict(self), "case_id": self.case_id, "routine": self.routine}
@@ -87,12 +180,37 @@ class Case:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Case:
         fields = {k: data[k] for k in ("api", "mode", "m", "n", "k", "batch")}
-        return cls(
-            **fields,
-            transa=data.get("transa", "n"),
-            transb=data.get("transb", "n"),
-            loop=bool(data.get("loop", False)),
-        )
+        optional = {
+            name: kind(data[name])
+            for name, kind in _OPTIONAL_FIELDS.items()
+            if data.get(name) is not None
+        }
+        return cls(**fields, **optional)
+
+
+TRANSPOSES = ("n", "t")
+LAYOUTS = ("nn", "nt", "tn", "tt")
+BROADCASTS = ("", "a", "b")
+# Case fields beyond the problem, with their types: a plan written before one existed reads as
+# the default.
+_OPTIONAL_FIELDS: dict[str, Any] = {
+    "transa": str,
+    "transb": str,
+    "loop": bool,
+    "lda": int,
+    "ldb": int,
+    "broadcast": str,
+    "beta": float,
+    "strided": bool,
+    "bias": bool,
+    "workspace_mib": int,
+}
+
+
+def _number_id(value: float) -> str:
+    """0.5 -> '0p5', -1.0 -> 'm1': a number safe in a case id."""
+    text = f"{value:g}".replace("-", "m").replace(".", "p").replace("+", "")
+    return text
 
 
 def parse_int_list(text: str, what: str) -> list[int]:
@@ -174,6 +292,62 @@ def call_kinds(single: bool | None, batched: bool | None) -> tuple[bool, bool]:
     )
 
 
+@dataclass(frozen=True)
+class Variants:
+    """How each planned problem is posed beyond its size: layouts (cuBLAS's transa + transb),
+    leading dimensions padded by `ld_pad` elements, a broadcast operand, beta, and for cuBLASLt
+    calls the bias epilogue and a workspace limit (MiB, -1 for the default)."""
+
+    layouts: tuple[str, ...] = ("nn",)
+    ld_pad: int = 0
+    broadcast: str = ""
+    beta: float = 0.0
+    bias: bool = False
+    workspace_mib: int = -1
+
+    def cases(self, api: str, mode: str, m: int, n: int, k: int, batch: int) -> list[Case]:
+        """The calls of one problem: one per layout (with its loop companion where one applies)."""
+        batched = batch > 1
+        lt = api == "cublasLt"
+        found = []
+        for layout in self.layouts:
+            plain = Case(api, mode, m, n, k, batch, layout[0], layout[1])
+            pad = self.ld_pad
+            case = dataclasses.replace(
+                plain,
+                lda=plain.operand("a").rows + pad if pad else 0,
+                ldb=plain.operand("b").rows + pad if pad else 0,
+                broadcast=self.broadcast if batched else "",
+                beta=self.beta,
+                bias=self.bias and lt,
+                workspace_mib=self.workspace_mib if lt else -1,
+            )
+            found.append(case)
+            if batch > 1 and mode == "fp32" and api == "cublas":
+                found.append(dataclasses.replace(case, loop=True))
+        return found
+
+
+def parse_layouts(text: str) -> tuple[str, ...]:
+    return tuple(parse_choices(text, "--layouts", LAYOUTS))
+
+
+def parse_broadcast(text: str) -> str:
+    if text not in BROADCASTS:
+        raise AuditError(f"--broadcast: {text!r} is not a or b (the operand with batch stride 0)")
+    return text
+
+
+def parse_beta(text: str) -> float:
+    try:
+        beta = float(text)
+    except ValueError:
+        raise AuditError(f"--beta: {text!r} is not a number") from None
+    if not math.isfinite(beta):
+        raise AuditError(f"--beta: {text!r} is not a finite number")
+    return beta
+
+
 def plan_from_options(
     single: bool | None,
     batched: bool | None,
@@ -182,6 +356,7 @@ def plan_from_options(
     batches: str,
     modes: str,
     apis: str,
+    variants: Variants | None = None,
 ) -> list[Case]:
     """The plan of the command line's grid options, each checked (a one-line error naming it)."""
     run_single, run_batched = call_kinds(single, batched)
@@ -193,6 +368,7 @@ def plan_from_options(
         apis=parse_apis(apis),
         single=run_single,
         batched=run_batched,
+        variants=variants,
     )
 
 
@@ -205,26 +381,32 @@ def build_plan(
     apis: Iterable[str],
     single: bool,
     batched: bool,
+    variants: Variants | None = None,
 ) -> list[Case]:
-    """The grid of cases, smallest problems first so that an out-of-memory case comes last."""
+    """The grid of cases, smallest problems first so that an out-of-memory case comes last. A
+    batched call of batch 1 is the strided-batched routine with one entry."""
+    variants = variants or Variants()
+    apis = list(apis)
+    if (variants.bias or variants.workspace_mib >= 0) and "cublasLt" not in apis:
+        raise AuditError("--bias and --workspace-mib are cuBLASLt settings (--api cublasLt)")
     problems = sorted({(s, s, s) for s in sizes} | set(shapes))
     if not problems:
         raise AuditError("nothing to run: --sizes and --shapes are both empty")
-    batched_counts = [b for b in batches if b > 1] if batched else []
-    if batched and not single and not batched_counts:
-        raise AuditError("--batches: a batched call needs a batch count of at least 2")
-    batch_counts = ([1] if single else []) + batched_counts
-    if not batch_counts:
+    batched_counts = list(batches) if batched else []
+    # (batch, strided): single calls, then the batched ones (batch 1 included, as strided)
+    calls = ([(1, False)] if single else []) + [(b, True) for b in batched_counts]
+    if not calls:
         raise AuditError("nothing to run: both --no-single and --no-batched were given")
     cases: list[Case] = []
     for m, n, k in problems:
-        for batch in batch_counts:
+        for batch, strided in calls:
             for mode in modes:
                 for api in apis:
-                    cases.append(_fits(Case(api, mode, m, n, k, batch)))
-                if batch > 1 and mode == "fp32" and "cublas" in apis:
-                    cases.append(Case("cublas", mode, m, n, k, batch, loop=True))
-    return cases
+                    for case in variants.cases(api, mode, m, n, k, batch):
+                        if strided and batch == 1:
+                            case = dataclasses.replace(case, strided=True)
+                        cases.append(_fits(case))
+    return list(dict.fromkeys(cases))
 
 
 def _fits(case: Case) -> Case:

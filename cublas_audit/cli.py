@@ -14,11 +14,14 @@ import traceback
 from collections.abc import Callable
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, ParamSpec, TypeVar
 
 import typer
 
 from cublas_audit.errors import AuditError
+
+if TYPE_CHECKING:
+    from cublas_audit.cases import Variants
 
 app = typer.Typer(
     name="cublas-audit",
@@ -61,6 +64,26 @@ Batches = Annotated[
 Modes = Annotated[
     str, typer.Option(metavar="MODE,...", help="Compute modes: fp32, tf32, bf16x, fp16, bf16.")
 ]
+Layouts = Annotated[
+    str,
+    typer.Option(
+        metavar="nn,nt,tn,tt",
+        help="Operand layouts in cuBLAS's column-major terms, transa then transb ('t': that "
+        "operand is stored transposed). A row-major user's X @ W.T is cuBLAS's 'tn' on (W, X): "
+        "see docs/schema.md.",
+    ),
+]
+LdPad = Annotated[
+    int, typer.Option(min=0, metavar="N", help="Pad every leading dimension by N elements.")
+]
+Broadcast = Annotated[
+    str,
+    typer.Option(metavar="a|b", help="Batched calls: this operand has batch stride 0 (shared)."),
+]
+Beta = Annotated[str, typer.Option(metavar="X", help="beta of C = op(A) op(B) + beta C.")]
+Bias = Annotated[
+    bool, typer.Option("--bias/--no-bias", help="cuBLASLt: the BIAS epilogue (a vector per row).")
+]
 Thresholds = Annotated[
     list[str] | None,
     typer.Option(
@@ -86,6 +109,22 @@ class FailOn(StrEnum):
     kernel_change = "kernel-change"
     host = "host"
     any = "any"
+
+
+def _variants(
+    layouts: str, ld_pad: int, broadcast: str, beta: str, bias: bool, workspace_mib: int
+) -> Variants:
+    """The problem-description options, checked: each bad value is a one-line error."""
+    from cublas_audit.cases import Variants, parse_beta, parse_broadcast, parse_layouts
+
+    return Variants(
+        layouts=parse_layouts(layouts),
+        ld_pad=ld_pad,
+        broadcast=parse_broadcast(broadcast),
+        beta=parse_beta(beta),
+        bias=bias,
+        workspace_mib=workspace_mib,
+    )
 
 
 def exit_codes(command: Callable[P, R]) -> Callable[P, R]:
@@ -200,6 +239,14 @@ def sweep_command(
         False, "--candidates/--no-candidates", help="Also time every cuBLASLt heuristic candidate."
     ),
     limit: int = typer.Option(32, min=1, metavar="N", help="Candidates per problem."),
+    layouts: Layouts = "nn",
+    ld_pad: LdPad = 0,
+    broadcast: Broadcast = "",
+    beta: Beta = "0",
+    bias: Bias = False,
+    workspace_mib: int = typer.Option(
+        -1, min=-1, metavar="MIB", help="cuBLASLt calls: workspace limit (default 32 MiB)."
+    ),
 ) -> None:
     """Run cuBLAS / cuBLASLt calls across sizes under ncu and write a dispatch table."""
     from cublas_audit import cases, probe_process
@@ -209,7 +256,16 @@ def sweep_command(
     options = SweepOptions(
         cases=[]
         if resume is not None
-        else cases.plan_from_options(single, batched, sizes, shapes, batches, modes, api),
+        else cases.plan_from_options(
+            single,
+            batched,
+            sizes,
+            shapes,
+            batches,
+            modes,
+            api,
+            _variants(layouts, ld_pad, broadcast, beta, bias, workspace_mib),
+        ),
         gpu_label=gpu_label,
         out=out,
         resume=resume,
@@ -287,6 +343,11 @@ def candidates_command(
     out: Path | None = typer.Option(
         None, metavar="DIR", help="Write candidates.csv and candidates.log here."
     ),
+    layouts: Layouts = "nn",
+    ld_pad: LdPad = 0,
+    broadcast: Broadcast = "",
+    beta: Beta = "0",
+    bias: Bias = False,
 ) -> None:
     """Time every algorithm cuBLASLt's heuristic offers: is its default the fastest?"""
     from cublas_audit import cases, environment
@@ -295,7 +356,10 @@ def candidates_command(
     from cublas_audit.device.candidate_audit import run_candidates
     from cublas_audit.table import frame_records
 
-    case_list = cases.plan_from_options(single, batched, sizes, shapes, batches, modes, "cublasLt")
+    variants = _variants(layouts, ld_pad, broadcast, beta, bias, -1)
+    case_list = cases.plan_from_options(
+        single, batched, sizes, shapes, batches, modes, "cublasLt", variants
+    )
     env = environment.collect()
     environment.require_gpu(env)
     frame = run_candidates(

@@ -8,7 +8,7 @@ pipe that matters for the mode, linear size). Rules are plain functions register
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Hashable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -16,10 +16,10 @@ import numpy as np
 import pandas as pd
 
 from cublas_audit import noise
-from cublas_audit.cases import LOOP_ROUTINE
+from cublas_audit.cases import LOOP_ROUTINE, Case
 from cublas_audit.kernels import LEGACY_FAMILIES, normalize
 from cublas_audit.modes import pipe_name
-from cublas_audit.table import main_launches
+from cublas_audit.table import LAYOUT_DEFAULTS, main_launches, with_layout_defaults
 from cublas_audit.table import plain as table_plain
 from cublas_audit.thresholds import Thresholds
 from cublas_audit.verdicts import Timed, Verdict, judge
@@ -77,7 +77,7 @@ Rule = Callable[[RuleContext], list[Finding]]
 
 def prepare(frame: pd.DataFrame) -> pd.DataFrame:
     """Main launches with kernel_short, family, util, size, shape and is_loop filled in."""
-    rows = main_launches(frame).copy()
+    rows = with_layout_defaults(main_launches(frame))
     names = rows["kernel"].fillna("").astype(str)
     if "traced_kernels" in rows.columns:
         # Without ncu (--no-profile, no counter permission) CUPTI still named the kernels: the
@@ -121,9 +121,23 @@ def _utilization(rows: pd.DataFrame) -> pd.Series:
 
 
 def _shape_labels(rows: pd.DataFrame) -> pd.Series:
+    """'4096', '4096x1024x512', and how the problem is posed where not packed nn: '256 tn lda7'."""
     m, n, k = (rows[c].astype(str) for c in ("m", "n", "k"))
     square = (rows["m"] == rows["n"]) & (rows["n"] == rows["k"])
-    return m.where(square, m + "x" + n + "x" + k)
+    shape = m.where(square, m + "x" + n + "x" + k)
+    variants = [_variant(record) for record in rows[list(LAYOUT_DEFAULTS)].to_dict("records")]
+    suffix = pd.Series(variants, index=rows.index, dtype="string")
+    return shape.where(suffix == "", shape + " " + suffix)
+
+
+def _variant(record: Mapping[Hashable, Any]) -> str:
+    """Case.variant of a row's layout columns (a cuBLASLt case: it may carry every setting)."""
+    if all(record[c] == default for c, default in LAYOUT_DEFAULTS.items()):
+        return ""  # the common case, without building a Case
+    fields = {str(c): table_plain(v) for c, v in record.items()}
+    for flag in ("strided", "bias"):
+        fields[flag] = bool(fields[flag])
+    return Case("cublasLt", "fp32", 1, 1, 1, 1, **fields).variant
 
 
 def audit(

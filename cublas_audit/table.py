@@ -133,6 +133,17 @@ OPTIONAL_COLUMNS.update(
         "clock_reasons": "int",
     }
 )
+OPTIONAL_COLUMNS.update(
+    {
+        "lda": "int",
+        "ldb": "int",
+        "broadcast": "str",
+        "beta": "float",
+        "strided": "int",
+        "bias": "int",
+        "workspace_mib": "int",
+    }
+)
 # What CUPTI saw of the timed call: whether it traced (or why not), the distinct kernels of one call
 # in launch order, how many launches, and the grid size, block and registers of the longest one.
 OPTIONAL_COLUMNS.update(
@@ -148,7 +159,20 @@ OPTIONAL_COLUMNS.update(
     }
 )
 ALL_COLUMNS: dict[str, str] = {**REQUIRED_COLUMNS, **OPTIONAL_COLUMNS}
-CASE_KEY = ("api", "routine", "mode", "m", "n", "k", "batch")
+# How a problem is posed beyond its size (cases.Case), with the value a table without the column
+# means: every table before schema 3 posed packed, untransposed problems with beta 0.
+LAYOUT_DEFAULTS: dict[str, Any] = {
+    "transa": "n",
+    "transb": "n",
+    "lda": 0,
+    "ldb": 0,
+    "broadcast": "",
+    "beta": 0.0,
+    "strided": 0,
+    "bias": 0,
+    "workspace_mib": -1,
+}
+CASE_KEY = ("api", "routine", "mode", "m", "n", "k", "batch", *LAYOUT_DEFAULTS)
 
 _NUMERIC_DTYPES: dict[str, pd.Int64Dtype | pd.Float64Dtype] = {
     "int": pd.Int64Dtype(),
@@ -219,6 +243,18 @@ def validate(frame: pd.DataFrame, source: TableSource) -> pd.DataFrame:
 
 # What names a case: a row without one of these cannot be matched, judged or reported.
 IDENTIFYING_COLUMNS = ("api", "mode", "m", "n", "k", "batch")
+
+
+def with_layout_defaults(frame: pd.DataFrame) -> pd.DataFrame:
+    """The layout columns filled in where a table lacks them or leaves them blank, so that
+    tables of any schema match case for case."""
+    out = frame.copy()
+    for column, default in LAYOUT_DEFAULTS.items():
+        if column not in out.columns:
+            out[column] = default
+        else:
+            out[column] = out[column].fillna(default)
+    return out
 
 
 def blank_as_missing(frame: pd.DataFrame) -> pd.DataFrame:

@@ -141,7 +141,10 @@ class Runner:
             traceback.print_exc()
 
     def _wants_reference(self, case: Case) -> bool:
-        return self.reference and case.mode == "fp32" and case.api == "cublas" and not case.loop
+        """The reference computes the packed, untransposed C = A @ B in FP32, nothing else."""
+        plain = Case(case.api, case.mode, case.m, case.n, case.k, case.batch, strided=case.strided)
+        same_layout = case == plain
+        return self.reference and same_layout and case.mode == "fp32" and case.api == "cublas"
 
     def run(self, case: Case) -> dict[str, Any]:
         try:
@@ -175,9 +178,9 @@ class Runner:
 
         from cublas_audit.device import operands
 
-        problem = (case.mode, case.m, case.n, case.k, case.batch)
         current = self.operands
-        if current is not None and (current.mode, *current.shape) == problem:
+        if current is not None and current.key == operands.key_of(case):
+            current.case = case  # same arrays; the case's other settings (api, beta) are its own
             return current
         self.release()
         free, _total = cupy.cuda.runtime.memGetInfo()
@@ -185,7 +188,7 @@ class Runner:
             needed, available = case.bytes_needed / 2**30, free / 2**30
             raise Skip(f"out of memory: needs {needed:.1f} GiB, {available:.1f} GiB free")
         try:
-            self.operands = operands.make(case.mode, case.m, case.n, case.k, case.batch)
+            self.operands = operands.make_for(case)
         except cupy.cuda.memory.OutOfMemoryError as exc:
             raise Skip(f"out of memory: {str(exc).splitlines()[0]}") from exc
         return self.operands

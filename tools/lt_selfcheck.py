@@ -45,7 +45,7 @@ def main(argv: list[str]) -> int:
 def check(case: Case, limit: int) -> int:
     """Failures among: the default, each candidate, and the default being candidate 0."""
     name = f"{case.mode} {case.m}x{case.n}x{case.k} b{case.batch}"
-    ops = operands.make(case.mode, case.m, case.n, case.k, case.batch)
+    ops = operands.make_for(case)
     tolerance = operands.tolerance(case.mode)
     failures = 0
     with launchers.lt(case, ops) as gemm:

@@ -140,7 +140,7 @@ def audit_case(case: Case, settings: Settings) -> list[dict[str, Any]]:
 
 
 def _audit(case: Case, settings: Settings) -> list[dict[str, Any]]:
-    ops = operands.make(case.mode, case.m, case.n, case.k, case.batch)
+    ops = operands.make_for(case)
     with launch.lt(case, ops, settings.workspace_bytes) as gemm:
         listed = _with_default(gemm.heuristics(settings.limit), gemm.default())
         default = next(cand for cand, is_default in listed if is_default)
@@ -202,7 +202,7 @@ def _run_and_compare(
 ) -> tuple[str, str, float]:
     import cupy
 
-    operands.poison(ops.c, case.mode)
+    operands.reset(ops)
     try:
         gemm.run(cand)
         cupy.cuda.get_current_stream().synchronize()

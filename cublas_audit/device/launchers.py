@@ -4,8 +4,9 @@
 cublasGemmEx, cublasGemmStridedBatchedEx), `loop` the batch as separate cublasSgemm calls, `lt` one
 cublasLtMatmul with the heuristic's default (or a given) algorithm, and `reference` the bundled
 SGEMM. The probe, the candidate audit and the reference benchmark all launch through these, on
-operands from device.operands (its docstring gives the layout). Alpha is 1 and beta 0, host
-pointer mode; the host scalars live in the closures.
+operands from device.operands (its docstring gives the layout): transposes, leading dimensions
+and batch strides (0 for a broadcast operand) come from the case. Alpha is 1 and beta the case's,
+host pointer mode; the host scalars live in the closures.
 """
 
 from __future__ import annotations
@@ -22,11 +23,11 @@ if TYPE_CHECKING:
     from cublas_audit.device.reference.build import Launch
 
 Launcher = Callable[[], None]
-OP_N = 0
+OPERATION = {"n": 0, "t": 1}  # cublasOperation_t
 GEMM_DEFAULT_ALGO = -1
 
 
-def _blas() -> tuple[Any, int, Any]:
+def _blas(beta: float = 0.0) -> tuple[Any, int, Any]:
     """CuPy's cuBLAS bindings, this device's handle (host pointer mode), and [alpha, beta]."""
     import cupy
     import numpy
@@ -35,13 +36,15 @@ def _blas() -> tuple[Any, int, Any]:
     handle = cupy.cuda.device.get_cublas_handle()
     cublas.setPointerMode(handle, cublas.CUBLAS_POINTER_MODE_HOST)
     cublas.setMathMode(handle, cublas.CUBLAS_DEFAULT_MATH)
-    return cublas, handle, numpy.array([1.0, 0.0], dtype=numpy.float32)
+    return cublas, handle, numpy.array([1.0, beta], dtype=numpy.float32)
 
 
 def classic(case: Case, ops: Operands) -> Launcher:
     """The classic cuBLAS routine of `case.routine`."""
-    blas, h, scalars = _blas()
+    blas, h, scalars = _blas(case.beta)
     m, n, k, batch = case.m, case.n, case.k, case.batch
+    ta, tb = OPERATION[case.transa], OPERATION[case.transb]
+    la, lb = case.operand("a"), case.operand("b")
     alpha = scalars.ctypes.data
     beta = alpha + scalars.itemsize
     a, b, c = ops.a.data.ptr, ops.b.data.ptr, ops.c.data.ptr
@@ -49,23 +52,24 @@ def classic(case: Case, ops: Operands) -> Launcher:
     dtype, compute = mode.data_type, mode.compute_type
 
     def sgemm() -> None:
-        blas.sgemm(h, OP_N, OP_N, m, n, k, alpha, a, m, b, k, beta, c, m)
+        blas.sgemm(h, ta, tb, m, n, k, alpha, a, la.ld, b, lb.ld, beta, c, m)
 
     def sgemm_strided() -> None:
         blas.sgemmStridedBatched(
-            h, OP_N, OP_N, m, n, k, alpha, a, m, m * k, b, k, k * n, beta, c, m, m * n, batch
-        )
+            h, ta, tb, m, n, k, alpha, a, la.ld, la.stride, b, lb.ld, lb.stride, beta,
+            c, m, m * n, batch,
+        )  # fmt: skip
 
     def gemm_ex() -> None:
         blas.gemmEx(
-            h, OP_N, OP_N, m, n, k, alpha, a, dtype, m, b, dtype, k, beta, c, dtype, m,
+            h, ta, tb, m, n, k, alpha, a, dtype, la.ld, b, dtype, lb.ld, beta, c, dtype, m,
             compute, GEMM_DEFAULT_ALGO,
         )  # fmt: skip
 
     def gemm_strided_ex() -> None:
         blas.gemmStridedBatchedEx(
-            h, OP_N, OP_N, m, n, k, alpha, a, dtype, m, m * k, b, dtype, k, k * n, beta,
-            c, dtype, m, m * n, batch, compute, GEMM_DEFAULT_ALGO,
+            h, ta, tb, m, n, k, alpha, a, dtype, la.ld, la.stride, b, dtype, lb.ld, lb.stride,
+            beta, c, dtype, m, m * n, batch, compute, GEMM_DEFAULT_ALGO,
         )  # fmt: skip
 
     calls = {
@@ -79,15 +83,17 @@ def classic(case: Case, ops: Operands) -> Launcher:
 
 def loop(case: Case, ops: Operands) -> Launcher:
     """The batch as `batch` separate cublasSgemm calls on consecutive matrices (FP32)."""
-    blas, h, scalars = _blas()
+    blas, h, scalars = _blas(case.beta)
     m, n, k = case.m, case.n, case.k
+    ta, tb = OPERATION[case.transa], OPERATION[case.transb]
+    la, lb = case.operand("a"), case.operand("b")
     alpha = scalars.ctypes.data
     beta = alpha + scalars.itemsize
     item = ops.a.itemsize
     calls = [
         (
-            ops.a.data.ptr + i * m * k * item,
-            ops.b.data.ptr + i * k * n * item,
+            ops.a.data.ptr + i * la.stride * item,
+            ops.b.data.ptr + i * lb.stride * item,
             ops.c.data.ptr + i * m * n * item,
         )
         for i in range(case.batch)
@@ -95,27 +101,29 @@ def loop(case: Case, ops: Operands) -> Launcher:
 
     def run() -> None:
         for a, b, c in calls:
-            blas.sgemm(h, OP_N, OP_N, m, n, k, alpha, a, m, b, k, beta, c, m)
+            blas.sgemm(h, ta, tb, m, n, k, alpha, a, la.ld, b, lb.ld, beta, c, m)
 
     return run
 
 
 def lt(case: Case, ops: Operands, workspace_bytes: int | None = None) -> LtGemm:
     """A cuBLASLt matmul of the case; calling `.run()` (or `.run(candidate)`) launches it. The
-    caller closes it (it holds descriptors and a workspace)."""
+    caller closes it (it holds descriptors and a workspace). The workspace is `workspace_bytes`,
+    else the case's limit, else the default."""
     from cublas_audit.cases import DEFAULT_WORKSPACE_BYTES
     from cublas_audit.device.lt import LtGemm
 
+    if workspace_bytes is None:
+        limit = case.workspace_mib
+        workspace_bytes = DEFAULT_WORKSPACE_BYTES if limit < 0 else limit * 2**20
+    bias = ops.bias.data.ptr if ops.bias is not None else 0
     return LtGemm(
-        case.mode,
-        case.m,
-        case.n,
-        case.k,
-        case.batch,
+        case,
         ops.a.data.ptr,
         ops.b.data.ptr,
         ops.c.data.ptr,
-        workspace_bytes=DEFAULT_WORKSPACE_BYTES if workspace_bytes is None else workspace_bytes,
+        bias_ptr=bias,
+        workspace_bytes=workspace_bytes,
     )
 
 

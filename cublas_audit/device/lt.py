@@ -1,8 +1,8 @@
 """A thin cuBLASLt matmul on `nvmath.bindings.cublasLt`: the heuristic's candidates and a launcher.
 
-Column-major, no transposes: C (m x n) = A (m x k) @ B (k x n), `batch` times with strided
-batches, on device.operands' operands (its docstring gives the layout): lda = m, ldb = k,
-ldc = m and batch strides m*k, k*n, m*n elements.
+Column-major: D = C (m x n) = op(A) (m x k) @ op(B) (k x n) + beta C (+ the BIAS epilogue's
+vector), `batch` times with strided batches, on device.operands' operands in the case's layout
+(cases.Case.operand: transposes, leading dimensions, batch strides, 0 for a broadcast operand).
 
 Nothing GPU-related is imported at module level (nvmath and cupy load on first use), so the
 package imports on a machine without CUDA.
@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from types import ModuleType, TracebackType
 from typing import Any
 
-from cublas_audit.cases import DEFAULT_WORKSPACE_BYTES
+from cublas_audit.cases import DEFAULT_WORKSPACE_BYTES, Case
 from cublas_audit.errors import ToolMissingError
 from cublas_audit.modes import mode as mode_of
 
@@ -115,24 +115,25 @@ class LtGemm:
 
     def __init__(
         self,
-        mode: str,
-        m: int,
-        n: int,
-        k: int,
-        batch: int,
+        case: Case,
         a_ptr: int,
         b_ptr: int,
         c_ptr: int,
+        bias_ptr: int = 0,
         workspace_bytes: int = DEFAULT_WORKSPACE_BYTES,
         stream: int = 0,
     ) -> None:
-        mode_of(mode)  # an unknown mode is a KeyError naming the known ones, before any work
+        mode_of(case.mode)  # an unknown mode is a KeyError naming the known ones, before work
         self.lt = bindings()  # first: a missing nvmath is the clear error, not a cupy one
         import cupy
         import numpy
 
-        self.mode, self.m, self.n, self.k, self.batch = mode, m, n, k, batch
+        self.case = case
+        self.mode, self.m, self.n, self.k, self.batch = (
+            case.mode, case.m, case.n, case.k, case.batch,
+        )  # fmt: skip
         self.ptrs = (a_ptr, b_ptr, c_ptr)
+        self.bias_ptr = bias_ptr
         self.stream = stream
         self.workspace_bytes = workspace_bytes
         self.handle = handle()
@@ -141,7 +142,7 @@ class LtGemm:
         self._pref: int | None = None
         self._default: LtCandidate | None = None
         self.alpha = numpy.ones(1, dtype=numpy.float32)
-        self.beta = numpy.zeros(1, dtype=numpy.float32)
+        self.beta = numpy.full(1, case.beta, dtype=numpy.float32)
         self.workspace = cupy.cuda.alloc(workspace_bytes) if workspace_bytes > 0 else None
         try:
             self._create_descriptors()
@@ -159,24 +160,37 @@ class LtGemm:
                 _enum_value(spec.compute_type_name), _enum_value("CUDA_R_32F")
             )
         )
-        m, n, k = self.m, self.n, self.k
-        # (rows, cols, ld) of A, B, C; D is C (in place, beta = 0).
-        for rows, cols in ((m, k), (k, n), (m, n)):
-            layout = int(self.lt.matrix_layout_create(data_type, rows, cols, rows))
+        for name, trans in (("TRANSA", self.case.transa), ("TRANSB", self.case.transb)):
+            if trans == "t":
+                self._set_desc(name, 1)  # cublasOperation_t: CUBLAS_OP_T
+        if self.bias_ptr:
+            self._set_desc("EPILOGUE", int(self.lt.Epilogue.BIAS))
+            self._set_desc("BIAS_POINTER", self.bias_ptr)
+        # (rows, cols, ld, batch stride) of A, B, C; D is C (in place).
+        operands = [self.case.operand(name) for name in "abc"]
+        for operand in operands:
+            layout = int(
+                self.lt.matrix_layout_create(data_type, operand.rows, operand.cols, operand.ld)
+            )
             self._layouts.append(layout)
-            if self.batch > 1:
+            if self.case.batched_call:
                 self._set_layout(layout, "BATCH_COUNT", self.batch)
-                self._set_layout(layout, "STRIDED_BATCH_OFFSET", rows * cols)
+                self._set_layout(layout, "STRIDED_BATCH_OFFSET", operand.stride)
         self._pref = int(self.lt.matmul_preference_create())
         self._set_pref("MAX_WORKSPACE_BYTES", self.workspace_bytes)
         # Every batch entry starts at ptr + i * stride: both set the alignment cuBLASLt can rely
         # on (leading dimensions it checks itself).
         item = spec.element_bytes
-        strides = (m * k * item, k * n * item, m * n * item) if self.batch > 1 else (0, 0, 0)
+        strides = [o.stride * item if self.case.batched_call else 0 for o in operands]
         names = ("A", "B", "C", "D")
         per_matrix = zip(names, (*self.ptrs, self.ptrs[2]), (*strides, strides[2]), strict=True)
         for name, ptr, stride in per_matrix:
             self._set_pref(f"MIN_ALIGNMENT_{name}_BYTES", _alignment(ptr, stride))
+
+    def _set_desc(self, name: str, value: int) -> None:
+        attr = self.lt.MatmulDescAttribute[name]
+        buf = _scalar(self.lt.get_matmul_desc_attribute_dtype(attr), value)
+        self.lt.matmul_desc_set_attribute(self._desc, attr, buf.ctypes.data, buf.nbytes)
 
     def _set_layout(self, layout: int, name: str, value: int) -> None:
         attr = self.lt.MatrixLayoutAttribute[name]
@@ -243,7 +257,7 @@ class LtGemm:
 
     # ----- launch --------------------------------------------------------------------------------
     def run(self, candidate: LtCandidate | None = None) -> None:
-        """Launches one cublasLtMatmul on the stream (asynchronous), C = A @ B."""
+        """Launches one cublasLtMatmul on the stream (asynchronous), C = op(A) @ op(B) + beta C."""
         chosen = candidate if candidate is not None else self.default()
         if chosen.workspace_bytes > self.workspace_bytes:
             raise ValueError(

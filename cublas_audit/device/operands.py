@@ -1,10 +1,14 @@
 """The one operand maker and the one correctness check, for every launcher and every mode.
 
-Layout, everywhere in the tool: column-major C (m x n) = A (m x k) @ B (k x n), `batch` times, held
-in C-ordered CuPy arrays A (batch, k, m), B (batch, n, k) and C (batch, n, m), i.e. lda = m,
-ldb = k, ldc = m and batch strides m*k, k*n, m*n elements. Values are N(0, 1) rounded to the mode's
-storage (bf16 kept as its 16 bits in uint16); C starts as NaN, so that a kernel that writes
-nothing fails the check instead of passing on stale data.
+Layout, everywhere in the tool: column-major C (m x n) = op(A) (m x k) @ op(B) (k x n) (+ beta C,
++ a bias per row), `batch` times, as the case describes it (cases.Case.operand). Each operand is a
+C-ordered CuPy array (stored entries, cols, ld): column j of a stored matrix is row j of its
+entry, its first `rows` values. The packed, untransposed default is A (batch, k, m), B
+(batch, n, k) and C (batch, n, m): lda = m, ldb = k, ldc = m and batch strides m*k, k*n, m*n
+elements; a broadcast operand holds one entry. Values are N(0, 1) rounded to the mode's storage
+(bf16 kept as its 16 bits in uint16); C starts as NaN, so that a kernel that writes nothing
+fails the check instead of passing on stale data, except where beta != 0: then C starts random
+and a copy of it is kept for the check.
 
 The metric (docs/schema.md, `max_rel_err`): for each batch entry the normwise relative error
 ||C_i - R_i||_F / ||R_i||_F against a float64 product R of the same stored inputs, over every
@@ -20,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from cublas_audit.cases import Case, OperandLayout
 from cublas_audit.modes import mode as mode_of
 
 CHECK_COLUMNS = 64  # output columns per batch entry compared with float64 beyond CHECK_FULL
@@ -29,16 +34,26 @@ BF16_NAN = 0x7FC0
 
 @dataclass
 class Operands:
-    mode: str
+    case: Case  # the layout the arrays follow (any case of the same key shares them)
     a: Any
     b: Any
     c: Any
+    c0: Any = None  # C's starting values where beta != 0
+    bias: Any = None  # the BIAS epilogue's vector of m values
 
     @property
-    def shape(self) -> tuple[int, int, int, int]:
-        """(m, n, k, batch)."""
-        batch, k, m = self.a.shape
-        return m, self.b.shape[1], k, batch
+    def mode(self) -> str:
+        return self.case.mode
+
+    @property
+    def key(self) -> tuple[Any, ...]:
+        return key_of(self.case)
+
+
+def key_of(case: Case) -> tuple[Any, ...]:
+    """What decides a case's operands: consecutive cases with the same key share them."""
+    layouts = tuple(case.operand(name) for name in "abc")
+    return (case.mode, *layouts, case.beta != 0, case.bias)
 
 
 def tolerance(mode: str) -> float:
@@ -46,15 +61,44 @@ def tolerance(mode: str) -> float:
 
 
 def make(mode: str, m: int, n: int, k: int, batch: int, seed: int | None = None) -> Operands:
-    """Fresh random A and B and a NaN-poisoned C; CuPy's OutOfMemoryError passes through."""
+    """Packed, untransposed operands of one problem (the reference kernel's layout)."""
+    return make_for(Case("cublas", mode, m, n, k, batch), seed)
+
+
+def make_for(case: Case, seed: int | None = None) -> Operands:
+    """Fresh random A and B in the case's layout and a NaN-poisoned C (a random C and its copy
+    where beta != 0, a random bias where the case has one); CuPy's OutOfMemoryError passes
+    through."""
     import cupy
 
     rng = cupy.random.default_rng(seed)
-    a = _stored(rng.standard_normal((batch, k, m), dtype=cupy.float32), mode)
-    b = _stored(rng.standard_normal((batch, n, k), dtype=cupy.float32), mode)
-    c = cupy.empty((batch, n, m), dtype=mode_of(mode).storage)
-    poison(c, mode)
-    return Operands(mode, a, b, c)
+    a, b = (_random(rng, case.operand(name), case.mode) for name in "ab")
+    c = cupy.empty((case.batch, case.n, case.m), dtype=mode_of(case.mode).storage)
+    ops = Operands(case, a, b, c)
+    if case.beta:
+        ops.c = _random(rng, case.operand("c"), case.mode)
+        ops.c0 = ops.c.copy()
+    else:
+        poison(c, case.mode)
+    if case.bias:
+        ops.bias = _stored(rng.standard_normal((case.m,), dtype=cupy.float32), case.mode)
+    return ops
+
+
+def _random(rng: Any, layout: OperandLayout, mode: str) -> Any:
+    import cupy
+
+    shape = (layout.stored, layout.cols, layout.ld)
+    return _stored(rng.standard_normal(shape, dtype=cupy.float32), mode)
+
+
+def reset(ops: Operands, out: Any | None = None) -> None:
+    """Before a checked call: C (or `out`) poisoned, or back to its starting values (beta)."""
+    target = ops.c if out is None else out
+    if ops.c0 is not None:
+        target[...] = ops.c0
+    else:
+        poison(target, ops.mode)
 
 
 def poison(c: Any, mode: str) -> None:
@@ -74,11 +118,11 @@ def widen(values: Any, dtype: str = "float64") -> Any:
 
 
 def checked(launch: Callable[[], None], ops: Operands, out: Any | None = None) -> float:
-    """Poisons the output (C, or `out`), runs the launcher once and returns its error."""
+    """Resets the output (C, or `out`), runs the launcher once and returns its error."""
     import cupy
 
     target = ops.c if out is None else out
-    poison(target, ops.mode)
+    reset(ops, target)
     launch()
     cupy.cuda.get_current_stream().synchronize()
     return error_vs_exact(ops, target)
@@ -90,19 +134,41 @@ def error_vs_exact(ops: Operands, out: Any | None = None, seed: int = 0) -> floa
     import numpy
 
     got_all = ops.c if out is None else out
+    case = ops.case
     batch, n, m = got_all.shape
     rng = numpy.random.default_rng(seed)
     worst = 0.0
     for i in range(batch):
         picked = numpy.arange(n) if m * n <= CHECK_FULL else rng.permutation(n)[:CHECK_COLUMNS]
         cols = cupy.asarray(picked)
-        got = widen(got_all[i][cols])
+        got = widen(got_all[i][cols, :m])
         if not bool(cupy.isfinite(got).all()):
             return math.inf
-        # Rows of b[i] are columns of B, rows of c[i] columns of C: C[:, cols]^T = B[:, cols]^T A^T.
-        exact = widen(ops.b[i][cols]) @ widen(ops.a[i])
+        # In C order the rows of an entry are the columns of its matrix, so the picked columns
+        # of C, transposed, are op(B)[:, cols]^T @ op(A)^T (+ beta C0 + bias in every row).
+        exact = widen(_op_b_rows(ops, i, cols)) @ widen(_op_a_transposed(ops, i))
+        if ops.c0 is not None:
+            exact += case.beta * widen(ops.c0[i][cols, :m])
+        if ops.bias is not None:
+            exact += widen(ops.bias)[None, :]
         worst = max(worst, _normwise(got, exact))
     return worst
+
+
+def _entry(array: Any, i: int) -> Any:
+    return array[i if array.shape[0] > 1 else 0]
+
+
+def _op_a_transposed(ops: Operands, i: int) -> Any:
+    """op(A)^T of entry i (k x m)."""
+    entry, case = _entry(ops.a, i), ops.case
+    return entry[:, : case.m] if case.transa == "n" else entry[:, : case.k].T
+
+
+def _op_b_rows(ops: Operands, i: int, cols: Any) -> Any:
+    """op(B)[:, cols]^T of entry i (len(cols) x k)."""
+    entry, case = _entry(ops.b, i), ops.case
+    return entry[cols, : case.k] if case.transb == "n" else entry[:, cols].T[:, : case.k]
 
 
 def relative_error(got: Any, want: Any) -> float:

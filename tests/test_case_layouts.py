@@ -1,0 +1,76 @@
+"""How a case poses its problem (cases.Case): operand layouts in cuBLAS's column-major terms,
+stable readable ids, one-line errors for impossible settings, and the plan's variants."""
+
+from __future__ import annotations
+
+import pytest
+
+from cublas_audit.cases import Case, OperandLayout, Variants, build_plan
+from cublas_audit.errors import AuditError
+
+
+def test_default_case_keeps_the_ids_of_every_earlier_table() -> None:
+    case = Case("cublas", "fp32", 256, 256, 256, 8)
+    assert case.case_id == "cublas.fp32.256x256x256.b8.nn"
+    assert case.variant == ""
+    # packed, untransposed: lda = m, ldb = k, strides one matrix (the reference's layout)
+    assert case.operand("a") == OperandLayout(256, 256, 256, 256 * 256, 8)
+
+
+def test_transposed_and_padded_operands() -> None:
+    # pytorch#106469: an i x 100000 A stored column-major with lda = i, here i = 7 in
+    # cuBLAS terms op(A) = A^T with A stored k x m.
+    case = Case("cublasLt", "bf16", 7, 100, 100000, 1, "t", "n", lda=100003)
+    a, b = case.operand("a"), case.operand("b")
+    assert (a.rows, a.cols, a.ld) == (100000, 7, 100003)
+    assert (b.rows, b.cols, b.ld) == (100000, 100, 100000)
+    assert case.case_id == "cublasLt.bf16.7x100x100000.b1.tn.lda100003"
+    assert case.bytes_needed == 2 * (7 * 100003 + 100 * 100000 + 7 * 100)
+
+
+def test_broadcast_operand_has_stride_zero_and_one_stored_entry() -> None:
+    # pytorch PR 161564: [4, 512, 8192] @ [8192, 8192] as a batched GEMM whose weight is shared;
+    # the row-major weight is cuBLAS's A.
+    case = Case("cublas", "fp16", 8192, 512, 8192, 4, broadcast="a")
+    assert case.operand("a") == OperandLayout(8192, 8192, 8192, 0, 1)
+    assert case.operand("b").stride == 8192 * 512
+    assert case.routine == "cublasGemmStridedBatchedEx"
+    assert case.case_id.endswith(".b4.nn.bcast-a")
+
+
+def test_batch_one_strided_call_is_its_own_case() -> None:
+    # pytorch#114911: bmm of batch 1 with M = N = 1, K = 131072
+    strided = Case("cublas", "fp32", 1, 1, 131072, 1, strided=True)
+    single = Case("cublas", "fp32", 1, 1, 131072, 1)
+    assert strided.routine == "cublasSgemmStridedBatched" and single.routine == "cublasSgemm"
+    assert strided.case_id != single.case_id
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"transa": "x"}, "transa"),
+        ({"lda": 10}, "lda 10 is smaller than the 64 rows"),
+        ({"broadcast": "c"}, "broadcast"),
+        ({"bias": True}, "cuBLASLt settings"),
+        ({"beta": float("inf")}, "beta"),
+    ],
+)
+def test_impossible_settings_are_one_line_errors(fields: dict, message: str) -> None:  # type: ignore[type-arg]
+    with pytest.raises(AuditError, match=message):
+        Case("cublas", "fp32", 64, 64, 64, 2, **fields)
+
+
+def test_plan_poses_every_layout_with_its_loop_and_keeps_lt_settings_on_lt() -> None:
+    variants = Variants(layouts=("nn", "tn"), ld_pad=8, bias=True, beta=0.5)
+    plan = build_plan(
+        sizes=[128], batches=[1, 4], modes=["fp32"], apis=["cublas", "cublasLt"],
+        single=False, batched=True, variants=variants,
+    )  # fmt: skip
+    ids = [c.case_id for c in plan]
+    assert "cublas.fp32.128x128x128.b1.tn.lda136.ldb136.beta0p5.strided" in ids
+    assert "loop.fp32.128x128x128.b4.tn.lda136.ldb136.beta0p5" in ids
+    assert "cublasLt.fp32.128x128x128.b4.nn.lda136.ldb136.beta0p5.bias" in ids
+    assert not any(c.bias for c in plan if c.api == "cublas")
+    assert len(ids) == len(set(ids)) == 2 * (2 + 3)  # per layout: b1 on both apis, b4 + loop
+    assert [Case.from_json(c.to_json()) for c in plan] == plan
