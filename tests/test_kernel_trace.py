@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from cublas_audit.device.kernel_trace import KernelLaunch, TracedCalls, assign
+from cublas_audit.device.kernel_trace import MARKER, KernelLaunch, TracedCalls, split_at_markers
 from cublas_audit.kernels import normalize
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -20,15 +20,24 @@ def launch(name: str, start: int, end: int, ctas: int = 1) -> KernelLaunch:
     return KernelLaunch(name, start, end, (ctas, 1, 1), (128, 1, 1), 64)
 
 
-def test_each_kernel_goes_to_the_call_whose_bracket_holds_its_start() -> None:
-    # call 0: gemm + split-K reduction; call 1: gemm alone; a kernel outside every bracket
-    # (another stream's) belongs to no call.
-    records = [launch("reduce", 150, 160), launch("gemm", 100, 140, 8), launch("gemm", 300, 340)]
-    records.append(launch("stray", 200, 210))
-    calls = assign(records, [(90, 170), (290, 350)])
-    assert [[k.name for k in call] for call in calls] == [["gemm", "reduce"], ["gemm"]]
-    traced = TracedCalls(calls)
-    # kernel-only time sums the kernels' durations (40 + 10 ns), not the span with its gap
+def test_the_kernels_between_two_markers_are_one_call() -> None:
+    # GPU order: a stray kernel before any marker, call 0 (gemm + split-K reduction), call 1
+    # (gemm alone), call 2 (a 4 us dot that launched nothing CUPTI kept would be empty). Records
+    # arrive in any order; only their GPU start times order them.
+    records = [
+        launch("reduce", 150, 160),
+        launch(MARKER, 90, 91),
+        launch("gemm", 100, 140, 8),
+        launch("stray", 10, 20),
+        launch(MARKER, 290, 291),
+        launch("gemm", 300, 340),
+        launch(MARKER, 400, 401),
+    ]
+    calls = split_at_markers(records)
+    assert [[k.name for k in call] for call in calls] == [["gemm", "reduce"], ["gemm"], []]
+    traced = TracedCalls(tuple(calls))
+    # kernel-only time sums the kernels' durations (40 + 10 ns), not the span with its gap; an
+    # empty call adds no sample
     assert traced.timing().samples_ms == pytest.approx((50e-6, 40e-6))
     columns = traced.launch_columns()
     assert columns["traced_kernels"] == "gemm + reduce"

@@ -7,9 +7,11 @@ call get slower" on the event time (cublas_audit.verdicts).
 
 CUPTI's activity tracing needs no counter permission (it works where ncu gets ERR_NVGPUCTRPERM)
 and no profiler process: the records come from cupti-python (with the nvidia-cuda-cupti wheel's
-libcupti). Each call is bracketed by CUPTI timestamps, with the stream synchronized between calls,
-so a kernel record belongs to the call whose bracket holds its start: no reliance on the order
-or count of a call's launches (split-K adds a reduction kernel, a loop launches `batch`).
+libcupti). A one-thread marker kernel is launched on the stream before each call, so the kernels
+between two markers, in GPU order, are one call's: no reliance on how many kernels a call
+launches (split-K adds a reduction kernel, a loop launches `batch`) nor on aligning host and GPU
+clocks (CUPTI's host timestamps and kernel timestamps can differ by microseconds, more than a
+4 us call lasts: bracketing calls by host time lost them).
 
 CUPTI is imported inside the functions: this module imports on machines without it, and a probe
 without it records why and times with events alone.
@@ -17,7 +19,6 @@ without it records why and times with events alone.
 
 from __future__ import annotations
 
-import bisect
 import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -92,36 +93,50 @@ def available() -> str | None:
     return None
 
 
+MARKER = "cublas_audit_call_marker"
+
+
 def trace_calls(contenders: Mapping[str, Callable[[], None]], reps: int) -> dict[str, TracedCalls]:
-    """Runs each contender `reps` times, round-robin like the event timing, each call bracketed
-    by CUPTI timestamps and followed by a synchronize; returns their kernels per call."""
+    """Runs each contender `reps` times, round-robin like the event timing, a marker kernel before
+    each call; returns their kernels per call."""
     import cupy
 
     tracer = _tracer()
-    stream = cupy.cuda.get_current_stream()
-    brackets: dict[str, list[tuple[int, int]]] = {name: [] for name in contenders}
+    marker = _marker()
+    order: list[str] = []
     with tracer.recording():
         for _ in range(reps):
             for name, launch in contenders.items():
-                stream.synchronize()
-                begin = tracer.now()
+                marker()
                 launch()
-                stream.synchronize()
-                brackets[name].append((begin, tracer.now()))
-    records = tracer.take()
-    return {name: TracedCalls(assign(records, spans)) for name, spans in brackets.items()}
+                order.append(name)
+        cupy.cuda.get_current_stream().synchronize()
+    calls = split_at_markers(tracer.take())
+    if len(calls) != len(order):
+        raise RuntimeError(f"CUPTI saw {len(calls)} of {len(order)} marked calls")
+    grouped: dict[str, list[tuple[KernelLaunch, ...]]] = {name: [] for name in contenders}
+    for name, kernels in zip(order, calls, strict=True):
+        grouped[name].append(kernels)
+    return {name: TracedCalls(tuple(found)) for name, found in grouped.items()}
 
 
-def assign(
-    records: Sequence[KernelLaunch], spans: Sequence[tuple[int, int]]
-) -> tuple[tuple[KernelLaunch, ...], ...]:
-    """The records whose start lies inside each (begin, end) span, per span, in start order."""
-    ordered = sorted(records, key=lambda k: k.start_ns)
-    starts = [k.start_ns for k in ordered]
-    return tuple(
-        tuple(ordered[bisect.bisect_left(starts, begin) : bisect.bisect_right(starts, end)])
-        for begin, end in spans
-    )
+def split_at_markers(records: Sequence[KernelLaunch]) -> list[tuple[KernelLaunch, ...]]:
+    """The kernels after each marker kernel up to the next, in GPU start order (one stream)."""
+    calls: list[list[KernelLaunch]] = []
+    for record in sorted(records, key=lambda k: k.start_ns):
+        if record.name == MARKER:
+            calls.append([])
+        elif calls:  # a kernel before the first marker belongs to no traced call
+            calls[-1].append(record)
+    return [tuple(call) for call in calls]
+
+
+@functools.lru_cache(maxsize=1)
+def _marker() -> Callable[[], None]:
+    import cupy
+
+    kernel = cupy.RawKernel(f'extern "C" __global__ void {MARKER}() {{}}', MARKER)
+    return lambda: kernel((1,), (1,), ())
 
 
 class _Tracer:
@@ -151,9 +166,6 @@ class _Tracer:
             for a in activities
             if a.kind == kernel
         )
-
-    def now(self) -> int:
-        return int(self.cupti.get_timestamp())
 
     def recording(self) -> _Recording:
         return _Recording(self)
