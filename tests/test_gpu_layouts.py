@@ -66,3 +66,24 @@ def test_the_check_catches_a_launcher_that_ignores_a_transpose() -> None:
     ops = operands.make_for(case, seed=2)
     wrong = launchers.classic(dataclasses.replace(case, transa="n"), ops)
     assert operands.checked(wrong, ops) > 0.5
+
+
+def test_a_classic_launcher_keeps_beta_zero_for_all_its_calls() -> None:
+    """The scalars cuBLAS reads through a host pointer outlive the launcher's creation: after
+    other allocations, the timed calls still dispatch the beta = 0 kernel ("_bz_") ncu saw."""
+    import gc
+
+    from cublas_audit.device import kernel_trace, launchers, operands
+
+    if kernel_trace.available():
+        pytest.skip(f"CUPTI cannot trace here: {kernel_trace.available()}")
+    case = Case("cublas", "bf16", 1024, 1024, 1024, 1)
+    ops = operands.make_for(case, seed=3)
+    launch = launchers.classic(case, ops)
+    gc.collect()
+    churn = [bytearray(16) for _ in range(10000)]  # reuse whatever small blocks were freed
+    traced = kernel_trace.trace_calls({"call": launch}, 5)["call"]
+    del churn
+    names = {kernel.name for call in traced.calls for kernel in call}
+    assert names and all("_bz_" in name for name in names if name.startswith("nvjet")), names
+    assert operands.checked(launch, ops) <= operands.tolerance("bf16")

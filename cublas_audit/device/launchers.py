@@ -6,7 +6,10 @@ cublasLtMatmul with the heuristic's default (or a given) algorithm, and `referen
 SGEMM. The probe, the candidate audit and the reference benchmark all launch through these, on
 operands from device.operands (its docstring gives the layout): transposes, leading dimensions
 and batch strides (0 for a broadcast operand) come from the case. Alpha is 1 and beta the case's,
-host pointer mode; the host scalars live in the closures.
+host pointer mode: cuBLAS reads them through a pointer at every call, so each launcher keeps its
+scalar array alive (`_Scalars`); a launcher that kept only the pointer read freed memory once
+the array was collected, and cuBLAS then dispatched its beta != 0 kernel ("_bx_" instead of
+"_bz_" in nvjet names) with whatever beta it found, as CUPTI showed on the H100.
 """
 
 from __future__ import annotations
@@ -27,16 +30,27 @@ OPERATION = {"n": 0, "t": 1}  # cublasOperation_t
 GEMM_DEFAULT_ALGO = -1
 
 
-def _blas(beta: float = 0.0) -> tuple[Any, int, Any]:
+class _Scalars:
+    """[alpha, beta] in host memory, with the pointers cuBLAS reads them through: a launcher
+    holds this object, so the memory lives as long as the launcher."""
+
+    def __init__(self, beta: float) -> None:
+        import numpy
+
+        self.values = numpy.array([1.0, beta], dtype=numpy.float32)
+        self.alpha = int(self.values.ctypes.data)
+        self.beta = self.alpha + self.values.itemsize
+
+
+def _blas(beta: float = 0.0) -> tuple[Any, int, _Scalars]:
     """CuPy's cuBLAS bindings, this device's handle (host pointer mode), and [alpha, beta]."""
     import cupy
-    import numpy
     from cupy_backends.cuda.libs import cublas
 
     handle = cupy.cuda.device.get_cublas_handle()
     cublas.setPointerMode(handle, cublas.CUBLAS_POINTER_MODE_HOST)
     cublas.setMathMode(handle, cublas.CUBLAS_DEFAULT_MATH)
-    return cublas, handle, numpy.array([1.0, beta], dtype=numpy.float32)
+    return cublas, handle, _Scalars(beta)
 
 
 def classic(case: Case, ops: Operands) -> Launcher:
@@ -45,8 +59,7 @@ def classic(case: Case, ops: Operands) -> Launcher:
     m, n, k, batch = case.m, case.n, case.k, case.batch
     ta, tb = OPERATION[case.transa], OPERATION[case.transb]
     la, lb = case.operand("a"), case.operand("b")
-    alpha = scalars.ctypes.data
-    beta = alpha + scalars.itemsize
+    alpha, beta = scalars.alpha, scalars.beta
     a, b, c = ops.a.data.ptr, ops.b.data.ptr, ops.c.data.ptr
     mode = mode_of(case.mode)
     dtype, compute = mode.data_type, mode.compute_type
@@ -78,7 +91,7 @@ def classic(case: Case, ops: Operands) -> Launcher:
         "cublasGemmEx": gemm_ex,
         "cublasGemmStridedBatchedEx": gemm_strided_ex,
     }
-    return calls[case.routine]
+    return _Holding(calls[case.routine], scalars)
 
 
 def loop(case: Case, ops: Operands) -> Launcher:
@@ -87,8 +100,7 @@ def loop(case: Case, ops: Operands) -> Launcher:
     m, n, k = case.m, case.n, case.k
     ta, tb = OPERATION[case.transa], OPERATION[case.transb]
     la, lb = case.operand("a"), case.operand("b")
-    alpha = scalars.ctypes.data
-    beta = alpha + scalars.itemsize
+    alpha, beta = scalars.alpha, scalars.beta
     item = ops.a.itemsize
     calls = [
         (
@@ -103,7 +115,18 @@ def loop(case: Case, ops: Operands) -> Launcher:
         for a, b, c in calls:
             blas.sgemm(h, ta, tb, m, n, k, alpha, a, la.ld, b, lb.ld, beta, c, m)
 
-    return run
+    return _Holding(run, scalars)
+
+
+class _Holding:
+    """A launcher that owns what its call reads through pointers."""
+
+    def __init__(self, launch: Launcher, scalars: _Scalars) -> None:
+        self.launch = launch
+        self.scalars = scalars
+
+    def __call__(self) -> None:
+        self.launch()
 
 
 def lt(case: Case, ops: Operands, workspace_bytes: int | None = None) -> LtGemm:
