@@ -81,7 +81,8 @@ def fit(runs: Sequence[Path], model_path: Path) -> noise.NoiseModel:
         "cublas": env.get("cublas_version"),
         "runs": [str(run) for run in runs],
         "how": "benchmarks/noise.py fit: envelope of |log(t_i/t_j)| over every pair, by time per "
-        f"launch, x{noise.MARGIN}, at least {noise.MIN_FLOOR}",
+        f"launch, x{noise.MARGIN}, at least {noise.MIN_FLOOR}, for each kind the runs measure "
+        "(call time; kernel time per pipe; the reference/call ratio timed interleaved)",
     }
     model = noise.fit([load_one_gpu(run).frame for run in runs], source)
     model_path.write_text(json.dumps(model.to_json(), indent=1) + "\n")

@@ -252,7 +252,8 @@ def _judge_time(
     if a is None or b is None:
         return None
     per_launch = math.sqrt(a.median_ms * b.median_ms) / float(row.get("launches") or 1)
-    return judge(a, b, model.floor(per_launch, kind), t.diff_time_noise_pct / 100)
+    floor_kind = noise.kernel_kind(str(row.get("mode"))) if kind == "kernel" else kind
+    return judge(a, b, model.floor(per_launch, floor_kind), t.diff_time_noise_pct / 100)
 
 
 def _clock_note(row: Mapping[Hashable, Any]) -> str:
@@ -276,8 +277,10 @@ def _detectable(both: pd.DataFrame, t: Thresholds, model: NoiseModel) -> pd.Data
     rows = []
     for index in sorted(set(bins.tolist())):
         floor = model.floors_of("call")[index]
-        kernel_floor = model.floors_of("kernel")[index]
         in_bin = bins == index
+        # the noisier pipe among the traced cases of this bin: what the gate can promise for all
+        kinds = {noise.kernel_kind(str(mode)) for mode in timed["mode"][in_bin & traced]}
+        kernel_floor = max((model.floors_of(kind)[index] for kind in kinds), default=0.0)
         rows.append(
             {
                 "up_to_ms": model.edges_ms[index],

@@ -28,6 +28,7 @@ import pandas as pd
 
 from cublas_audit.cases import LOOP_ROUTINE
 from cublas_audit.errors import AuditError
+from cublas_audit.modes import pipe_name
 from cublas_audit.table import main_launches
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
@@ -42,14 +43,22 @@ MIN_FLOOR = 0.01
 
 
 # What a floor is the spread of. Between runs: `call` (a call's event time), `kernel` (its kernels'
-# CUPTI time). Within a run, for two contenders timed interleaved (the reference and the call):
-# how far their ratio moves between runs, `call_ratio` / `kernel_ratio`.
-KINDS = ("call", "kernel", "call_ratio", "kernel_ratio")
-# A kind a model lacks is judged with the floor of the kind that bounds it: the kernels' time and
-# a ratio measured interleaved are never noisier than the call's event time between runs.
-FALLBACK = {"kernel": "call", "call_ratio": "call", "kernel_ratio": "kernel"}
+# CUPTI time, FMA-pipe modes), `kernel_tensor` (the same for tensor-pipe modes: their kernels run
+# at the power limit, and their time moves with the clock by up to 8 % between runs where FP32
+# kernels move by 2 %). Within a run, for two contenders timed interleaved (the reference and the
+# call): how far their ratio moves between runs, `call_ratio` / `kernel_ratio`.
+KINDS = ("call", "kernel", "kernel_tensor", "call_ratio", "kernel_ratio")
+# A kind a model lacks is judged with the floor of the kind that bounds it. The kernels' time and a
+# ratio measured interleaved are never noisier than the call's event time between runs; tensor
+# kernels have no bound but the call's.
+FALLBACK = {
+    "kernel": "call",
+    "kernel_tensor": "call",
+    "call_ratio": "call",
+    "kernel_ratio": "kernel",
+}
 # The table column each between-run kind reads, and the (numerator, denominator) of each ratio.
-COLUMNS = {"call": "time_ms", "kernel": "kernel_time_ms"}
+COLUMNS = {"call": "time_ms", "kernel": "kernel_time_ms", "kernel_tensor": "kernel_time_ms"}
 RATIOS = {
     "call_ratio": ("ref_time_ms", "time_ms"),
     "kernel_ratio": ("ref_kernel_time_ms", "kernel_time_ms"),
@@ -158,6 +167,8 @@ def _measured(table: pd.DataFrame, kind: str) -> pd.DataFrame:
     if not set(needed) <= set(rows.columns):
         return pd.DataFrame()
     rows = rows.dropna(subset=needed)
+    if kind.startswith("kernel"):  # kernel floors are per pipe, ratios (FP32 reference) FMA
+        rows = rows[on_tensor_pipe(rows) == (kind == "kernel_tensor")]
     if numerator:  # the ratio of two contenders timed interleaved on the same row
         rows = rows[interleaved_with_reference(rows)]
         value = np.log(rows[numerator].astype(float) / rows[column].astype(float))
@@ -166,6 +177,17 @@ def _measured(table: pd.DataFrame, kind: str) -> pd.DataFrame:
     return pd.DataFrame(
         {"case_id": rows["case_id"], "per_launch": time_per_launch(rows, column), "value": value}
     )
+
+
+def on_tensor_pipe(rows: pd.DataFrame) -> pd.Series:
+    """Whether each row's mode runs on the tensor pipe (modes.pipe_name)."""
+    modes = rows["mode"] if "mode" in rows.columns else pd.Series("fp32", index=rows.index)
+    return modes.map(lambda mode: pipe_name(str(mode)) == "tensor-pipe").astype(bool)
+
+
+def kernel_kind(mode: str) -> str:
+    """The noise model kind of a kernel time measured in this mode."""
+    return "kernel_tensor" if pipe_name(mode) == "tensor-pipe" else "kernel"
 
 
 def interleaved_with_reference(rows: pd.DataFrame) -> pd.Series:
@@ -187,7 +209,8 @@ def fit(
 ) -> NoiseModel:
     """For each kind the tables measure: the envelope of the spread between every pair of them,
     by bin of time per launch, times `margin`, at least MIN_FLOOR, and never smaller at a shorter
-    time than at a longer one (the longest bins' floor carries down to bins the runs left empty)."""
+    time than at a longer one; a bin the runs left empty takes the floor of the bin below it
+    (nothing was measured there to say it is quieter)."""
     fitted = {}
     for kind in KINDS:
         spreads = pair_spreads(tables, kind)
@@ -207,7 +230,11 @@ def _envelope(spreads: pd.DataFrame, margin: float) -> tuple[float, ...]:
         else 0.0
         for i in range(len(EDGES_MS))
     ]
+    measured = [bool((bins == i).any()) for i in range(len(EDGES_MS))]
     floors = [max(MIN_FLOOR, w * margin) for w in worst]
+    for i in range(1, len(floors)):  # a bin no run reached keeps the floor of the one below
+        if not measured[i]:
+            floors[i] = floors[i - 1]
     for i in range(len(floors) - 2, -1, -1):  # a shorter launch is never less noisy
         floors[i] = max(floors[i], floors[i + 1])
     return tuple(round(f, 4) for f in floors)
