@@ -291,6 +291,9 @@ def batched_slower_than_loop(ctx: RuleContext) -> list[Finding]:
     paired = batched.reset_index().merge(loops, on=["gpu_label", "api", "mode", "m", "n", "k"])
     paired = paired[paired["batch_x"] == paired["batch_y"]].rename(columns={"batch_x": "batch"})
     paired = paired.set_index("index")
+    # Where the sweep re-measured the pair interleaved (the batched call timed inside the loop
+    # case), that measurement decides, against the interleaved floor.
+    paired = _with_interleaved_recheck(paired, loop_rows)
     # Kernels against kernels where both were traced (the dispatch of the batched call against
     # that of the single call), else call against call; two cases, so between-run floors.
     kernels = _both_traced(paired, "kernel_time_ms", "loop_kernel_time_ms")
@@ -299,7 +302,8 @@ def batched_slower_than_loop(ctx: RuleContext) -> list[Finding]:
             paired, kernels, ("kernel_time_ms", "loop_kernel_time_ms"), ("time_ms", "loop_time_ms")
         ),
         judged_on=np.where(kernels, "kernel", "call"),
-        floor_kind=np.where(kernels, "kernel", "call"),
+        floor_kind=np.where(kernels, "kernel", "call")
+        + np.where(paired["interleaved"], "_ratio", ""),
     )
     paired = paired.assign(verdict=_verdicts(paired, "loop_time", "time", t.loop_margin_pct))
     found = _unsure(paired, "batched-slower-than-loop", "the batched call slower than the loop")
@@ -334,6 +338,24 @@ def _judged_on(group: pd.DataFrame) -> str:
     return "comparing the kernels' time (CUPTI) where traced, else the calls' time"
 
 
+def _with_interleaved_recheck(paired: pd.DataFrame, loop_rows: pd.DataFrame) -> pd.DataFrame:
+    """The batched call's time as re-measured inside its loop companion's case (columns
+    `batched_*` of the loop row), in place of its own row's, where the sweep made one."""
+    paired = paired.assign(interleaved=False)
+    if "batched_time_ms" not in loop_rows.columns:
+        return paired
+    key = ["gpu_label", "api", "mode", "m", "n", "k", "batch"]
+    columns = [c for c in loop_rows.columns if c.startswith(("batched_time", "batched_kernel"))]
+    again = loop_rows[key + columns].dropna(subset=["batched_time_ms"])
+    merged = paired.reset_index().merge(again, on=key, how="left").set_index("index")
+    found = merged["batched_time_ms"].notna()
+    for column in columns:
+        target = column.removeprefix("batched_")
+        if target in merged.columns:
+            merged[target] = merged[column].where(found, merged[target])
+    return merged.drop(columns=columns).assign(interleaved=found.astype(bool))
+
+
 def _both_traced(rows: pd.DataFrame, a: str, b: str) -> pd.Series:
     if a not in rows.columns or b not in rows.columns:
         return pd.Series(False, index=rows.index)
@@ -349,6 +371,27 @@ def _ratio(
         by_kernel = rows[kernel[0]].astype(float) / rows[kernel[1]].astype(float)
         return by_kernel.where(kernels, by_call)
     return by_call
+
+
+# The rules whose verdict compares two timed calls: an unsure one is worth measuring again.
+TIMING_RULES = ("reference-faster", "batched-slower-than-loop")
+
+
+def unsure_case_ids(frame: pd.DataFrame, thresholds: Thresholds | None = None) -> list[str]:
+    """The cases behind every unsure timing comparison of this table (the call of an unsure
+    reference-faster, the batched call and its loop companion of an unsure
+    batched-slower-than-loop): what the sweep re-measures, interleaved, before its verdict."""
+    prepared = prepare(frame)
+    wanted: list[str] = []
+    for finding in audit(frame, thresholds):
+        if finding.rule not in TIMING_RULES or finding.severity != "info":
+            continue
+        for row in finding.rows:
+            case_id = str(prepared.at[row, "case_id"])
+            wanted.append(case_id)
+            if finding.rule == "batched-slower-than-loop":
+                wanted.append("loop." + case_id.split(".", 1)[1])
+    return list(dict.fromkeys(wanted))
 
 
 def _verdicts(rows: pd.DataFrame, fast: str, slow: str, margin_pct: float) -> pd.Series:

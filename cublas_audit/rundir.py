@@ -34,6 +34,7 @@ CANDIDATES_LOG = "candidates.log"
 PROFILE_RESULTS = "profile.jsonl"
 TIME_RESULTS = "timing.jsonl"
 PROBE_LOG = "probe.log"
+RECHECKED = "rechecked.txt"  # the cases re-measured after an unsure comparison, once per run
 NCU_DIR = "ncu"
 REPORT_FILE = "report.md"
 PLOTS_DIR = "plots"

@@ -36,6 +36,9 @@ from cublas_audit.rundir import NCU_DIR, PLAN_FILE, PROFILE_RESULTS, TIME_RESULT
 # the default batched grid (36 profiled cases) runs in one; resume redoes at most one chunk.
 CHUNK_SIZE = 40
 PROBE_LOG_LINES = 3  # lines of probe.log quoted when the probe fails before any case
+# A comparison left unsure is timed again with this many times the repetitions (its interval
+# narrows by about the square root), the two sides interleaved.
+RECHECK_REPS_FACTOR = 5
 
 
 @dataclass
@@ -83,6 +86,8 @@ def run(config: SweepConfig, progress: Progress | None = None) -> pd.DataFrame:
                 _profile_chunk(config, index, chunk, progress)
         with _timed(phase_seconds, "time"):
             _time_cases(config, pending_time, progress)
+        with _timed(phase_seconds, "recheck"):
+            _recheck_unsure(config, progress)
         if config.candidate_limit is not None:
             with _timed(phase_seconds, "candidates"):
                 _audit_candidates(config, progress)
@@ -186,6 +191,28 @@ def _time_cases(config: SweepConfig, cases: list[Case], progress: Progress) -> N
             progress.note(f"probe died during {culprit} (exit code {code}); continuing")
         done = rundir.read_results(results_path)
         remaining = [c for c in remaining if c.case_id not in done]
+
+
+def _recheck_unsure(config: SweepConfig, progress: Progress) -> None:
+    """Times again, longer and interleaved, the cases of every timing comparison the first pass
+    left unsure (findings.unsure_case_ids), so that the report's verdict rests on the longer
+    measurement; the new results supersede the first ones. Once per run: a resumed sweep that
+    finds the record of a recheck does not repeat it."""
+    from cublas_audit.findings import unsure_case_ids
+
+    record = config.run_dir / rundir.RECHECKED
+    if record.exists():
+        return
+    wanted = set(unsure_case_ids(write_table(config)))
+    cases = [c for c in config.cases if c.case_id in wanted]
+    if cases:
+        progress.note(f"re-measuring {len(cases)} cases of unsure comparisons, interleaved")
+        only = _write_only(config, "recheck.cases", cases)
+        args = _probe_args(config, "recheck", only)
+        reps = args.index("--min-reps") + 1
+        args[reps] = str(config.min_reps * RECHECK_REPS_FACTOR)
+        _run_probe(config, config.probe.argv(args), progress)
+    rundir.write_text_atomic(record, "".join(c.case_id + "\n" for c in cases))
 
 
 def _probe_log_tail(run_dir: Path) -> str:

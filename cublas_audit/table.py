@@ -108,7 +108,16 @@ DISTRIBUTION = {
     "max_ms": "float",
 }
 # time: the call, CUDA events; kernel_time: the kernels it dispatched, CUPTI activity records.
-TIMED = ("time", "ref_time", "kernel_time", "ref_kernel_time")
+# batched_*: the batched call re-measured interleaved inside its loop companion's case (the
+# sweep's recheck of an unsure batched-slower-than-loop).
+TIMED = (
+    "time",
+    "ref_time",
+    "kernel_time",
+    "ref_kernel_time",
+    "batched_time",
+    "batched_kernel_time",
+)
 
 
 def distribution_columns(prefix: str) -> list[str]:
@@ -150,6 +159,8 @@ OPTIONAL_COLUMNS.update(
     {
         "kernel_time_ms": "float",
         "ref_kernel_time_ms": "float",
+        "batched_time_ms": "float",
+        "batched_kernel_time_ms": "float",
         "kernel_time_status": "str",
         "traced_kernels": "str",
         "traced_launches": "int",

@@ -7,7 +7,10 @@
 reference kernel inside `audit-ref.<case_id>`), so that ncu, filtering on those ranges, profiles
 exactly the launches of the call and nothing else. `time` runs without a profiler: it checks each
 result against a float64 product (device.operands), then times the call with CUDA events.
-`candidates` runs the cuBLASLt candidate audit of the plan's problems into the run directory.
+`recheck` is `time` again, for the cases of a comparison the first timing left unsure (the sweep
+passes them with more repetitions): a loop companion then also times its batched call,
+interleaved with the loop. `candidates` runs the cuBLASLt candidate audit of the plan's problems
+into the run directory.
 
 Every finished case is one JSON line appended to --results and flushed at once: a crash or Ctrl-C
 loses at most the case in flight, and the `start` line before it names the culprit. The sweep
@@ -17,6 +20,7 @@ loses at most the case in flight, and the `start` line before it names the culpr
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import traceback
@@ -66,7 +70,9 @@ def main(argv: list[str]) -> int:
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--plan", required=True)
-    parser.add_argument("--phase", choices=("profile", "time", "candidates"), required=True)
+    parser.add_argument(
+        "--phase", choices=("profile", "time", "recheck", "candidates"), required=True
+    )
     parser.add_argument("--results", required=True)
     parser.add_argument("--only", help="file with the case ids to run, one per line")
     parser.add_argument("--reference", action="store_true", help="also run the reference kernel")
@@ -243,6 +249,8 @@ class Runner:
             detail = f"relative error {error:.3g} > {tolerance:g}"
             return {**result, "status": "wrong", "detail": detail}
         contenders = {"call": launch}
+        if self.phase == "recheck" and case.loop:  # the batched call, interleaved with its loop
+            contenders["batched"] = self.launcher(dataclasses.replace(case, loop=False), ops)
         ref = self._reference_or_reason(case, ops, result)
         if ref is not None:
             ref_error = operands.checked(ref.launch, ops, ref.out)
@@ -258,6 +266,8 @@ class Runner:
         result["time_samples_ms"] = list(timings["call"].samples_ms)  # for a later bootstrap
         if "ref" in timings:
             result.update(timings["ref"].summary("ref_time"))
+        if "batched" in timings:
+            result.update(timings["batched"].summary("batched_time"))
         result.update(after, sm_clock_before_mhz=before.get("sm_clock_mhz"))
         if "clock_reasons" in before and "clock_reasons" in after:
             result["clock_reasons"] = int(before["clock_reasons"]) | int(after["clock_reasons"])
@@ -282,6 +292,8 @@ class Runner:
         found.update(traced["call"].columns("kernel_time"), **traced["call"].launch_columns())
         if "ref" in traced:
             found.update(traced["ref"].columns("ref_kernel_time"))
+        if "batched" in traced:
+            found.update(traced["batched"].columns("batched_kernel_time"))
         return found
 
     def _reference_or_reason(
