@@ -23,6 +23,7 @@ class KernelInfo:
     tile: str = ""
     stages: str = ""
     arch: str = ""
+    layout: str = ""  # nvjet's layout suffix (NNT, TNT, ...): the same kernel serves each layout
 
 
 _SIMT = re.compile(
@@ -37,11 +38,16 @@ _TENSOROP = re.compile(
     r"(?:cutlass_?(?P<arch>\d+)x?_)?(?:sm(?P<arch2>\d+)_)?tensorop_(?P<op>[a-z0-9]+gemm)"
     r"(?:_[a-z0-9]+)*?_(?P<tile>\d+x\d+)_(?P<stages>\d+x\d+)"
 )
-_NVJET = re.compile(r"nvjet_(?P<variant>[a-z]+)_(?P<tile>\d+x\d+)_(?P<stages>\d+x\d+)")
+# nvjet_sm90_tst_64x24_64x16_2x4_h_bz_TNT: arch, variant, tile, K tile x stages, cluster, then
+# flags (h/v, bz = beta zero / bx) and the layout (op of A, op of B, output order).
+_NVJET = re.compile(
+    r"nvjet_(?:sm(?P<arch>\d+)_)?(?P<variant>[a-z]+)_(?P<tile>\d+x\d+)_(?P<stages>\d+x\d+)"
+    r"(?:_(?P<cluster>\d+x\d+))?(?:.*_(?P<layout>[NT]{3}))?"
+)
 _MAGMA = re.compile(r"magma_(?P<what>[a-zA-Z]*gemm[a-zA-Z]*|Ex)")
 _LEGACY = re.compile(r"\b(?P<gen>maxwell|kepler|sm35|sm50|sm37|volta|turing|ampere)_[a-z]*gemm")
 _LEGACY_TILE = re.compile(r"_(?P<tile>\d+x\d+)_")
-_GEMV = re.compile(r"gemv|gemvx|gemmSN|gemmk1", re.IGNORECASE)
+_GEMV = re.compile(r"gemv|gemvx|gemmSN|gemmk1|dot_kernel|reduce_1Block_kernel", re.IGNORECASE)
 _SPLITK = re.compile(r"splitKreduce|split_k_kernel|reduce_kernel", re.IGNORECASE)
 _REFERENCE = re.compile(r"cublas_audit_ref|reference_sgemm|tma_sgemm|cpasync_sgemm")
 
@@ -110,8 +116,12 @@ def _nvjet(name: str) -> KernelInfo | None:
     match = _NVJET.search(name)
     if match is None:
         return None
-    short = f"nvjet_{match['variant']}_{match['tile']}_{match['stages']}"
-    return KernelInfo(name, short, "nvjet", match["tile"], match["stages"])
+    cluster = f"_{match['cluster']}" if match["cluster"] else ""
+    short = f"nvjet_{match['variant']}_{match['tile']}_{match['stages']}{cluster}"
+    arch = f"sm{match['arch']}" if match["arch"] else ""
+    return KernelInfo(
+        name, short, "nvjet", match["tile"], match["stages"], arch, match["layout"] or ""
+    )
 
 
 def _magma(name: str) -> KernelInfo | None:
@@ -134,9 +144,11 @@ def _legacy(name: str) -> KernelInfo | None:
 
 
 def _gemv(name: str) -> KernelInfo | None:
+    """gemv / gemvx / dot kernels and their reductions: what cuBLAS runs for M or N = 1."""
     if not _GEMV.search(name):
         return None
-    return KernelInfo(name, _fallback_short(name), "gemv")
+    short = "gemvx_kernel" if "gemvx" in name else _fallback_short(name)
+    return KernelInfo(name, short, "gemv")
 
 
 def _fallback_short(name: str) -> str:

@@ -73,3 +73,28 @@ def test_every_recorded_h100_kernel_gets_a_known_family() -> None:
     kernels = frame["kernel"].dropna().unique()
     assert len(kernels) >= 4
     assert {normalize(k).family for k in kernels} <= {"simt", "xmma", "splitk-reduce"}
+
+
+def test_names_the_new_problem_shapes_dispatch_on_the_h100() -> None:
+    """Kernel names recorded on the H100 (reports/h100/layouts/): nvjet names of each layout and
+    beta flag map to one short name with the layout kept apart; the dot and reduction kernels of
+    the M = N = 1 problem (pytorch#114911) are the gemv family."""
+    layouts = {
+        normalize(f"nvjet_sm90_tst_64x24_64x16_2x4_h_{beta}_{layout}")
+        for beta in ("bz", "bx")
+        for layout in ("NNT", "TNT")
+    }
+    assert {(k.short, k.family, k.tile, k.arch) for k in layouts} == {
+        ("nvjet_tst_64x24_64x16_2x4", "nvjet", "64x24", "sm90")
+    }
+    assert {k.layout for k in layouts} == {"NNT", "TNT"}
+    coop = normalize("nvjet_sm90_hsh_256x128_64x4_1x2_h_bz_coopA_NNT")
+    assert (coop.short, coop.layout) == ("nvjet_hsh_256x128_64x4_1x2", "NNT")
+    dot = normalize(
+        "void dot_kernel<float, 128, 0, cublasDotParams<cublasGemvTensorStridedBatched<const "
+        "float>, cublasGemvTensorStridedBatched<float>>>(T4)"
+    )
+    reduce = normalize("void reduce_1Block_kernel<float, 128, 7, cublasGemvTensorStridedBatched")
+    assert (dot.family, dot.short) == ("gemv", "dot_kernel")
+    assert (reduce.family, reduce.short) == ("gemv", "reduce_1Block_kernel")
+    assert normalize("void gemvx::kernel<int, int, float, float>(T13)").short == "gemvx_kernel"
