@@ -8,6 +8,7 @@ pipe that matters for the mode, linear size). Rules are plain functions register
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Hashable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -18,6 +19,7 @@ import pandas as pd
 from cublas_audit import noise
 from cublas_audit.cases import LOOP_ROUTINE, Case
 from cublas_audit.kernels import LEGACY_FAMILIES, normalize
+from cublas_audit.modes import mode as mode_spec
 from cublas_audit.modes import pipe_name
 from cublas_audit.table import LAYOUT_DEFAULTS, main_launches, with_layout_defaults
 from cublas_audit.table import plain as table_plain
@@ -458,6 +460,164 @@ def better_candidate(ctx: RuleContext) -> list[Finding]:
     return found
 
 
+def layout_penalty(ctx: RuleContext) -> list[Finding]:
+    """The same problem, mode and call in several layouts: one is confidently at least
+    `layout_penalty_ratio` slower than the best (kernels' time where traced, else the call's)."""
+    t = ctx.thresholds
+    rows = ctx.rows[~ctx.rows["is_loop"]].dropna(subset=["time_ms"])
+    on = _time_columns(rows)
+    key = ["gpu_label", "api", "routine", "mode", "m", "n", "k", "batch", "broadcast", "beta"]
+    found = []
+    for _, group in rows.groupby(key, dropna=False, sort=False):
+        if group["transa"].astype(str).str.cat(group["transb"].astype(str)).nunique() < 2:
+            continue
+        best = group.iloc[int(np.argmin(group[on].to_numpy(dtype=float)))]
+        slow = group.assign(ratio=group[on].astype(float) / float(best[on]))
+        slow = slow[slow["ratio"] >= t.layout_penalty_ratio]
+        for index, row in slow.iterrows():
+            verdict = _pair_verdict(best, row, on, t.layout_penalty_ratio - 1)
+            if verdict is not Verdict.slower:
+                continue
+            layout = f"{row['transa']}{row['transb']}"
+            message = (
+                f"In layout {layout} the call takes {row['ratio']:.2f}x the time of layout "
+                f"{best['transa']}{best['transb']} ({row['kernel_short']} against "
+                f"{best['kernel_short']}) at {row['shape']}, comparing {_time_words(on)}."
+            )
+            work = (
+                f"Store the operands as layout {best['transa']}{best['transb']} expects (transpose "
+                "once, outside the hot loop), or take that layout's algorithm through cuBLASLt."
+            )
+            severity = "high" if row["ratio"] >= t.high_ratio * t.layout_penalty_ratio else "medium"
+            found.append(_finding("layout-penalty", severity, slow.loc[[index]], message, work))
+    return found
+
+
+def broadcast_slower_than_folded(ctx: RuleContext) -> list[Finding]:
+    """A batched call whose A is shared (batch stride 0) against the single GEMM it folds into,
+    C = A @ [B_1 .. B_batch] (m x n*batch), timed in the same run."""
+    t = ctx.thresholds
+    rows = ctx.rows[~ctx.rows["is_loop"]].dropna(subset=["time_ms"])
+    on = _time_columns(rows)
+    shared = rows[(rows["broadcast"] == "a") & (rows["transb"] == "n")]
+    single = rows[(rows["batch"] == 1) & (rows["broadcast"] == "")]
+    found = []
+    for index, row in shared.iterrows():
+        folded = single[
+            (single["gpu_label"] == row["gpu_label"])
+            & (single["api"] == row["api"])
+            & (single["mode"] == row["mode"])
+            & (single["m"] == row["m"])
+            & (single["k"] == row["k"])
+            & (single["n"] == row["n"] * row["batch"])
+            & (single["transa"] == row["transa"])
+            & (single["transb"] == "n")
+        ]
+        if folded.empty:
+            continue
+        fold = folded.iloc[0]
+        ratio = float(row[on]) / float(fold[on])
+        if _pair_verdict(fold, row, on, t.fold_margin_pct / 100) is not Verdict.slower:
+            continue
+        message = (
+            f"The batched call with a shared A (batch stride 0) takes {ratio:.2f}x the time of "
+            f"the one {fold['m']}x{fold['n']}x{fold['k']} GEMM it folds into "
+            f"({row['kernel_short']} against {fold['kernel_short']}), comparing {_time_words(on)}."
+        )
+        work = (
+            "Fold the batch into one GEMM: reshape [batch, M, K] @ [K, N] to [batch*M, K] @ [K, N]."
+        )
+        severity = "high" if ratio >= t.high_ratio else "medium"
+        found.append(
+            _finding("broadcast-slower-than-folded", severity, rows.loc[[index]], message, work)
+        )
+    return found
+
+
+def underfilled_grid(ctx: RuleContext) -> list[Finding]:
+    """The dispatched kernel launches fewer CTAs than a share of the SMs although the problem's
+    operands would give every SM work: most of the GPU idles (the single-SM gemv of #114911)."""
+    t = ctx.thresholds
+    rows = _dispatched(ctx.rows)
+    if "sm_count" not in rows.columns or rows["sm_count"].isna().all():
+        return []
+    rows = rows[rows["sm_count"].notna()]
+    rows = rows.assign(ctas=_ctas(rows))
+    sms = rows["sm_count"].astype(float)
+    item = rows["mode"].map(lambda mode: mode_element_bytes(str(mode))).astype(float)
+    volume = (rows["m"] * rows["k"] + rows["k"] * rows["n"] + rows["m"] * rows["n"]).astype(float)
+    operand_bytes = volume * rows["batch"].astype(float) * item
+    took = pd.to_numeric(rows[_time_columns(rows)], errors="coerce").astype(float)
+    under = (
+        (rows["ctas"] < t.underfill_sm_fraction * sms)
+        & (operand_bytes >= t.underfill_bytes_per_sm * sms)
+        & (took >= t.underfill_min_ms)
+    )
+    found = []
+    for group in _by_kernel(rows[under.fillna(False).astype(bool)]):
+        first = group.iloc[0]
+        low, high = int(group["ctas"].min()), int(group["ctas"].max())
+        message = (
+            f"{first['kernel_short']} launches {low}-{high} CTAs on a GPU of "
+            f"{int(first['sm_count'])} SMs at {_size_list(group)}, where the "
+            "operands would give every SM work: most of the GPU idles."
+        )
+        work = (
+            "Pose the problem so that it fills the GPU (a single call instead of a batch of one, "
+            "the transposed layout), or split K across calls and add the partial results."
+        )
+        found.append(_finding("underfilled-grid", "high", group, message, work))
+    return found
+
+
+def mode_element_bytes(mode: str) -> int:
+    try:
+        return mode_spec(mode).element_bytes
+    except KeyError:
+        return 4
+
+
+def _ctas(rows: pd.DataFrame) -> pd.Series:
+    """CTAs of each row's main launch: CUPTI's count, else the product of ncu's grid."""
+    none = pd.Series(np.nan, index=rows.index)
+    traced = pd.to_numeric(rows.get("traced_ctas", none), errors="coerce").astype(float)
+    grid = rows["grid"].map(_grid_size) if "grid" in rows.columns else none
+    return traced.fillna(grid.astype(float))
+
+
+def _grid_size(grid: Any) -> float:
+    try:
+        x, y, z = (int(v) for v in str(grid).split("x"))
+    except ValueError:
+        return math.nan
+    return float(x * y * z)
+
+
+def _time_columns(rows: pd.DataFrame) -> str:
+    """The time a rule over several cases compares: the kernels' where every row has it."""
+    if "kernel_time_ms" in rows.columns and rows["kernel_time_ms"].notna().all() and len(rows):
+        return "kernel_time_ms"
+    return "time_ms"
+
+
+def _time_words(column: str) -> str:
+    return (
+        "the kernels' time (CUPTI)"
+        if column == "kernel_time_ms"
+        else "the calls' time (CUDA events)"
+    )
+
+
+def _pair_verdict(fast: pd.Series, slow: pd.Series, column: str, margin: float) -> Verdict:
+    """verdicts.judge of two cases of one run: the between-run floor of the time compared."""
+    prefix = column.removesuffix("_ms")
+    a, b = Timed.from_row(fast, prefix), Timed.from_row(slow, prefix)
+    if a is None or b is None:
+        return Verdict.same
+    kind = noise.kernel_kind(str(slow["mode"])) if prefix == "kernel_time" else "call"
+    return judge(a, b, noise.load().floor(b.median_ms, kind), margin).verdict
+
+
 RULES: list[Rule] = [
     no_escalation,
     legacy_kernel,
@@ -465,6 +625,9 @@ RULES: list[Rule] = [
     reference_faster,
     batched_slower_than_loop,
     better_candidate,
+    layout_penalty,
+    broadcast_slower_than_folded,
+    underfilled_grid,
 ]
 
 

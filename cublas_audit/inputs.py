@@ -78,6 +78,9 @@ def load_run(run_dir: Path) -> Dataset:
         check_against_plan(frame, [case.case_id for case in read_plan(plan)], source)
     env = read_env(run_dir)
     check_env(env, run_dir / ENV_FILE)
+    if "sm_count" not in frame.columns and isinstance(env.get("sm_count"), int):
+        # tables written before the column existed: the GPU's SMs, as env.json recorded them
+        frame = frame.assign(sm_count=pd.array([env["sm_count"]] * len(frame), dtype="Int64"))
     return _dataset(run_dir, frame, env)
 
 

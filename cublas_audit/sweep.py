@@ -286,6 +286,7 @@ def write_run_table(
         "gpu_label": label or env.get("gpu_label"),
         "gpu_name": env.get("gpu_name"),
         "cc": env.get("cc"),
+        "sm_count": env.get("sm_count"),
         "driver_version": env.get("driver_version"),
         "cublas_version": format_cublas_version(cublas) if cublas else env.get("cublas_version"),
     }

@@ -95,6 +95,7 @@ OPTIONAL_COLUMNS: dict[str, str] = {
     "cublas_version": "str",
     "gpu_name": "str",
     "cc": "str",
+    "sm_count": "int",
     **{f"stall_{reason}": "float" for reason in STALL_REASONS},
 }
 

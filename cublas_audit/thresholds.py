@@ -39,6 +39,20 @@ class Thresholds:
     # default batched grid on the H100 put run-to-run spread of that ratio at 4.8 % at most
     # (benchmarks/results/candidates_speed_h100.json).
     candidate_gap_pct: float = 10.0
+    # layout-penalty: the same problem, mode and call is at least this much slower in one layout
+    # (transa, transb) than in the best one, beyond noise. On the H100, FP32 2048^3 batch 8 in
+    # `tt` (xmma 64x64) takes 1.19x the time of `nt` (reports/h100/layouts/).
+    layout_penalty_ratio: float = 1.3
+    # broadcast-slower-than-folded: a batched call with a batch-stride-0 operand is slower than
+    # the one GEMM it folds into by more than this (pytorch PR 161564: 32x on an older cuBLAS).
+    fold_margin_pct: float = 10.0
+    # underfilled-grid: the dispatched kernel launches fewer CTAs than this share of the GPU's
+    # SMs, for a problem whose operands give every SM at least `underfill_bytes_per_sm` to read,
+    # and takes at least `underfill_min_ms` (pytorch#114911: a K = 131072 gemv on one SM, 412 us
+    # where the mm took 11.9 us; a 256^3 call on 16 CTAs for 8 us is not worth a finding).
+    underfill_sm_fraction: float = 0.25
+    underfill_bytes_per_sm: float = 4096
+    underfill_min_ms: float = 0.05
     # diff: the smallest time change a verdict reports; whether a change this large is real is
     # the noise model's to say (cublas_audit.verdicts), not this number's.
     diff_time_noise_pct: float = 5.0
