@@ -325,7 +325,20 @@ class Variants:
             found.append(case)
             if batch > 1 and mode == "fp32" and api == "cublas":
                 found.append(dataclasses.replace(case, loop=True))
+            folded = self.folded(case)
+            if folded is not None:
+                found.append(folded)
         return found
+
+    @staticmethod
+    def folded(case: Case) -> Case | None:
+        """The one GEMM a batched call with a shared A folds into, C = A @ [B_1 .. B_batch]
+        (m x n*batch, packed B), which broadcast-slower-than-folded compares it with."""
+        if case.broadcast != "a" or case.transb != "n" or case.ldb or case.batch < 2:
+            return None
+        return dataclasses.replace(
+            case, n=case.n * case.batch, batch=1, broadcast="", strided=False, loop=False
+        )
 
 
 def parse_layouts(text: str) -> tuple[str, ...]:

@@ -74,3 +74,14 @@ def test_plan_poses_every_layout_with_its_loop_and_keeps_lt_settings_on_lt() -> 
     assert not any(c.bias for c in plan if c.api == "cublas")
     assert len(ids) == len(set(ids)) == 2 * (2 + 3)  # per layout: b1 on both apis, b4 + loop
     assert [Case.from_json(c.to_json()) for c in plan] == plan
+
+
+def test_a_shared_a_brings_its_folded_gemm_into_the_plan() -> None:
+    plan = build_plan(
+        sizes=[], shapes=[(8192, 512, 8192)], batches=[4], modes=["fp16"], apis=["cublas"],
+        single=False, batched=True, variants=Variants(broadcast="a"),
+    )  # fmt: skip
+    assert [c.case_id for c in plan] == [
+        "cublas.fp16.8192x512x8192.b4.nn.bcast-a",
+        "cublas.fp16.8192x2048x8192.b1.nn",  # pytorch PR 161564's fold: [4*512, K] @ [K, N]
+    ]
