@@ -21,7 +21,7 @@ import typer
 from cublas_audit.errors import AuditError
 
 if TYPE_CHECKING:
-    from cublas_audit.cases import Variants
+    from cublas_audit.cases import Case, Variants
 
 app = typer.Typer(
     name="cublas-audit",
@@ -125,6 +125,24 @@ def _variants(
         bias=bias,
         workspace_mib=workspace_mib,
     )
+
+
+def _listed_cases(
+    shapes_file: Path | None, torch_trace: Path | None, modes: str, apis: str
+) -> list[Case]:
+    """The problems of a shape list or a PyTorch trace, as cases (one input, not both)."""
+    from cublas_audit import cases
+    from cublas_audit.torch_trace import cases_of, read_trace
+
+    if shapes_file is not None and torch_trace is not None:
+        raise AuditError("give --shapes-file or --torch-trace, not both")
+    if shapes_file is not None:
+        return cases.read_shapes_file(shapes_file, cases.parse_modes(modes), cases.parse_apis(apis))
+    assert torch_trace is not None
+    found = cases_of(read_trace(torch_trace), cases.parse_apis(apis))
+    if not found:
+        raise AuditError(f"{torch_trace}: no GEMM with recorded shapes in fp32, bf16 or fp16")
+    return found
 
 
 def exit_codes(command: Callable[P, R]) -> Callable[P, R]:
@@ -247,16 +265,29 @@ def sweep_command(
     workspace_mib: int = typer.Option(
         -1, min=-1, metavar="MIB", help="cuBLASLt calls: workspace limit (default 32 MiB)."
     ),
+    shapes_file: Path | None = typer.Option(
+        None,
+        metavar="FILE",
+        help="Run the problems of a shape list (CSV or JSON: m, n, k and optional batch, layout, "
+        "mode, api, lda, ldb, broadcast, beta, bias, workspace_mib, strided) instead of the grid.",
+    ),
+    torch_trace: Path | None = typer.Option(
+        None,
+        metavar="FILE",
+        help="Run exactly the GEMMs of a PyTorch profiler trace (plain or .gz), not the grid.",
+    ),
 ) -> None:
     """Run cuBLAS / cuBLASLt calls across sizes under ncu and write a dispatch table."""
     from cublas_audit import cases, probe_process
     from cublas_audit.summary import summary
     from cublas_audit.sweep_setup import SweepOptions, sweep
 
-    options = SweepOptions(
-        cases=[]
-        if resume is not None
-        else cases.plan_from_options(
+    if resume is not None:
+        planned: list[cases.Case] = []
+    elif shapes_file is not None or torch_trace is not None:
+        planned = _listed_cases(shapes_file, torch_trace, modes, api)
+    else:
+        planned = cases.plan_from_options(
             single,
             batched,
             sizes,
@@ -265,7 +296,9 @@ def sweep_command(
             modes,
             api,
             _variants(layouts, ld_pad, broadcast, beta, bias, workspace_mib),
-        ),
+        )
+    options = SweepOptions(
+        cases=planned,
         gpu_label=gpu_label,
         out=out,
         resume=resume,
@@ -483,3 +516,25 @@ def diff_command(
         )
     if fail_on is not None and result.fails(fail_on.value):
         raise typer.Exit(1)
+
+
+@app.command("shapes")
+@exit_codes
+def shapes_command(
+    torch_trace: Path = typer.Option(
+        ..., metavar="FILE", help="A PyTorch profiler trace (Chrome JSON, plain or gzipped)."
+    ),
+    format: Format = typer.Option(Format.md, "--format", metavar="md|json", help="Output format."),
+) -> None:
+    """The distinct GEMMs of a PyTorch trace: calls, GPU time, share, the kernels they ran."""
+    from cublas_audit.torch_trace import problems, read_trace
+    from cublas_audit.torch_trace_report import problems_markdown
+
+    trace = read_trace(torch_trace)
+    table = problems(trace)
+    if format is Format.json:
+        from cublas_audit.table import frame_records
+
+        print_json(frame_records(table))
+    else:
+        typer.echo(problems_markdown(trace, table))
