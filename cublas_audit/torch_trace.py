@@ -20,7 +20,6 @@ cuBLAS runs m = 384, n = 512, k = 256, transa "t" (lda 256), transb "n" (ldb 256
 
 from __future__ import annotations
 
-import bisect
 import gzip
 import json
 import math
@@ -202,18 +201,22 @@ def gemm_calls(trace: Trace) -> list[GemmCall]:
 def _innermost(
     ops: list[dict[str, Any]], launches: list[dict[str, Any]]
 ) -> Iterable[tuple[dict[str, Any], dict[str, Any]]]:
-    """(op, launch) for each launch inside a GEMM op: the latest-starting op that holds it."""
-    ops = sorted(ops, key=lambda e: float(e["ts"]))
-    starts = [float(e["ts"]) for e in ops]
-    for launch in launches:
-        at = float(launch.get("ts", math.nan))
-        index = bisect.bisect_right(starts, at) - 1
-        while index >= 0:
+    """(op, launch) for each launch inside a GEMM op: the innermost op open at the launch. One
+    sweep in time order with a stack of open ops (ops on one thread nest), so a trace of many
+    launches outside any GEMM costs no more than one inside."""
+    timeline = sorted(
+        [(float(op["ts"]), 0, index) for index, op in enumerate(ops)]
+        + [(float(launch.get("ts", math.nan)), 1, index) for index, launch in enumerate(launches)]
+    )
+    open_ops: list[tuple[float, dict[str, Any]]] = []  # (end, op), innermost last
+    for at, kind, index in timeline:
+        while open_ops and open_ops[-1][0] < at:
+            open_ops.pop()
+        if kind == 0:
             op = ops[index]
-            if float(op["ts"]) + float(op["dur"]) >= at:
-                yield op, launch
-                break
-            index -= 1
+            open_ops.append((at + float(op["dur"]), op))
+        elif open_ops:
+            yield open_ops[-1][1], launches[index]
 
 
 def problem_of(op: dict[str, Any]) -> GemmProblem | None:
