@@ -473,10 +473,25 @@ def report_command(
         show_default=False,
     ),
     threshold: Thresholds = None,
+    torch_trace: Path | None = typer.Option(
+        None,
+        metavar="FILE",
+        help="Audit the GEMMs of a PyTorch profiler trace instead (kernels and durations as "
+        "recorded; findings weighted by their share of the trace's GEMM time).",
+    ),
 ) -> None:
     """Findings, dispatch and efficiency tables, stalls and reproduce scripts, per GPU."""
     from cublas_audit import report
 
+    if torch_trace is not None:
+        from cublas_audit.thresholds import with_overrides
+        from cublas_audit.torch_trace import read_trace
+        from cublas_audit.torch_trace_report import report_markdown
+
+        if inputs:
+            raise AuditError("give run directories / tables or --torch-trace, not both")
+        typer.echo(report_markdown(read_trace(torch_trace), with_overrides(threshold or [])))
+        return
     job = report.ReportJob(inputs or [], out, format.value if format else None, threshold or [])
     report.run(job, terminal=sys.stdout.isatty(), echo=typer.echo)
 

@@ -155,3 +155,20 @@ def test_bad_shape_lists_name_the_row(tmp_path: Path, text: str, message: str) -
     path.write_text(text)
     with pytest.raises(AuditError, match=message):
         read_shapes_file(path, ["fp32"], ["cublas"])
+
+
+def test_report_audits_the_trace_and_weights_findings_by_share() -> None:
+    runner = CliRunner()
+    plain = runner.invoke(app, ["report", "--torch-trace", str(OPS)])
+    assert plain.exit_code == 0, plain.output
+    assert "## Findings (0)" in plain.output  # nothing reaches the default thresholds
+    # FP32 x @ w.t() (cuBLAS tn) took 0.008672 ms, the same mm as tn's mirror nt 0.007872 ms:
+    # 1.10x, a layout penalty once the threshold is lowered to 1.05
+    lowered = runner.invoke(
+        app, ["report", "--torch-trace", str(OPS), "--threshold", "layout_penalty_ratio=1.05"]
+    )
+    assert lowered.exit_code == 0, lowered.output
+    line = next(x for x in lowered.output.splitlines() if "1.10x the time of layout nt" in x)
+    assert "`layout-penalty` · 4.8 % of GEMM time" in line
+    both = runner.invoke(app, ["report", str(OPS), "--torch-trace", str(OPS)])
+    assert both.exit_code == 2
