@@ -145,6 +145,24 @@ def _listed_cases(
     return found
 
 
+def _reference_problems(shapes_file: Path) -> list[tuple[int, int, int, int]]:
+    """The rows of a shape list the reference kernel computes (FP32, nn, packed, beta 0)."""
+    from cublas_audit import cases
+
+    listed = cases.read_shapes_file(shapes_file, ["fp32"], ["cublas"])
+    found = [
+        (c.m, c.n, c.k, c.batch)
+        for c in listed
+        if c == cases.Case("cublas", "fp32", c.m, c.n, c.k, c.batch, strided=c.strided)
+    ]
+    if not found:
+        raise AuditError(
+            f"--shapes-file {shapes_file}: no FP32, untransposed, packed, beta-0 problem, which "
+            "is all the reference computes"
+        )
+    return list(dict.fromkeys(found))
+
+
 def exit_codes(command: Callable[P, R]) -> Callable[P, R]:
     """The exit-code contract: an AuditError is its one-line message and code, Ctrl-C is 130, and
     anything else is an internal error (4) whose traceback goes to a log file, never a 1."""
@@ -381,6 +399,12 @@ def candidates_command(
     broadcast: Broadcast = "",
     beta: Beta = "0",
     bias: Bias = False,
+    shapes_file: Path | None = typer.Option(
+        None, metavar="FILE", help="The problems of a shape list (as for sweep), not the grid."
+    ),
+    torch_trace: Path | None = typer.Option(
+        None, metavar="FILE", help="The GEMMs of a PyTorch profiler trace, not the grid."
+    ),
 ) -> None:
     """Time every algorithm cuBLASLt's heuristic offers: is its default the fastest?"""
     from cublas_audit import cases, environment
@@ -389,10 +413,13 @@ def candidates_command(
     from cublas_audit.device.candidate_audit import run_candidates
     from cublas_audit.table import frame_records
 
-    variants = _variants(layouts, ld_pad, broadcast, beta, bias, -1)
-    case_list = cases.plan_from_options(
-        single, batched, sizes, shapes, batches, modes, "cublasLt", variants
-    )
+    if shapes_file is not None or torch_trace is not None:
+        case_list = _listed_cases(shapes_file, torch_trace, modes, "cublasLt")
+    else:
+        variants = _variants(layouts, ld_pad, broadcast, beta, bias, -1)
+        case_list = cases.plan_from_options(
+            single, batched, sizes, shapes, batches, modes, "cublasLt", variants
+        )
     env = environment.collect()
     environment.require_gpu(env)
     frame = run_candidates(
@@ -430,6 +457,12 @@ def reference_command(
         180.0, "--budget-s", min=1, metavar="SECONDS", help="--tune: time budget."
     ),
     min_reps: int = typer.Option(20, min=20, metavar="N", help="Timed repetitions, at least."),
+    shapes_file: Path | None = typer.Option(
+        None,
+        metavar="FILE",
+        help="Also the FP32 problems of a shape list (as for sweep) that the reference computes: "
+        "packed, untransposed, beta 0.",
+    ),
 ) -> None:
     """Time the bundled reference SGEMM against cuBLAS (FP32), or tune its strategy table."""
     from cublas_audit.cases import parse_int_list
@@ -437,6 +470,7 @@ def reference_command(
 
     size_list = parse_int_list(sizes, "--sizes")
     batch_list = parse_int_list(batches, "--batches")
+    listed = _reference_problems(shapes_file) if shapes_file is not None else []
 
     def log(line: str) -> None:
         typer.echo(line, err=True)
@@ -445,7 +479,7 @@ def reference_command(
         table = bench.tune(size_list, batch_list, budget_s, log)
         typer.echo(f"strategy table: {bench.write_table(table, out)}")
         return
-    rows = bench.comparisons(size_list, batch_list, log, min_reps)
+    rows = bench.comparisons(size_list, batch_list, log, min_reps, listed)
     if format is Format.json:
         print_json([row.to_json() for row in rows])
     else:

@@ -172,3 +172,14 @@ def test_report_audits_the_trace_and_weights_findings_by_share() -> None:
     assert "`layout-penalty` · 4.8 % of GEMM time" in line
     both = runner.invoke(app, ["report", str(OPS), "--torch-trace", str(OPS)])
     assert both.exit_code == 2
+
+
+def test_reference_takes_the_shape_list_rows_it_can_compute(tmp_path: Path) -> None:
+    from cublas_audit.cli import _reference_problems
+
+    listed = tmp_path / "shapes.csv"
+    listed.write_text("m,n,k,batch,layout,beta\n4096,1024,512,8,nn,\n64,64,64,1,tn,\n8,8,8,1,nn,1\n")
+    assert _reference_problems(listed) == [(4096, 1024, 512, 8)]
+    listed.write_text("m,n,k,layout\n64,64,64,tn\n")
+    result = CliRunner().invoke(app, ["reference", "--shapes-file", str(listed)])
+    assert result.exit_code == 2 and "all the reference computes" in result.output

@@ -236,18 +236,20 @@ def comparisons(
     batches: Sequence[int],
     log: Callable[[str], None],
     min_reps: int = 20,
+    problems: Iterable[tuple[int, int, int, int]] = (),
 ) -> list[Comparison]:
-    """compare() over a grid of square problems. A missing tool or a wrong result stops it; any
-    other failure (out of memory, a launch error) is logged and the grid goes on."""
+    """compare() over a grid of square problems, then over `problems` (m, n, k, batch: a shape
+    list's). A missing tool or a wrong result stops it; any other failure (out of memory, a
+    launch error) is logged and the grid goes on."""
+    grid = [(size, size, size, batch) for size in sizes for batch in batches]
     rows = []
-    for size in sizes:
-        for batch in batches:
-            try:
-                rows.append(compare(size, size, size, batch, min_reps=min_reps))
-            except AuditError:
-                raise
-            except Exception as exc:
-                log(f"{size} batch {batch}: {type(exc).__name__}: {exc}".splitlines()[0])
+    for m, n, k, batch in [*grid, *problems]:
+        try:
+            rows.append(compare(m, n, k, batch, min_reps=min_reps))
+        except AuditError:
+            raise
+        except Exception as exc:
+            log(f"{m}x{n}x{k} batch {batch}: {type(exc).__name__}: {exc}".splitlines()[0])
     return rows
 
 
