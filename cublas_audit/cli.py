@@ -250,6 +250,13 @@ def sweep_command(
     profile: bool | None = typer.Option(
         None, "--profile/--no-profile", help="Profile under ncu (default), or only time."
     ),
+    observer: str | None = typer.Option(
+        None,
+        metavar="ncu|cupti|events",
+        help="How launches are observed: ncu (counters, stalls), cupti (kernel names, times, "
+        "grids; no counter permission), events (call times). Default: ncu where it can run, "
+        "else cupti with a notice.",
+    ),
     reference: bool | None = typer.Option(
         None, "--reference/--no-reference", help="Time and profile the reference kernel (FP32)."
     ),
@@ -330,6 +337,7 @@ def sweep_command(
         min_reps=min_reps,
         candidate_limit=limit if candidates else None,
         command=["cublas-audit", *sys.argv[1:]],
+        observer=observer,
     )
     result = _with_progress(lambda hooks: sweep(options, hooks))
     typer.echo(summary(result.frame))
@@ -571,19 +579,31 @@ def diff_command(
 @exit_codes
 def shapes_command(
     torch_trace: Path = typer.Option(
-        ..., metavar="FILE", help="A PyTorch profiler trace (Chrome JSON, plain or gzipped)."
+        ...,
+        metavar="FILE",
+        help="A PyTorch profiler trace (Chrome JSON, plain or gzipped, record_shapes=True).",
     ),
     format: Format = typer.Option(Format.md, "--format", metavar="md|json", help="Output format."),
+    out: Path | None = typer.Option(
+        None, metavar="FILE", help="Write the output here instead of stdout."
+    ),
 ) -> None:
-    """The distinct GEMMs of a PyTorch trace: calls, GPU time, share, the kernels they ran."""
-    from cublas_audit.torch_trace import problems, read_trace
-    from cublas_audit.torch_trace_report import problems_markdown
+    """The distinct GEMMs of a PyTorch trace: shapes in PyTorch's and cuBLAS's terms, calls, GPU
+    time and share, the kernels they ran (through correlation ids), the copies around them."""
+    from cublas_audit.report import check_output
+    from cublas_audit.rundir import write_text_atomic
+    from cublas_audit.table import frame_records, json_ready
+    from cublas_audit.torch_trace import problems, problems_markdown, read_trace
 
+    if out is not None:
+        check_output(out, [torch_trace])
     trace = read_trace(torch_trace)
     table = problems(trace)
     if format is Format.json:
-        from cublas_audit.table import frame_records
-
-        print_json(frame_records(table))
+        text = json.dumps(json_ready(frame_records(table)), indent=2, allow_nan=False) + "\n"
     else:
-        typer.echo(problems_markdown(trace, table))
+        text = problems_markdown(trace, table)
+    if out is None:
+        typer.echo(text, nl=False)
+    else:
+        typer.echo(f"shapes: {write_text_atomic(out, text)}")

@@ -21,7 +21,7 @@ import pandas as pd
 
 from cublas_audit import __version__, environment, probe_process, rundir
 from cublas_audit.cases import Case, check_label, label_from_gpu_name, read_plan, write_plan
-from cublas_audit.errors import AuditError
+from cublas_audit.errors import AuditError, ToolMissingError
 from cublas_audit.profile import CLOCK_CONTROLS
 from cublas_audit.resources import package_view
 from cublas_audit.sweep import Progress, SweepConfig, run
@@ -48,6 +48,15 @@ class SweepOptions:
     min_reps: int | None = None
     candidate_limit: int | None = None
     command: list[str] = field(default_factory=list)
+    # How the launches are observed: "ncu" (counters, stalls), "cupti" (kernel names, times and
+    # geometry; no counter permission needed), "events" (call times only); None: ncu where it
+    # can run, else CUPTI with a notice (--no-profile means CUPTI).
+    observer: str | None = None
+
+
+OBSERVERS = ("ncu", "cupti", "events")
+# The probe reads this: set, it times with CUDA events alone (`--observer events`).
+NO_CUPTI_ENV = "CUBLAS_AUDIT_NO_CUPTI"
 
 
 @dataclass(frozen=True)
@@ -76,6 +85,7 @@ def sweep(options: SweepOptions, progress: Progress | None = None) -> SweepResul
     options = checked(options)
     env = environment.collect(options.ncu)
     environment.require_gpu(env)
+    options = _observer_here(options, env, progress or Progress())
     ncu = environment.require_profiler(env) if options.profile else None
     with package_view() as view:
         config = _config(options, env, ncu, view)
@@ -84,6 +94,24 @@ def sweep(options: SweepOptions, progress: Progress | None = None) -> SweepResul
             start_run(config, env, options)
         frame = run(config, progress)
     return SweepResult(config.run_dir, frame, write_run_report(config.run_dir))
+
+
+def _observer_here(
+    options: SweepOptions, env: environment.Environment, progress: Progress
+) -> SweepOptions:
+    """The observer this sweep uses. Asked for ncu (or a resumed profiled run): ncu or exit 3.
+    Not asked: ncu where it can run, else CUPTI, said in one line, never a stop."""
+    if options.observer in ("cupti", "events"):
+        return replace(options, profile=False)
+    if options.observer == "ncu" or not options.profile or options.resume is not None:
+        return options
+    try:
+        environment.require_profiler(env)
+    except ToolMissingError as exc:
+        why = str(exc).split(":")[0]
+        progress.note(f"{why}: observing with CUPTI instead (kernel names and times, no counters)")
+        return replace(options, profile=False)
+    return options
 
 
 def checked(options: SweepOptions) -> SweepOptions:
@@ -100,6 +128,10 @@ def checked(options: SweepOptions) -> SweepOptions:
         for name, (_key, default) in RECORDED.items()
     }
     options = replace(options, **decided)
+    if options.observer is not None and options.observer not in OBSERVERS:
+        raise AuditError(f"--observer: {options.observer!r} is not one of {', '.join(OBSERVERS)}")
+    if options.observer == "events":  # the probe then times with CUDA events alone
+        options = replace(options, probe_env={**options.probe_env, NO_CUPTI_ENV: "1"})
     if options.clock_control not in CLOCK_CONTROLS:
         raise AuditError(
             f"--clock-control: {options.clock_control!r} is not one of {', '.join(CLOCK_CONTROLS)}"
@@ -206,6 +238,7 @@ def start_run(config: SweepConfig, env: environment.Environment, options: SweepO
             "cublas_lib": str(config.cublas_lib) if config.cublas_lib else None,
             "ncu_clock_control": config.clock_control,
             "profiled": config.ncu is not None,
+            "observer": "ncu" if config.ncu is not None else (options.observer or "cupti"),
             "reference": config.reference,
             "min_reps": config.min_reps,
             "candidate_limit": config.candidate_limit,

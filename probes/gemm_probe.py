@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import sys
 import traceback
 from collections.abc import Callable
@@ -32,6 +33,10 @@ from cublas_audit.cases import Case, read_plan
 from cublas_audit.errors import ToolMissingError
 from cublas_audit.ncu_parse import CALL_RANGE_PREFIX, REFERENCE_RANGE_PREFIX
 from cublas_audit.probe_process import DONE_LINE, START_LINE
+
+NO_CUPTI_ENV = (
+    "CUBLAS_AUDIT_NO_CUPTI"  # sweep_setup.NO_CUPTI_ENV: the probe imports no CPU-side setup
+)
 
 if TYPE_CHECKING:
     from cublas_audit.device.operands import Operands
@@ -283,7 +288,10 @@ class Runner:
         from cublas_audit.device.timing import repetitions
 
         if self.cupti_missing is None:
-            self.cupti_missing = kernel_trace.available() or ""
+            off = os.environ.get(NO_CUPTI_ENV)
+            self.cupti_missing = (
+                "off (--observer events)" if off else kernel_trace.available() or ""
+            )
         if self.cupti_missing:
             return {"kernel_time_status": f"unavailable: {self.cupti_missing}"}
         reps = repetitions(call_ms, kernel_trace.MIN_REPS)

@@ -178,7 +178,9 @@ def test_reference_takes_the_shape_list_rows_it_can_compute(tmp_path: Path) -> N
     from cublas_audit.cli import _reference_problems
 
     listed = tmp_path / "shapes.csv"
-    listed.write_text("m,n,k,batch,layout,beta\n4096,1024,512,8,nn,\n64,64,64,1,tn,\n8,8,8,1,nn,1\n")
+    listed.write_text(
+        "m,n,k,batch,layout,beta\n4096,1024,512,8,nn,\n64,64,64,1,tn,\n8,8,8,1,nn,1\n"
+    )
     assert _reference_problems(listed) == [(4096, 1024, 512, 8)]
     listed.write_text("m,n,k,layout\n64,64,64,tn\n")
     result = CliRunner().invoke(app, ["reference", "--shapes-file", str(listed)])

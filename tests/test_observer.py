@@ -1,0 +1,60 @@
+"""Without ncu (or without counter permission) a sweep observes with CUPTI and says so in one
+line, instead of stopping; `--observer ncu` still stops with exit 3, `--observer events` turns
+CUPTI off in the probe. The probe is the fake interpreter replaying the H100's recorded run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from cublas_audit import rundir, sweep_setup
+from cublas_audit.errors import AuditError, ToolMissingError
+from cublas_audit.sweep import Progress
+from cublas_audit.sweep_setup import SweepOptions
+from tests.fakeprobe import fake_probe, seen
+from tests.test_resume import CASES, DEADLINE_S, H100_RUN, deadline, stand_in_machine
+
+
+def options(tmp_path: Path, **given: object) -> SweepOptions:
+    probe, _calls = fake_probe(tmp_path, replay=H100_RUN)
+    return SweepOptions(
+        cases=CASES,
+        gpu_label="h100",
+        out=tmp_path / "run",
+        probe_python=probe.python,
+        reference=False,
+        command=["cublas-audit", "sweep"],
+        **given,  # type: ignore[arg-type]
+    )
+
+
+def test_no_ncu_means_cupti_with_a_notice(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    stand_in_machine(monkeypatch, ncu=None)  # this machine has no ncu
+    notes: list[str] = []
+    with deadline(DEADLINE_S):
+        result = sweep_setup.sweep(options(tmp_path), Progress(note=notes.append))
+    assert any("observing with CUPTI instead" in note for note in notes), notes
+    env = rundir.read_env(result.run_dir)
+    assert (env["observer"], env["profiled"]) == ("cupti", False)
+    phases = [
+        s["argv"][s["argv"].index("--phase") + 1] for s in seen(tmp_path) if "--phase" in s["argv"]
+    ]
+    assert "profile" not in phases and "time" in phases
+    # counter columns empty, not zero
+    assert result.frame["fma_pct"].isna().all()
+
+
+def test_asking_for_ncu_without_it_is_exit_3(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stand_in_machine(monkeypatch, ncu=None)
+    with pytest.raises(ToolMissingError, match="ncu"):
+        sweep_setup.sweep(options(tmp_path, observer="ncu"))
+
+
+def test_events_observer_turns_cupti_off_in_the_probe(tmp_path: Path) -> None:
+    decided = sweep_setup.checked(options(tmp_path, observer="events"))
+    assert decided.probe_env[sweep_setup.NO_CUPTI_ENV] == "1"
+    with pytest.raises(AuditError, match="--observer: 'nvprof' is not one of ncu, cupti, events"):
+        sweep_setup.checked(options(tmp_path, observer="nvprof"))
