@@ -157,8 +157,8 @@ def read_trace(path: Path | str) -> Trace:
         raise AuditError(f"{path}: cannot read the trace ({_one_line(exc)})") from None
     except UnicodeDecodeError as exc:
         raise AuditError(f"{path}: not a JSON trace (not UTF-8 text: {_one_line(exc)})") from None
-    except json.JSONDecodeError as exc:
-        raise AuditError(f"{path}: not a JSON trace ({exc.msg} near character {exc.pos})") from None
+    except _NotJson as exc:
+        raise AuditError(f"{path}: not a JSON trace ({exc})") from None
     except _NotATrace as exc:
         raise AuditError(f"{path}: not a PyTorch profiler trace ({exc})") from None
     return trace
@@ -166,6 +166,10 @@ def read_trace(path: Path | str) -> Trace:
 
 class _NotATrace(Exception):
     """Valid JSON so far, but not a Chrome trace object with a traceEvents list."""
+
+
+class _NotJson(Exception):
+    """Text that is not JSON (or ends early), with where."""
 
 
 def _parse_file(path: Path, trace: Trace) -> None:
@@ -193,12 +197,14 @@ class _Cursor:
         self.stream = stream
         self.buf = ""
         self.pos = 0
+        self.offset = 0  # characters of the text before buf
         self.decoder = json.JSONDecoder()
 
     def _more(self) -> bool:
         data = self.stream.read(_CHUNK_CHARS)
         if not data:
             return False
+        self.offset += self.pos
         self.buf = self.buf[self.pos :] + data
         self.pos = 0
         return True
@@ -226,10 +232,10 @@ class _Cursor:
         while True:
             try:
                 value, end = self.decoder.raw_decode(self.buf, self.pos)
-            except json.JSONDecodeError:
+            except json.JSONDecodeError as exc:
                 if self._more():
                     continue
-                raise
+                raise _NotJson(f"{exc.msg} at character {self.offset + exc.pos}") from None
             if end == len(self.buf) and self._more():
                 continue
             self.pos = end
@@ -365,11 +371,12 @@ class GemmProblem:
 
     @property
     def bias_epilogue(self) -> bool:
-        """PyTorch's cuBLASLt path (isInputCompliesAddmmCudaLt): a contiguous vector of N values,
-        beta 1, every dimension above 1, on addmm (and so linear)."""
+        """PyTorch's cuBLASLt path (isInputCompliesAddmmCudaLt): addmm (so linear) with a
+        contiguous vector of N values, beta 1, every dimension above 1, a real float dtype."""
+        if not self.bias or self.batched or self.beta != 1.0 or min(self.m, self.n, self.k) < 2:
+            return False
         vector = self.bias_dims == (self.n,) and self.bias_strides in ((1,), ())
-        sizes_above_one = min(self.m, self.n, self.k) > 1
-        return self.bias and not self.batched and vector and self.beta == 1.0 and sizes_above_one
+        return vector and self.mode in ("fp32", "fp16", "bf16", "double")
 
     def cublas_terms(self) -> dict[str, Any]:
         """The column-major call PyTorch issues (module docstring): m, n, k, batch, transa,
@@ -413,20 +420,24 @@ class GemmProblem:
             b = _batch_operand(b_dims, self.b_strides, swap, self.k, n)
         return m, n, a, b
 
+    def shared_operand(self) -> str:
+        """The cuBLAS operand, "a" or "b", that a batched call shares (batch stride 0), or ""."""
+        terms = self.cublas_terms()
+        if self.batch < 2:
+            return ""
+        return "a" if terms["stride_a"] == 0 else "b" if terms["stride_b"] == 0 else ""
+
     def case(self, api: str = "cublas") -> Case:
         """The sweep's case for this problem: packed leading dimensions as 0, a shared operand as
         `broadcast`, a batch of 1 as the single call PyTorch makes (it calls gemm, not bgemm)."""
         t = self.cublas_terms()
         packed_a = t["m"] if t["transa"] == "n" else t["k"]
         packed_b = t["k"] if t["transb"] == "n" else t["n"]
-        shared = ""
-        if self.batch > 1:
-            shared = "a" if t["stride_a"] == 0 else "b" if t["stride_b"] == 0 else ""
         return Case(
             api, self.mode, t["m"], t["n"], t["k"], self.batch, t["transa"], t["transb"],
             lda=0 if t["lda"] <= packed_a else t["lda"],
             ldb=0 if t["ldb"] <= packed_b else t["ldb"],
-            broadcast=shared,
+            broadcast=self.shared_operand(),
             beta=t["beta"],
             bias=t["bias"] and api == "cublasLt",
         )  # fmt: skip
@@ -699,7 +710,8 @@ def _is_gemm_kernel(activity: GpuActivity) -> bool:
 PROBLEM_COLUMNS = [
     "op", "via", "mode", "M", "N", "K", "batch", "a_strides", "b_strides", "bias", "beta",
     "cublas_m", "cublas_n", "cublas_k", "cublas_transa", "cublas_transb", "cublas_lda",
-    "cublas_ldb", "cublas_stride_a", "cublas_stride_b", "cublas_beta", "cublas_bias",
+    "cublas_ldb", "cublas_stride_a", "cublas_stride_b", "cublas_broadcast", "cublas_beta",
+    "cublas_bias",
     "calls", "total_gpu_ms", "mean_gpu_ms", "share", "kernels", "kernel_short", "ctas",
     "aux_kernels", "aux_gpu_ms",
 ]  # fmt: skip
@@ -741,7 +753,7 @@ def _row(problem: GemmProblem, totals: _Totals, grand_us: float) -> dict[str, An
     terms = problem.cublas_terms()
     return {
         "op": problem.op,
-        "via": " | ".join(v for v in totals.via if v),
+        "via": " | ".join(v or "direct" for v in totals.via) if any(totals.via) else "",
         "mode": problem.mode,
         "M": problem.m,
         "N": problem.n,
@@ -752,6 +764,7 @@ def _row(problem: GemmProblem, totals: _Totals, grand_us: float) -> dict[str, An
         "bias": problem.bias,
         "beta": problem.beta,
         **{f"cublas_{key}": terms[key] for key in _TERMS_SHOWN},
+        "cublas_broadcast": problem.shared_operand(),
         "calls": totals.calls,
         "total_gpu_ms": totals.gpu_us / 1e3,
         "mean_gpu_ms": totals.gpu_us / 1e3 / totals.calls,

@@ -9,52 +9,10 @@ import pandas as pd
 
 from cublas_audit.cases import label_from_gpu_name
 from cublas_audit.findings import Finding, audit
-from cublas_audit.markdown import md_code, md_number, md_table, md_text
+from cublas_audit.markdown import md_code, md_text
 from cublas_audit.table import from_records
 from cublas_audit.thresholds import Thresholds
-from cublas_audit.torch_trace import Trace, problems
-
-
-def problems_markdown(trace: Trace, table: pd.DataFrame) -> str:
-    total = float(table["total_gpu_ms"].sum()) if len(table) else 0.0
-    head = [
-        "# GEMMs of a PyTorch trace",
-        "",
-        f"Trace: {md_code(str(trace.path), in_table=False)}"
-        + (f" ({md_text(trace.gpu_name)})" if trace.gpu_name else ""),
-        "",
-        f"{len(table)} distinct problems, {int(table['calls'].sum()) if len(table) else 0} calls, "
-        f"{md_number(total, 3)} ms of GEMM kernels. Shapes in PyTorch's row-major terms "
-        "(C = A @ B, M x K by K x N) and as cuBLAS runs them (column-major m x n x k, layout "
-        "transa transb, leading dimensions).",
-        "",
-    ]
-    rows = [
-        [
-            md_text(r["op"]),
-            md_text(r["mode"]),
-            md_text(f"{r['M']}x{r['N']}x{r['K']}"),
-            md_text(r["batch"]),
-            md_text(
-                f"{r['cublas_m']}x{r['cublas_n']}x{r['cublas_k']} "
-                f"{r['cublas_transa']}{r['cublas_transb']} lda {r['cublas_lda']} "
-                f"ldb {r['cublas_ldb']}"
-                + (f" bcast-{r['cublas_broadcast']}" if r["cublas_broadcast"] else "")
-                + (" bias" if r["bias"] else "")
-            ),
-            md_text(r["calls"]),
-            md_number(r["total_gpu_ms"], 4),
-            md_number(r["mean_gpu_ms"], 4),
-            md_text(f"{100 * r['share']:.1f} %"),
-            md_code(r["kernel_short"]),
-        ]
-        for r in table.to_dict("records")
-    ]
-    headers = [
-        "op", "mode", "MxNxK", "batch", "cuBLAS call", "calls", "GPU ms", "ms per call",
-        "share", "kernels",
-    ]  # fmt: skip
-    return "\n".join(head) + "\n" + md_table(headers, rows) + "\n"
+from cublas_audit.torch_trace import Trace, problems, problems_markdown
 
 
 def dispatch_table(trace: Trace, table: pd.DataFrame | None = None) -> pd.DataFrame:
@@ -67,7 +25,7 @@ def dispatch_table(trace: Trace, table: pd.DataFrame | None = None) -> pd.DataFr
     records: list[dict[str, Any]] = []
     for r in table.to_dict("records"):
         batched = r["batch"] > 1 or r["op"] in ("aten::bmm", "aten::baddbmm")
-        first_kernel = str(r["kernels"]).split(" | ")[0].split(" + ")[0]
+        first_kernel = str(r["kernels"]).split(" + ")[0]
         records.append(
             {
                 "gpu_label": label,
@@ -83,14 +41,14 @@ def dispatch_table(trace: Trace, table: pd.DataFrame | None = None) -> pd.DataFr
                 "transa": r["cublas_transa"],
                 "transb": r["cublas_transb"],
                 "broadcast": r["cublas_broadcast"],
-                "beta": r["beta"] if not r["bias"] else 0.0,
+                "beta": r["cublas_beta"],
                 "strided": int(batched and r["batch"] == 1),
                 "kernel": first_kernel,
                 "fma_pct": None,
                 "time_ms": r["mean_gpu_ms"],
                 "kernel_time_ms": r["mean_gpu_ms"],
                 "traced_ctas": r["ctas"] or None,
-                "traced_kernels": str(r["kernels"]).split(" | ")[0],
+                "traced_kernels": str(r["kernels"]),
                 "status": "ok",
                 "case_id": f"trace.{r['op'].removeprefix('aten::')}.{len(records)}",
                 "share": r["share"],
@@ -129,7 +87,8 @@ def report_markdown(trace: Trace, thresholds: Thresholds | None = None) -> str:
             f"- **{md_text(finding.severity)}** · `{md_text(finding.rule)}` · "
             f"{100 * share:.1f} % of GEMM time · {md_text(finding.message)}"
         )
-    lines += ["", "## GEMMs", "", problems_markdown(trace, table).split("\n\n", 3)[-1]]
+    gemms = problems_markdown(trace, table).split("\n", 1)[1].lstrip("\n")  # without its title
+    lines += ["", "## GEMMs", "", gemms]
     return "\n".join(lines)
 
 
