@@ -618,6 +618,82 @@ def _pair_verdict(fast: pd.Series, slow: pd.Series, column: str, margin: float) 
     return judge(a, b, noise.load().floor(b.median_ms, kind), margin).verdict
 
 
+def _kernel_timed(rows: pd.DataFrame) -> pd.DataFrame:
+    if "kernel_time_ms" not in rows.columns:
+        return rows.iloc[0:0]
+    return rows[~rows["is_loop"]].dropna(subset=["kernel_time_ms"])
+
+
+# The settings a map series shares: problems of one series differ only in m, n, k.
+_SERIES = ["gpu_label", "api", "routine", "mode", "batch", "transa", "transb", "broadcast", "beta"]
+
+
+def size_inversion(ctx: RuleContext) -> list[Finding]:
+    """A problem slower than another of the same series that is no smaller in any dimension:
+    the smaller problem's kernel is a poor pick, and padding it to the larger size is a
+    workaround a user can apply today. Kernel times only (CUPTI): across cases, the host's share
+    of a call's time is noise that can invert any two small calls."""
+    t = ctx.thresholds
+    rows = _kernel_timed(ctx.rows)
+    found = []
+    for _, series in rows.groupby(_SERIES, dropna=False, sort=False):
+        if len(series) < 2:
+            continue
+        on = _time_columns(series)
+        times = series[on].astype(float).to_numpy()
+        dims = series[["m", "n", "k"]].astype(int).to_numpy()
+        for i, (index, row) in enumerate(series.iterrows()):
+            larger = (dims >= dims[i]).all(axis=1) & (dims > dims[i]).any(axis=1)
+            faster = larger & (times < times[i])
+            if not faster.any():
+                continue
+            j = int(np.argmin(np.where(faster, times, np.inf)))
+            best = series.iloc[j]
+            if _pair_verdict(best, row, on, t.inversion_margin_pct / 100) is not Verdict.slower:
+                continue
+            message = (
+                f"{row['shape']} takes {times[i] / times[j]:.2f}x the time of the larger "
+                f"{best['shape']} ({row['kernel_short']} against {best['kernel_short']}), "
+                f"comparing {_time_words(on)}."
+            )
+            padded = f"{best['m']}x{best['n']}x{best['k']}"
+            work = f"Pad the problem to {padded} (with zeros): it runs sooner."
+            found.append(_finding("size-inversion", "medium", series.loc[[index]], message, work))
+    return found
+
+
+def dispatch_cliff(ctx: RuleContext) -> list[Finding]:
+    """Along a series of square sizes: where the dispatched kernel changes between neighbours
+    and throughput drops by at least `cliff_drop_pct` (kernel times only, as size-inversion)."""
+    t = ctx.thresholds
+    rows = _kernel_timed(ctx.rows)
+    rows = rows[(rows["m"] == rows["n"]) & (rows["n"] == rows["k"])]
+    found = []
+    for _, series in rows.groupby(_SERIES, dropna=False, sort=False):
+        series = series.sort_values("m")
+        on = _time_columns(series)
+        flops = 2.0 * series["m"].astype(float) ** 3 * series["batch"].astype(float)
+        rate = flops / series[on].astype(float)
+        kernels = series["kernel_short"].fillna("").astype(str).to_numpy()
+        for i in range(1, len(series)):
+            drop = 1 - float(rate.iloc[i]) / float(rate.iloc[i - 1])
+            if kernels[i] == kernels[i - 1] or drop * 100 < t.cliff_drop_pct:
+                continue
+            before, after = series.iloc[i - 1], series.iloc[i]
+            message = (
+                f"From {before['shape']} to {after['shape']} the kernel changes from "
+                f"{before['kernel_short']} to {after['kernel_short']} and throughput drops by "
+                f"{100 * drop:.0f} %, comparing {_time_words(on)}."
+            )
+            work = (
+                f"Pad to a size that keeps {before['kernel_short']}, or take it through cuBLASLt "
+                "if its heuristic lists it."
+            )
+            group = series.iloc[[i]]
+            found.append(_finding("dispatch-cliff", "medium", group, message, work))
+    return found
+
+
 RULES: list[Rule] = [
     no_escalation,
     legacy_kernel,
@@ -628,6 +704,8 @@ RULES: list[Rule] = [
     layout_penalty,
     broadcast_slower_than_folded,
     underfilled_grid,
+    size_inversion,
+    dispatch_cliff,
 ]
 
 

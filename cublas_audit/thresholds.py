@@ -53,6 +53,12 @@ class Thresholds:
     underfill_sm_fraction: float = 0.25
     underfill_bytes_per_sm: float = 4096
     underfill_min_ms: float = 0.05
+    # size-inversion: a problem takes at least this much longer than one no smaller in any
+    # dimension (the larger problem's kernel is the better pick; pad to it), beyond noise.
+    inversion_margin_pct: float = 5.0
+    # dispatch-cliff: between neighbouring sizes of a series the kernel changes and throughput
+    # drops by at least this much (H100 FP32: 2048 -> 2112 from 50.6 to 41.5 TFLOP/s, 18 %).
+    cliff_drop_pct: float = 15.0
     # diff: the smallest time change a verdict reports; whether a change this large is real is
     # the noise model's to say (cublas_audit.verdicts), not this number's.
     diff_time_noise_pct: float = 5.0
