@@ -352,7 +352,8 @@ def _with_interleaved_recheck(paired: pd.DataFrame, loop_rows: pd.DataFrame) -> 
     key = ["gpu_label", "api", "mode", "m", "n", "k", "batch"]
     columns = [c for c in loop_rows.columns if c.startswith(("batched_time", "batched_kernel"))]
     again = loop_rows[key + columns].dropna(subset=["batched_time_ms"])
-    merged = paired.reset_index().merge(again, on=key, how="left").set_index("index")
+    own = paired.drop(columns=[c for c in columns if c in paired.columns])  # empty on its rows
+    merged = own.reset_index().merge(again, on=key, how="left").set_index("index")
     found = merged["batched_time_ms"].notna()
     for column in columns:
         target = column.removeprefix("batched_")
