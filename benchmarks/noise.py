@@ -153,8 +153,7 @@ def evaluate(
     # the last two held-out runs: the same grid, with kernel times where the runs traced them
     scales = diff.compare(runs[rest[-2]], runs[rest[-1]]).floors
     result["detectable"] = [
-        {key: (None if isinstance(v, float) and math.isinf(v) else v) for key, v in row.items()}
-        for row in scales.to_dict("records")
+        {key: _finite(value) for key, value in row.items()} for row in scales.to_dict("records")
     ]
     if planted:
         a, b = (load_one_gpu(path) for path in planted)
@@ -167,6 +166,11 @@ def evaluate(
             "unsure": len(judged.rows("unsure")),
         }
     return result
+
+
+def _finite(value: Any) -> Any:
+    """JSON has no NaN or infinity: a number that is neither stays, else None."""
+    return None if isinstance(value, float) and not math.isfinite(value) else value
 
 
 def _case_id(row: dict[Any, Any]) -> str:

@@ -253,7 +253,7 @@ def _judge_time(
         return None
     per_launch = math.sqrt(a.median_ms * b.median_ms) / float(row.get("launches") or 1)
     floor_kind = noise.kernel_kind(str(row.get("mode"))) if kind == "kernel" else kind
-    return judge(a, b, model.floor(per_launch, floor_kind), t.diff_time_noise_pct / 100)
+    return judge(a, b, model.between_runs(per_launch, floor_kind), t.diff_time_noise_pct / 100)
 
 
 def _clock_note(row: Mapping[Hashable, Any]) -> str:
@@ -277,6 +277,7 @@ def _detectable(both: pd.DataFrame, t: Thresholds, model: NoiseModel) -> pd.Data
     rows = []
     for index in sorted(set(bins.tolist())):
         floor = model.floors_of("call")[index]
+        host_bound = floor >= noise.HOST_BOUND_FLOOR  # call times not judged: None below
         in_bin = bins == index
         # the noisier pipe among the traced cases of this bin: what the gate can promise for all
         kinds = {noise.kernel_kind(str(mode)) for mode in timed["mode"][in_bin & traced]}
@@ -285,8 +286,10 @@ def _detectable(both: pd.DataFrame, t: Thresholds, model: NoiseModel) -> pd.Data
             {
                 "up_to_ms": model.edges_ms[index],
                 "cases": int(in_bin.sum()),
-                "floor_pct": floor * 100,
-                "detectable_pct": detectable_slowdown(floor, threshold) * 100,
+                "floor_pct": None if host_bound else floor * 100,
+                "detectable_pct": None
+                if host_bound
+                else detectable_slowdown(floor, threshold) * 100,
                 "kernel_cases": int((in_bin & traced).sum()),
                 "kernel_floor_pct": kernel_floor * 100,
                 "kernel_detectable_pct": detectable_slowdown(kernel_floor, threshold) * 100,
@@ -435,7 +438,13 @@ def _detectable_table(floors: pd.DataFrame) -> str:
     body = []
     for r in records:
         scale = "longer" if not math.isfinite(r["up_to_ms"]) else f"up to {r['up_to_ms']:g} ms"
-        row = [scale, str(r["cases"]), f"{r['floor_pct']:.1f} %", f"{r['detectable_pct']:.1f} %"]
+        host_bound = plain(r["floor_pct"]) is None
+        call = (
+            ("host-bound", "none")
+            if host_bound
+            else (f"{r['floor_pct']:.1f} %", f"{r['detectable_pct']:.1f} %")
+        )
+        row = [scale, str(r["cases"]), *call]
         if traced:
             row += [
                 str(r["kernel_cases"]),

@@ -40,6 +40,11 @@ EDGES_MS = (0.03, 0.1, 0.3, 1.0, 3.0, 10.0, 30.0, 100.0, math.inf)
 MARGIN = 1.25
 # Below this floor a change is not believed whatever the data: clocks and power move by ~1 %.
 MIN_FLOOR = 0.01
+# A call time whose fitted floor reaches this is the host's (launch, heuristic, a busy CPU), not
+# the GPU's: between runs it is judged not at all. Calls under 0.1 ms per launch on the H100;
+# one held-out rerun from another machine start moved them by up to 2.5x with their kernels
+# unchanged within 1 % (reports/h100/noise/kernel-b/run-04), beyond the 78 % the fit had seen.
+HOST_BOUND_FLOOR = 0.5
 
 
 # What a floor is the spread of. Between runs: `call` (a call's event time), `kernel` (its kernels'
@@ -85,6 +90,12 @@ class NoiseModel:
         """The relative change noise alone can make at this time per launch."""
         floors = self.floors_of(kind)
         return floors[self.bin(time_per_launch_ms)]
+
+    def between_runs(self, time_per_launch_ms: float, kind: str = "call") -> float:
+        """The floor of a comparison of two runs: infinite for a host-bound call time (its
+        fitted floor at least HOST_BOUND_FLOOR), which then can only be unsure."""
+        floor = self.floor(time_per_launch_ms, kind)
+        return math.inf if kind == "call" and floor >= HOST_BOUND_FLOOR else floor
 
     def bin(self, time_per_launch_ms: float) -> int:
         if not math.isfinite(time_per_launch_ms) or time_per_launch_ms <= 0:

@@ -85,6 +85,8 @@ class Judgement:
 
     def describe(self) -> str:
         """'+12.3 % (99 % interval +4.1 .. +21.0 %, noise floor 5 %)'."""
+        if math.isinf(self.floor):
+            return f"{self.change_pct:+.1f} % (between runs, this time says nothing at this scale)"
         return (
             f"{self.change_pct:+.1f} % (interval {(self.low - 1) * 100:+.1f} .. "
             f"{(self.high - 1) * 100:+.1f} %, noise floor {self.floor * 100:.0f} %)"
