@@ -213,9 +213,33 @@ def _number_id(value: float) -> str:
     return text
 
 
+# A range item expands to at most this many values: a typo must not plan a billion cases.
+MAX_RANGE_ITEMS = 100_000
+
+
 def parse_int_list(text: str, what: str) -> list[int]:
-    """'256,512' -> [256, 512]; anything that is not a positive integer is a one-line error."""
-    return sorted({_positive(item, what) for item in _items(text, what)})
+    """'256,512' -> [256, 512]; 'FIRST:LAST:STEP' ranges too ('64:4096:64', LAST included):
+    dense grids for dispatch maps. Anything else is a one-line error."""
+    found: set[int] = set()
+    for item in _items(text, what):
+        if ":" in item:
+            found.update(_range(item, what))
+        else:
+            found.add(_positive(item, what))
+    return sorted(found)
+
+
+def _range(item: str, what: str) -> range:
+    parts = item.split(":")
+    if len(parts) != 3:
+        raise AuditError(f"{what}: {item!r} is not FIRST:LAST:STEP")
+    first, last, step = (_positive(part, f"{what} {item!r}") for part in parts)
+    if last < first:
+        raise AuditError(f"{what}: {item!r} ends before it starts")
+    values = range(first, last + 1, step)
+    if len(values) > MAX_RANGE_ITEMS:
+        raise AuditError(f"{what}: {item!r} has {len(values)} values, more than {MAX_RANGE_ITEMS}")
+    return values
 
 
 def _positive(item: str, what: str) -> int:

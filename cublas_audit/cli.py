@@ -54,7 +54,12 @@ Batched = Annotated[
         show_default=False,
     ),
 ]
-Sizes = Annotated[str, typer.Option(metavar="N,N,...", help="Square sizes M=N=K, comma-separated.")]
+Sizes = Annotated[
+    str,
+    typer.Option(
+        metavar="N,N,...", help="Square sizes M=N=K, comma-separated; FIRST:LAST:STEP ranges too."
+    ),
+]
 Shapes = Annotated[
     str, typer.Option(metavar="MxNxK,...", help="Extra non-square problems, e.g. 4096x1024x512.")
 ]

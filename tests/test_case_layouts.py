@@ -85,3 +85,18 @@ def test_a_shared_a_brings_its_folded_gemm_into_the_plan() -> None:
         "cublas.fp16.8192x512x8192.b4.nn.bcast-a",
         "cublas.fp16.8192x2048x8192.b1.nn",  # pytorch PR 161564's fold: [4*512, K] @ [K, N]
     ]
+
+
+def test_size_ranges_for_dense_grids() -> None:
+    from cublas_audit.cases import parse_int_list
+
+    assert parse_int_list("64:256:64,1000", "--sizes") == [64, 128, 192, 256, 1000]
+    assert len(parse_int_list("64:4096:64", "--sizes")) == 64  # the committed H100 map
+    for bad, message in [
+        ("64:32:8", "ends before it starts"),
+        ("1:2", "not FIRST:LAST:STEP"),
+        ("1:10:0", "not a positive integer"),
+        ("1:10000000:1", "more than"),
+    ]:
+        with pytest.raises(AuditError, match=message):
+            parse_int_list(bad, "--sizes")
