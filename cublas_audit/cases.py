@@ -146,6 +146,13 @@ class Case:
         return parts
 
     @property
+    def reference_computes(self) -> bool:
+        """Whether the bundled reference SGEMM computes this call's C: a classic FP32 call,
+        packed and untransposed, beta 0, nothing else set."""
+        plain = Case("cublas", "fp32", self.m, self.n, self.k, self.batch, strided=self.strided)
+        return self == plain
+
+    @property
     def profiled(self) -> bool:
         """Loop companions are only timed: their kernel is the single call's."""
         return not self.loop

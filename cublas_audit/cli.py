@@ -155,11 +155,7 @@ def _reference_problems(shapes_file: Path) -> list[tuple[int, int, int, int]]:
     from cublas_audit import cases
 
     listed = cases.read_shapes_file(shapes_file, ["fp32"], ["cublas"])
-    found = [
-        (c.m, c.n, c.k, c.batch)
-        for c in listed
-        if c == cases.Case("cublas", "fp32", c.m, c.n, c.k, c.batch, strided=c.strided)
-    ]
+    found = [(c.m, c.n, c.k, c.batch) for c in listed if c.reference_computes]
     if not found:
         raise AuditError(
             f"--shapes-file {shapes_file}: no FP32, untransposed, packed, beta-0 problem, which "

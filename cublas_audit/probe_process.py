@@ -24,6 +24,8 @@ from cublas_audit.resources import PROBE_MODULE
 
 # The probe's progress lines on stdout; everything else it prints goes to probe.log.
 START_LINE, DONE_LINE = "@@start ", "@@done "
+# Set in the probe's environment, it times with CUDA events alone (`sweep --observer events`).
+NO_CUPTI_ENV = "CUBLAS_AUDIT_NO_CUPTI"
 _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # The libraries --cublas-lib preloads, cuBLASLt first (libcublas links against it). CuPy opens
 # its cuBLAS by absolute path, which LD_LIBRARY_PATH cannot redirect; LD_PRELOAD can.

@@ -55,8 +55,6 @@ class SweepOptions:
 
 
 OBSERVERS = ("ncu", "cupti", "events")
-# The probe reads this: set, it times with CUDA events alone (`--observer events`).
-NO_CUPTI_ENV = "CUBLAS_AUDIT_NO_CUPTI"
 
 
 @dataclass(frozen=True)
@@ -131,7 +129,8 @@ def checked(options: SweepOptions) -> SweepOptions:
     if options.observer is not None and options.observer not in OBSERVERS:
         raise AuditError(f"--observer: {options.observer!r} is not one of {', '.join(OBSERVERS)}")
     if options.observer == "events":  # the probe then times with CUDA events alone
-        options = replace(options, probe_env={**options.probe_env, NO_CUPTI_ENV: "1"})
+        no_cupti = {probe_process.NO_CUPTI_ENV: "1"}
+        options = replace(options, probe_env={**options.probe_env, **no_cupti})
     if options.clock_control not in CLOCK_CONTROLS:
         raise AuditError(
             f"--clock-control: {options.clock_control!r} is not one of {', '.join(CLOCK_CONTROLS)}"

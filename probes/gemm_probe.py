@@ -32,11 +32,7 @@ from typing import IO, TYPE_CHECKING, Any
 from cublas_audit.cases import Case, read_plan
 from cublas_audit.errors import ToolMissingError
 from cublas_audit.ncu_parse import CALL_RANGE_PREFIX, REFERENCE_RANGE_PREFIX
-from cublas_audit.probe_process import DONE_LINE, START_LINE
-
-NO_CUPTI_ENV = (
-    "CUBLAS_AUDIT_NO_CUPTI"  # sweep_setup.NO_CUPTI_ENV: the probe imports no CPU-side setup
-)
+from cublas_audit.probe_process import DONE_LINE, NO_CUPTI_ENV, START_LINE
 
 if TYPE_CHECKING:
     from cublas_audit.device.operands import Operands
@@ -152,10 +148,7 @@ class Runner:
             traceback.print_exc()
 
     def _wants_reference(self, case: Case) -> bool:
-        """The reference computes the packed, untransposed C = A @ B in FP32, nothing else."""
-        plain = Case(case.api, case.mode, case.m, case.n, case.k, case.batch, strided=case.strided)
-        same_layout = case == plain
-        return self.reference and same_layout and case.mode == "fp32" and case.api == "cublas"
+        return self.reference and case.reference_computes
 
     def run(self, case: Case) -> dict[str, Any]:
         try:

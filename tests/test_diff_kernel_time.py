@@ -52,10 +52,12 @@ def test_a_host_disturbed_rerun_is_neither_a_regression_nor_host_slower() -> Non
     assert result.host_slower.empty and not result.fails("any")
 
 
-def slowed_calls(run: Dataset, case_id: str, factor: float) -> Dataset:
+def with_slowdown(run: Dataset, case_id: str, factor: float, prefix: str) -> Dataset:
+    """The run with one case's `<prefix>*_ms` columns (median, quartiles, min, max) scaled:
+    `time` for the call's time, `kernel_time` for its kernels'."""
     frame = run.frame.copy()
     rows = frame["case_id"] == case_id
-    columns = [c for c in frame.columns if c.startswith("time") and c.endswith("_ms")]
+    columns = [c for c in frame.columns if c.startswith(prefix) and c.endswith("_ms")]
     frame.loc[rows, columns] = frame.loc[rows, columns].astype(float) * factor
     return Dataset(run.title, run.gpu_label, run.path, frame, run.env, None)
 
@@ -63,7 +65,7 @@ def slowed_calls(run: Dataset, case_id: str, factor: float) -> Dataset:
 def test_a_slower_call_over_unchanged_kernels_is_the_host(tmp_path: Path) -> None:
     # 1024^3 batch 8 (0.37 ms): the call 50 % slower, its kernels untouched
     run = load_one_gpu(RUN_00)
-    slowed = slowed_calls(run, "cublas.fp32.1024x1024x1024.b8.nn", 1.5)
+    slowed = with_slowdown(run, "cublas.fp32.1024x1024x1024.b8.nn", 1.5, "time")
     result = diff.compare(run, slowed)
     assert result.rows("regression").empty
     (host,) = result.host_slower.to_dict("records")
@@ -80,19 +82,11 @@ def test_a_slower_call_over_unchanged_kernels_is_the_host(tmp_path: Path) -> Non
     assert "kernels: smallest slowdown caught" in text and "host-bound" in text
 
 
-def slowed_kernels(run: Dataset, case_id: str, factor: float) -> Dataset:
-    frame = run.frame.copy()
-    rows = frame["case_id"] == case_id
-    columns = [c for c in frame.columns if c.startswith("kernel_time") and c.endswith("_ms")]
-    frame.loc[rows, columns] = frame.loc[rows, columns].astype(float) * factor
-    return Dataset(run.title, run.gpu_label, run.path, frame, run.env, None)
-
-
 def test_a_slower_dispatch_is_a_regression_even_when_the_call_time_hides_it() -> None:
     # 4096^3 batch 8 (20.6 ms): the kernels 8 % slower, the call's time untouched. The call's
     # floor there (8.2 %) would call +8 % noise; the kernels' floor (2.8 %) does not.
     run = load_one_gpu(RUN_00)
-    slowed = slowed_kernels(run, "cublas.fp32.4096x4096x4096.b8.nn", 1.08)
+    slowed = with_slowdown(run, "cublas.fp32.4096x4096x4096.b8.nn", 1.08, "kernel_time")
     result = diff.compare(run, slowed)
     (regression,) = result.rows("regression").to_dict("records")
     assert (regression["shape"], regression["batch"]) == ("4096", 8)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from cublas_audit import rundir, sweep_setup
+from cublas_audit import probe_process, rundir, sweep_setup
 from cublas_audit.errors import AuditError, ToolMissingError
 from cublas_audit.sweep import Progress
 from cublas_audit.sweep_setup import SweepOptions
@@ -55,6 +55,6 @@ def test_asking_for_ncu_without_it_is_exit_3(
 
 def test_events_observer_turns_cupti_off_in_the_probe(tmp_path: Path) -> None:
     decided = sweep_setup.checked(options(tmp_path, observer="events"))
-    assert decided.probe_env[sweep_setup.NO_CUPTI_ENV] == "1"
+    assert decided.probe_env[probe_process.NO_CUPTI_ENV] == "1"
     with pytest.raises(AuditError, match="--observer: 'nvprof' is not one of ncu, cupti, events"):
         sweep_setup.checked(options(tmp_path, observer="nvprof"))
