@@ -345,6 +345,18 @@ def sweep_command(
     typer.echo(f"\nrun directory: {result.run_dir}\nreport: {result.report}")
 
 
+def _cases_per_second_column() -> Any:
+    """A rich progress column: the cases finished per second (rich's own speed estimate)."""
+    from rich.progress import ProgressColumn, Task
+    from rich.text import Text
+
+    class CasesPerSecond(ProgressColumn):
+        def render(self, task: Task) -> Text:
+            return Text(f"{task.speed:.1f} cases/s" if task.speed else "", style="cyan")
+
+    return CasesPerSecond()
+
+
 def _with_progress(work: Callable[[Any], R]) -> R:
     """Runs `work(progress_hooks)`; the rich progress bar on stderr appears when the work starts
     its cases, so every check before that prints its error alone."""
@@ -361,7 +373,7 @@ def _with_progress(work: Callable[[Any], R]) -> R:
 
     console = Console(stderr=True)
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
-    bar = Progress(*columns, TimeRemainingColumn(), console=console)
+    bar = Progress(*columns, _cases_per_second_column(), TimeRemainingColumn(), console=console)
     task = bar.add_task("sweep", total=None)
 
     def start(total: int) -> None:
@@ -608,3 +620,110 @@ def shapes_command(
         typer.echo(text, nl=False)
     else:
         typer.echo(f"shapes: {write_text_atomic(out, text)}")
+
+
+@app.command("map")
+@exit_codes
+def map_command(
+    sizes: str = typer.Option(
+        "", metavar="FIRST:LAST:STEP,...", help="Square problems M=N=K (values and ranges)."
+    ),
+    m: str = typer.Option(
+        "", "--m", metavar="FIRST:LAST:STEP,...", help="M values (with --n, --k)."
+    ),
+    n: str = typer.Option("", "--n", metavar="FIRST:LAST:STEP,...", help="N values."),
+    k: str = typer.Option("", "--k", metavar="FIRST:LAST:STEP,...", help="K values."),
+    batches: str = typer.Option(
+        "1", metavar="N,N,...", help="Batch counts (1: the single, non-batched call)."
+    ),
+    sample: int | None = typer.Option(
+        None, min=1, metavar="N", help="Map N problems drawn at random from the grid."
+    ),
+    seed: int = typer.Option(0, metavar="N", help="Seed of --sample."),
+    modes: Modes = "fp32",
+    api: str = typer.Option("cublas", metavar="API,...", help="cublas, cublasLt, or both."),
+    layouts: Layouts = "nn",
+    ld_pad: LdPad = 0,
+    broadcast: Broadcast = "",
+    beta: Beta = "0",
+    reps: int = typer.Option(5, min=2, metavar="N", help="Timed and traced calls per case."),
+    observer: str | None = typer.Option(
+        None, metavar="cupti|events", help="cupti (default: kernel names and times) or events."
+    ),
+    follow_up: bool = typer.Option(
+        False,
+        "--follow-up/--no-follow-up",
+        help="Take the flagged cases and their faster neighbours to ncu, the reference and "
+        "cuBLASLt's candidates (into follow-up/ of the run directory).",
+    ),
+    follow_up_limit: int = typer.Option(
+        8, min=1, metavar="N", help="--follow-up: the N findings of largest effect."
+    ),
+    gpu_label: str | None = typer.Option(
+        None, metavar="LABEL", help="Label of this GPU in tables and paths (default: its name)."
+    ),
+    out: Path | None = typer.Option(
+        None, metavar="DIR", help="Run directory (default: reports/<label>/<timestamp>/)."
+    ),
+    resume: Path | None = typer.Option(
+        None, metavar="DIR", help="Finish an interrupted map in this run directory."
+    ),
+    probe_python: str | None = typer.Option(
+        None, metavar="PYTHON", help="Interpreter that runs the probe (default: this one)."
+    ),
+    cublas_lib: Path | None = typer.Option(
+        None, metavar="DIR", help="Directory whose libcublas/libcublasLt the probe loads."
+    ),
+    probe_env: list[str] = typer.Option(
+        [], metavar="KEY=VALUE", help="Environment for the probe (repeatable)."
+    ),
+    shapes_file: Path | None = typer.Option(
+        None, metavar="FILE", help="Map the problems of a shape list (as for sweep)."
+    ),
+    torch_trace: Path | None = typer.Option(
+        None, metavar="FILE", help="Map the GEMMs of a PyTorch profiler trace."
+    ),
+    threshold: Thresholds = None,
+) -> None:
+    """Map which kernel cuBLAS dispatches over a dense grid of shapes (CUPTI, no counters needed):
+    kernel switches, dispatch cliffs and size inversions, pictures; --follow-up goes deep."""
+    from cublas_audit import cases, dispatch_map, probe_process
+    from cublas_audit.sweep_setup import SweepOptions
+    from cublas_audit.thresholds import with_overrides
+
+    limits = with_overrides(threshold or [])
+    if observer not in (None, "cupti", "events"):
+        raise AuditError(f"--observer: {observer!r} is not cupti or events (a map never runs ncu)")
+    planned: list[cases.Case] = []
+    if resume is None and (shapes_file is not None or torch_trace is not None):
+        planned = dispatch_map.listed(_listed_cases(shapes_file, torch_trace, modes, api))
+    elif resume is None:
+        grid = dispatch_map.Grid.parse(sizes, m, n, k)
+        planned = dispatch_map.plan(
+            grid.problems(sample, seed),
+            cases.parse_int_list(batches, "--batches"),
+            cases.parse_modes(modes),
+            cases.parse_apis(api),
+            _variants(layouts, ld_pad, broadcast, beta, False, -1),
+        )
+    options = SweepOptions(
+        cases=planned,
+        gpu_label=gpu_label,
+        out=out,
+        resume=resume,
+        probe_python=probe_python,
+        cublas_lib=cublas_lib,
+        probe_env=probe_process.parse_probe_env(probe_env),
+        min_reps=None if resume is not None else reps,
+        reference=False,
+        command=["cublas-audit", *sys.argv[1:]],
+        observer=observer,
+    )
+    limit = follow_up_limit if follow_up else None
+    result = _with_progress(lambda hooks: dispatch_map.run(options, limit, limits, hooks))
+    found = dispatch_map.map_findings(result.frame, limits)
+    counts = {rule: sum(f.rule == rule for f in found) for rule in dispatch_map.MAP_RULES}
+    typer.echo(", ".join(f"{count} {rule}" for rule, count in counts.items()))
+    typer.echo(f"\nrun directory: {result.run_dir}\nreport: {result.report}")
+    if result.follow_up is not None:
+        typer.echo(f"follow-up: {result.follow_up}")

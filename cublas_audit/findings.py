@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Hashable, Iterator, Mapping
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
@@ -62,6 +62,11 @@ class Finding:
     # The judged table rows (index labels of the prepared table) and their key figures.
     rows: list[int] = field(default_factory=list)
     evidence: list[dict[str, Any]] = field(default_factory=list)
+    # Rows the judged ones were compared with (a map's faster neighbour, the size before a
+    # cliff): the follow-up measures them too. `effect`: the size of the problem for ranking
+    # (a time ratio, a throughput drop as a fraction); 0 where a rule does not rank.
+    compared: list[int] = field(default_factory=list)
+    effect: float = 0.0
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -626,7 +631,17 @@ def _kernel_timed(rows: pd.DataFrame) -> pd.DataFrame:
 
 
 # The settings a map series shares: problems of one series differ only in m, n, k.
-_SERIES = ["gpu_label", "api", "routine", "mode", "batch", "transa", "transb", "broadcast", "beta"]
+MAP_SERIES = [
+    "gpu_label",
+    "api",
+    "routine",
+    "mode",
+    "batch",
+    "transa",
+    "transb",
+    "broadcast",
+    "beta",
+]
 
 
 def size_inversion(ctx: RuleContext) -> list[Finding]:
@@ -637,19 +652,19 @@ def size_inversion(ctx: RuleContext) -> list[Finding]:
     t = ctx.thresholds
     rows = _kernel_timed(ctx.rows)
     found = []
-    for _, series in rows.groupby(_SERIES, dropna=False, sort=False):
+    for _, series in rows.groupby(MAP_SERIES, dropna=False, sort=False):
         if len(series) < 2:
             continue
         on = _time_columns(series)
         times = series[on].astype(float).to_numpy()
         dims = series[["m", "n", "k"]].astype(int).to_numpy()
-        for i, (index, row) in enumerate(series.iterrows()):
+        for i in range(len(series)):
             larger = (dims >= dims[i]).all(axis=1) & (dims > dims[i]).any(axis=1)
             faster = larger & (times < times[i])
             if not faster.any():
                 continue
             j = int(np.argmin(np.where(faster, times, np.inf)))
-            best = series.iloc[j]
+            row, best = series.iloc[i], series.iloc[j]
             if _pair_verdict(best, row, on, t.inversion_margin_pct / 100) is not Verdict.slower:
                 continue
             message = (
@@ -659,28 +674,29 @@ def size_inversion(ctx: RuleContext) -> list[Finding]:
             )
             padded = f"{best['m']}x{best['n']}x{best['k']}"
             work = f"Pad the problem to {padded} (with zeros): it runs sooner."
-            found.append(_finding("size-inversion", "medium", series.loc[[index]], message, work))
+            finding = _finding("size-inversion", "medium", series.iloc[[i]], message, work)
+            # effect: the share of the time padding saves (a cliff's is the throughput lost)
+            found.append(_compared(finding, best.name, 1 - times[j] / times[i]))
     return found
 
 
 def dispatch_cliff(ctx: RuleContext) -> list[Finding]:
-    """Along a series of square sizes: where the dispatched kernel changes between neighbours
-    and throughput drops by at least `cliff_drop_pct` (kernel times only, as size-inversion)."""
+    """Between neighbouring grid points (consecutive square sizes, or consecutive values of one
+    dimension with the other two fixed): where the dispatched kernel changes and throughput drops
+    by at least `cliff_drop_pct` (kernel times only, as size-inversion)."""
     t = ctx.thresholds
     rows = _kernel_timed(ctx.rows)
-    rows = rows[(rows["m"] == rows["n"]) & (rows["n"] == rows["k"])]
     found = []
-    for _, series in rows.groupby(_SERIES, dropna=False, sort=False):
-        series = series.sort_values("m")
-        on = _time_columns(series)
-        flops = 2.0 * series["m"].astype(float) ** 3 * series["batch"].astype(float)
-        rate = flops / series[on].astype(float)
-        kernels = series["kernel_short"].fillna("").astype(str).to_numpy()
-        for i in range(1, len(series)):
-            drop = 1 - float(rate.iloc[i]) / float(rate.iloc[i - 1])
+    for line in _grid_lines(rows):
+        on = _time_columns(line)
+        flops = 2.0 * (line["m"] * line["n"] * line["k"] * line["batch"]).astype(float)
+        rate = (flops / line[on].astype(float)).to_numpy()
+        kernels = line["kernel_short"].fillna("").astype(str).to_numpy()
+        for i in range(1, len(line)):
+            drop = 1 - float(rate[i]) / float(rate[i - 1])
             if kernels[i] == kernels[i - 1] or drop * 100 < t.cliff_drop_pct:
                 continue
-            before, after = series.iloc[i - 1], series.iloc[i]
+            before, after = line.iloc[i - 1], line.iloc[i]
             message = (
                 f"From {before['shape']} to {after['shape']} the kernel changes from "
                 f"{before['kernel_short']} to {after['kernel_short']} and throughput drops by "
@@ -690,9 +706,29 @@ def dispatch_cliff(ctx: RuleContext) -> list[Finding]:
                 f"Pad to a size that keeps {before['kernel_short']}, or take it through cuBLASLt "
                 "if its heuristic lists it."
             )
-            group = series.iloc[[i]]
-            found.append(_finding("dispatch-cliff", "medium", group, message, work))
+            finding = _finding("dispatch-cliff", "medium", line.iloc[[i]], message, work)
+            found.append(_compared(finding, before.name, drop))
     return found
+
+
+def _grid_lines(rows: pd.DataFrame) -> Iterator[pd.DataFrame]:
+    """The lines of neighbouring grid points a cliff is looked for along, each sorted: a series'
+    square sizes, and for each dimension the problems that differ only in
+    it, consecutive among the observed values (two where a follow-up re-measures a pair)."""
+    for _, series in rows.groupby(MAP_SERIES, dropna=False, sort=False):
+        squares = series[(series["m"] == series["n"]) & (series["n"] == series["k"])]
+        if len(squares) > 1:
+            yield squares.sort_values("m")
+        for axis in ("m", "n", "k"):
+            fixed = [d for d in ("m", "n", "k") if d != axis]
+            for _, line in series.groupby(fixed, sort=False):
+                if len(line) >= 2 and not (line["m"].eq(line["n"]) & line["n"].eq(line["k"])).all():
+                    yield line.sort_values(axis)
+
+
+def _compared(finding: Finding, row: Hashable, effect: float) -> Finding:
+    """The finding with the row it was compared with (an index label of the prepared table)."""
+    return replace(finding, compared=[int(cast(int, row))], effect=round(float(effect), 4))
 
 
 RULES: list[Rule] = [

@@ -92,7 +92,7 @@ def _section(
     flags = _flags(found)
     return {
         "title": md_text(dataset.title),
-        "env": md_table(["", ""], _env_rows(dataset)),
+        "env": md_table(["", ""], env_rows(dataset)),
         "findings": {s: [_finding_view(f) for f in found if f.severity == s] for s in SEVERITIES},
         "dispatch": _dispatch_tables(rows, flags),
         "efficiency": _efficiency_table(rows),
@@ -140,7 +140,7 @@ _ENV_ROWS = (
 )
 
 
-def _env_rows(dataset: Dataset) -> list[tuple[str, str]]:
+def env_rows(dataset: Dataset) -> list[tuple[str, str]]:
     """Header rows from env.json; a bare table falls back on its own provenance columns."""
     env = dataset.env or {
         key: first_value(dataset.frame, key)

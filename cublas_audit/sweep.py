@@ -55,6 +55,9 @@ class SweepConfig:
     min_reps: int = 20
     candidate_limit: int | None = None
     cublas_lib: Path | None = None
+    # "time": the sweep's timing (full check, event timing, then CUPTI); "map": the dispatch
+    # map's fast pass (quick check, min_reps calls timed and traced at once, no recheck).
+    phase: str = "time"
 
 
 @dataclass
@@ -86,8 +89,9 @@ def run(config: SweepConfig, progress: Progress | None = None) -> pd.DataFrame:
                 _profile_chunk(config, index, chunk, progress)
         with _timed(phase_seconds, "time"):
             _time_cases(config, pending_time, progress)
-        with _timed(phase_seconds, "recheck"):
-            _recheck_unsure(config, progress)
+        if config.phase == "time":
+            with _timed(phase_seconds, "recheck"):
+                _recheck_unsure(config, progress)
         if config.candidate_limit is not None:
             with _timed(phase_seconds, "candidates"):
                 _audit_candidates(config, progress)
@@ -173,7 +177,8 @@ def _time_cases(config: SweepConfig, cases: list[Case], progress: Progress) -> N
     remaining = cases
     while remaining:
         only = _write_only(config, "timing.cases", remaining)
-        code = _run_probe(config, config.probe.argv(_probe_args(config, "time", only)), progress)
+        argv = config.probe.argv(_probe_args(config, config.phase, only))
+        code = _run_probe(config, argv, progress)
         done = rundir.read_results(results_path)
         culprit = crashed_case(results_path, done)
         if culprit is None and not any(c.case_id in done for c in remaining):
@@ -185,7 +190,7 @@ def _time_cases(config: SweepConfig, cases: list[Case], progress: Progress) -> N
             detail = f"the probe died during this case (exit code {code})"
             rundir.append_record(
                 results_path,
-                {"event": "done", "case_id": culprit, "phase": "time", "status": "error",
+                {"event": "done", "case_id": culprit, "phase": config.phase, "status": "error",
                  "detail": detail},
             )  # fmt: skip
             progress.note(f"probe died during {culprit} (exit code {code}); continuing")

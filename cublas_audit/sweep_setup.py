@@ -52,9 +52,12 @@ class SweepOptions:
     # geometry; no counter permission needed), "events" (call times only); None: ncu where it
     # can run, else CUPTI with a notice (--no-profile means CUPTI).
     observer: str | None = None
+    # "time" (a sweep) or "map" (the dispatch map's fast pass: cupti or events, never ncu).
+    phase: str | None = None
 
 
 OBSERVERS = ("ncu", "cupti", "events")
+PHASES = ("time", "map")
 
 
 @dataclass(frozen=True)
@@ -73,11 +76,15 @@ RECORDED: dict[str, tuple[str, Any]] = {
     "cublas_lib": ("cublas_lib", None),
     "min_reps": ("min_reps", DEFAULT_MIN_REPS),
     "candidate_limit": ("candidate_limit", None),
+    "phase": ("phase", "time"),
 }
 
 
-def sweep(options: SweepOptions, progress: Progress | None = None) -> SweepResult:
-    """Checks, starts or resumes, runs, and writes dispatch.csv and report.md."""
+def sweep(
+    options: SweepOptions, progress: Progress | None = None, *, report: bool = True
+) -> SweepResult:
+    """Checks, starts or resumes, runs, and writes dispatch.csv and (unless told not to, by a
+    caller that writes its own) report.md."""
     from cublas_audit.render import write_run_report
 
     options = checked(options)
@@ -91,6 +98,12 @@ def sweep(options: SweepOptions, progress: Progress | None = None) -> SweepResul
         if options.resume is None:
             start_run(config, env, options)
         frame = run(config, progress)
+    if not report:
+        return SweepResult(config.run_dir, frame, config.run_dir / rundir.REPORT_FILE)
+    if config.phase == "map":
+        from cublas_audit.map_report import write_map_report
+
+        return SweepResult(config.run_dir, frame, write_map_report(config.run_dir))
     return SweepResult(config.run_dir, frame, write_run_report(config.run_dir))
 
 
@@ -99,7 +112,7 @@ def _observer_here(
 ) -> SweepOptions:
     """The observer this sweep uses. Asked for ncu (or a resumed profiled run): ncu or exit 3.
     Not asked: ncu where it can run, else CUPTI, said in one line, never a stop."""
-    if options.observer in ("cupti", "events"):
+    if options.observer in ("cupti", "events") or options.phase == "map":
         return replace(options, profile=False)
     if options.observer == "ncu" or not options.profile or options.resume is not None:
         return options
@@ -128,6 +141,13 @@ def checked(options: SweepOptions) -> SweepOptions:
     options = replace(options, **decided)
     if options.observer is not None and options.observer not in OBSERVERS:
         raise AuditError(f"--observer: {options.observer!r} is not one of {', '.join(OBSERVERS)}")
+    if options.phase not in PHASES:
+        raise AuditError(f"phase {options.phase!r} is not one of {', '.join(PHASES)}")
+    if options.phase == "map" and options.observer == "ncu":
+        raise AuditError(
+            "--observer ncu: a map observes with cupti or events; --follow-up takes the cases it "
+            "flags to ncu"
+        )
     if options.observer == "events":  # the probe then times with CUDA events alone
         no_cupti = {probe_process.NO_CUPTI_ENV: "1"}
         options = replace(options, probe_env={**options.probe_env, **no_cupti})
@@ -218,6 +238,7 @@ def _config(
         min_reps=options.min_reps or DEFAULT_MIN_REPS,
         candidate_limit=options.candidate_limit,
         cublas_lib=options.cublas_lib,
+        phase=options.phase or "time",
     )
 
 
@@ -241,6 +262,7 @@ def start_run(config: SweepConfig, env: environment.Environment, options: SweepO
             "reference": config.reference,
             "min_reps": config.min_reps,
             "candidate_limit": config.candidate_limit,
+            "phase": config.phase,
             "command": options.command,
             "tool_version": __version__,
             "started": datetime.now(UTC).isoformat(timespec="seconds"),

@@ -9,8 +9,10 @@ exactly the launches of the call and nothing else. `time` runs without a profile
 result against a float64 product (device.operands), then times the call with CUDA events.
 `recheck` is `time` again, for the cases of a comparison the first timing left unsure (the sweep
 passes them with more repetitions): a loop companion then also times its batched call,
-interleaved with the loop. `candidates` runs the cuBLASLt candidate audit of the plan's problems
-into the run directory.
+interleaved with the loop. `map` is the dispatch map's fast pass: a quick float64 check (a few
+columns), then exactly --min-reps calls, each timed with CUDA events and traced with CUPTI at
+once (kernel names, kernel times, launch geometry). `candidates` runs the cuBLASLt candidate
+audit of the plan's problems into the run directory.
 
 Every finished case is one JSON line appended to --results and flushed at once: a crash or Ctrl-C
 loses at most the case in flight, and the `start` line before it names the culprit. The sweep
@@ -24,6 +26,7 @@ import dataclasses
 import json
 import os
 import sys
+import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
@@ -62,7 +65,10 @@ def main(argv: list[str]) -> int:
         for case in cases:
             emit(out, {"event": "start", "case_id": case.case_id, "phase": args.phase})
             print(START_LINE + case.case_id, flush=True)
+            started = time.perf_counter()
             result = runner.run(case)
+            # the probe's wall time on the case (operands, check, calls): what a map's speed is
+            result["case_s"] = round(time.perf_counter() - started, 5)
             emit(out, {"event": "done", "case_id": case.case_id, "phase": args.phase, **result})
             print(DONE_LINE + case.case_id, flush=True)
     return 0
@@ -72,7 +78,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--plan", required=True)
     parser.add_argument(
-        "--phase", choices=("profile", "time", "recheck", "candidates"), required=True
+        "--phase", choices=("profile", "time", "recheck", "map", "candidates"), required=True
     )
     parser.add_argument("--results", required=True)
     parser.add_argument("--only", help="file with the case ids to run, one per line")
@@ -156,6 +162,8 @@ class Runner:
             launch = self.launcher(case, ops)
             if self.phase == "profile":
                 return self.profile(case, ops, launch)
+            if self.phase == "map":
+                return self.map(ops, launch)
             return self.time(case, ops, launch)
         except Skip as why:
             self.release()
@@ -175,6 +183,21 @@ class Runner:
         self.operands = None
         cupy.get_default_memory_pool().free_all_blocks()
 
+    def _make_room(self, needed: int) -> None:
+        """Drops the last case's operands; gives CuPy's cached blocks back to the device only
+        where the new operands would not fit beside them (cudaFree synchronizes, and a map makes
+        new operands for every case), then Skip if they still do not fit."""
+        import cupy
+
+        self.operands = None
+        free, _total = cupy.cuda.runtime.memGetInfo()
+        if needed > MEMORY_SHARE * free:
+            cupy.get_default_memory_pool().free_all_blocks()
+            free, _total = cupy.cuda.runtime.memGetInfo()
+        if needed > MEMORY_SHARE * free:
+            needed_gib, available = needed / 2**30, free / 2**30
+            raise Skip(f"out of memory: needs {needed_gib:.1f} GiB, {available:.1f} GiB free")
+
     # ----- operands and launchers ------------------------------------------------------------
     def prepare(self, case: Case) -> Operands:
         """The case's operands; consecutive cases of one problem and mode share them."""
@@ -186,11 +209,7 @@ class Runner:
         if current is not None and current.key == operands.key_of(case):
             current.case = case  # same arrays; the case's other settings (api, beta) are its own
             return current
-        self.release()
-        free, _total = cupy.cuda.runtime.memGetInfo()
-        if case.bytes_needed > MEMORY_SHARE * free:
-            needed, available = case.bytes_needed / 2**30, free / 2**30
-            raise Skip(f"out of memory: needs {needed:.1f} GiB, {available:.1f} GiB free")
+        self._make_room(case.bytes_needed)
         try:
             self.operands = operands.make_for(case)
         except cupy.cuda.memory.OutOfMemoryError as exc:
@@ -272,6 +291,43 @@ class Runner:
         result.update(self.kernel_times(contenders, timings["call"].median_ms))
         return result
 
+    def map(self, ops: Operands, launch: Callable[[], None]) -> dict[str, Any]:
+        """The map's pass over one case: a quick check (also the warm-up), then --min-reps calls
+        timed and traced together; events alone where CUPTI cannot trace."""
+        import cupy
+
+        from cublas_audit.device import clocks, kernel_trace, operands
+        from cublas_audit.device.timing import Timing, one_call_ms
+
+        error = operands.checked(launch, ops, quick=True)
+        result: dict[str, Any] = {"max_rel_err": error, "check": "quick"}
+        tolerance = operands.tolerance(ops.mode)
+        if not error <= tolerance:
+            detail = f"relative error {error:.3g} > {tolerance:g} (quick check)"
+            return {**result, "status": "wrong", "detail": detail}
+        if self._cupti_missing():
+            stream = cupy.cuda.get_current_stream()
+            timing = Timing(tuple(one_call_ms(launch, stream) for _ in range(self.min_reps)))
+            result["kernel_time_status"] = f"unavailable: {self.cupti_missing}"
+        else:
+            timing, traced = kernel_trace.time_and_trace(launch, self.min_reps)
+            result.update(traced.columns("kernel_time"), **traced.launch_columns())
+            result["kernel_time_status"] = "ok"
+        result.update(status="ok", **timing.summary("time"), **clocks.state())
+        result["time_samples_ms"] = list(timing.samples_ms)
+        return result
+
+    def _cupti_missing(self) -> str:
+        """Why CUPTI cannot trace in this probe ('' where it can), found once."""
+        from cublas_audit.device import kernel_trace
+
+        if self.cupti_missing is None:
+            off = os.environ.get(NO_CUPTI_ENV)
+            self.cupti_missing = (
+                "off (--observer events)" if off else kernel_trace.available() or ""
+            )
+        return self.cupti_missing
+
     def kernel_times(
         self, contenders: dict[str, Callable[[], None]], call_ms: float
     ) -> dict[str, Any]:
@@ -280,12 +336,7 @@ class Runner:
         from cublas_audit.device import kernel_trace
         from cublas_audit.device.timing import repetitions
 
-        if self.cupti_missing is None:
-            off = os.environ.get(NO_CUPTI_ENV)
-            self.cupti_missing = (
-                "off (--observer events)" if off else kernel_trace.available() or ""
-            )
-        if self.cupti_missing:
+        if self._cupti_missing():
             return {"kernel_time_status": f"unavailable: {self.cupti_missing}"}
         reps = repetitions(call_ms, kernel_trace.MIN_REPS)
         traced = kernel_trace.trace_calls(contenders, reps)

@@ -120,6 +120,28 @@ def trace_calls(contenders: Mapping[str, Callable[[], None]], reps: int) -> dict
     return {name: TracedCalls(tuple(found)) for name, found in grouped.items()}
 
 
+def time_and_trace(launch: Callable[[], None], reps: int) -> tuple[Timing, TracedCalls]:
+    """The map's observation: `reps` calls, each timed with CUDA events (as timing does) and its
+    kernels traced at once, so that one pass gives both times. The marker runs before the start
+    event, outside the timed call."""
+    import cupy
+
+    from cublas_audit.device.timing import one_call_ms
+
+    tracer = _tracer()
+    marker = _marker()
+    stream = cupy.cuda.get_current_stream()
+    samples = []
+    with tracer.recording():
+        for _ in range(reps):
+            marker()
+            samples.append(one_call_ms(launch, stream))
+    calls = split_at_markers(tracer.take())
+    if len(calls) != reps:
+        raise RuntimeError(f"CUPTI saw {len(calls)} of {reps} marked calls")
+    return Timing(tuple(samples)), TracedCalls(tuple(calls))
+
+
 def split_at_markers(records: Sequence[KernelLaunch]) -> list[tuple[KernelLaunch, ...]]:
     """The kernels after each marker kernel up to the next, in GPU start order (one stream)."""
     calls: list[list[KernelLaunch]] = []

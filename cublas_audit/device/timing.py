@@ -80,16 +80,16 @@ def time_interleaved(
     import cupy
 
     stream = cupy.cuda.get_current_stream()
-    first = {name: _one_call_ms(launch, stream) for name, launch in contenders.items()}
+    first = {name: one_call_ms(launch, stream) for name, launch in contenders.items()}
     samples = {name: [took] if warm else [] for name, took in first.items()}
     reps = repetitions(max(first.values()), min_reps)
     for _ in range(reps - (1 if warm else 0)):
         for name, launch in contenders.items():
-            samples[name].append(_one_call_ms(launch, stream))
+            samples[name].append(one_call_ms(launch, stream))
     return {name: Timing(tuple(times)) for name, times in samples.items()}
 
 
-def _one_call_ms(launch: Callable[[], None], stream: object) -> float:
+def one_call_ms(launch: Callable[[], None], stream: object) -> float:
     import cupy
 
     start, stop = cupy.cuda.Event(), cupy.cuda.Event()
