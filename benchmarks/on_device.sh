@@ -13,6 +13,14 @@
 #   candidates  benchmarks/candidates_speed.py, three runs (the first kept in that run directory)
 #   reference   benchmarks/reference_vs_cublas.py --tune (tuned table to OUT/strategy.json)
 #   gpu-tests   pytest -m gpu
+#   observer    benchmarks/observer_overhead.py: CUPTI kernel times against CUDA events at >= 1 ms
+#   map-speed   a 10,000-case FP32 map (M, N, K sampled from 64..4096 step 64) into
+#               benchmarks/results/map-10k-<label>/ (resumed where a DIR of it exists), then
+#               benchmarks/map_speed.py over it
+#   map-full    the FP32 map 64..8192 step 64, single and batch 8, with --follow-up, into
+#               reports/<label>/maps/<timestamp>-fp32-64-8192/
+#   no-ncu      `sweep --batched` with no ncu to be found (a user and mount namespace hides
+#               /usr/local/cuda/bin and /opt/nvidia/nsight-compute; PATH without them)
 # What the steps made is packed into OUT/results.tgz after each step (without the binary .ncu-rep
 # reports), paths relative to the repository, ready to unpack over a checkout.
 #
@@ -113,7 +121,42 @@ for what in "$@"; do
         made+=("benchmarks/results/reference_$label.json")
         ;;
     gpu-tests)
-        step gpu-tests 240 $py -m pytest -q -m gpu -p no:cacheprovider
+        step gpu-tests 240 $py -m pytest -q -m gpu -p no:cacheprovider ${GPU_TESTS:-}
+        ;;
+    observer)
+        step observer 150 $py benchmarks/observer_overhead.py \
+            --json "benchmarks/results/observer_overhead_$label.json"
+        made+=("benchmarks/results/observer_overhead_$label.json")
+        ;;
+    map-speed)
+        big="benchmarks/results/map-10k-$label"
+        axis=64:4096:64
+        if [[ -e $big/plan.json ]]; then
+            step map-speed 480 $py -m cublas_audit map --resume "$big"
+        else
+            step map-speed 480 $py -m cublas_audit map --m $axis --n $axis --k $axis \
+                --sample 10000 --gpu-label "$label" --out "$big"
+        fi
+        $py benchmarks/map_speed.py "$big" --json "benchmarks/results/map_speed_$label.json" \
+            >"$out/map-speed-summary.log" 2>&1
+        tail -n 4 "$out/map-speed-summary.log"
+        made+=("$big" "benchmarks/results/map_speed_$label.json")
+        ;;
+    map-full)
+        full="reports/$label/maps/$stamp-fp32-64-8192"
+        step map-full 480 $py -m cublas_audit map --sizes 64:8192:64 --batches 1,8 \
+            --follow-up --gpu-label "$label" --out "$full"
+        made+=("$full")
+        ;;
+    no-ncu)
+        hidden=$(mktemp -d)
+        bare_path=$(tr ':' '\n' <<<"$PATH" | grep -v -e cuda -e nsight | paste -sd:)
+        step no-ncu 300 unshare --user --map-root-user --mount sh -c \
+            "for d in /usr/local/cuda/bin /opt/nvidia/nsight-compute; do \
+                [ -d \$d ] && mount --bind $hidden \$d; done; \
+             PATH=$bare_path; command -v ncu; \
+             $py -m cublas_audit sweep --batched --gpu-label $label --out $run-batched-no-ncu"
+        made+=("$run-batched-no-ncu")
         ;;
     *) echo "unknown step $what" ;;
     esac

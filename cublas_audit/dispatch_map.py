@@ -152,9 +152,8 @@ def map_findings(
     frame: pd.DataFrame, thresholds: Thresholds | None = None
 ) -> list[findings.Finding]:
     """The map rules' findings, largest effect first."""
-    found = findings.audit(frame, thresholds=thresholds)
-    picked = [f for f in found if f.rule in MAP_RULES]
-    return sorted(picked, key=lambda f: (-f.effect, f.rule, f.sizes))
+    found = findings.audit(frame, thresholds=thresholds, rules=MAP_RULES)
+    return sorted(found, key=lambda f: (-f.effect, f.rule, f.sizes))
 
 
 def follow_up_cases(

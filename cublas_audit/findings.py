@@ -9,7 +9,7 @@ pipe that matters for the mode, linear size). Rules are plain functions register
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Hashable, Iterator, Mapping
+from collections.abc import Callable, Collection, Hashable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, cast
 
@@ -151,11 +151,18 @@ def audit(
     frame: pd.DataFrame,
     thresholds: Thresholds | None = None,
     candidates: pd.DataFrame | None = None,
+    rules: Collection[str] | None = None,
 ) -> list[Finding]:
-    """All findings of a table, most severe first."""
+    """The findings of a table (of every rule, or of the rules named), most severe first."""
     context = RuleContext(prepare(frame), thresholds or Thresholds(), candidates)
-    found = [finding for rule in RULES for finding in rule(context)]
+    chosen = [rule for rule in RULES if rules is None or rule_name(rule) in rules]
+    found = [finding for rule in chosen for finding in rule(context)]
     return sorted(found, key=_order)
+
+
+def rule_name(rule: Rule) -> str:
+    """A rule's name in findings and docs: its function's, dashed (size-inversion)."""
+    return rule.__name__.replace("_", "-")
 
 
 def _order(finding: Finding) -> tuple[int, str, str, str, str, int, str]:
@@ -176,7 +183,7 @@ def _order(finding: Finding) -> tuple[int, str, str, str, str, int, str]:
 def no_escalation(ctx: RuleContext) -> list[Finding]:
     t = ctx.thresholds
     found = []
-    for run in _kernel_runs(_dispatched(ctx.rows)):
+    for run in _kernel_runs(_dispatched(ctx.rows), t.escalation_min_range):
         lo, hi = float(run["size"].min()), float(run["size"].max())
         if hi / lo < t.escalation_min_range or hi < t.escalation_min_size:
             continue
@@ -473,10 +480,11 @@ def layout_penalty(ctx: RuleContext) -> list[Finding]:
     rows = ctx.rows[~ctx.rows["is_loop"]].dropna(subset=["time_ms"])
     on = _time_columns(rows)
     key = ["gpu_label", "api", "routine", "mode", "m", "n", "k", "batch", "broadcast", "beta"]
+    layouts = rows["transa"].astype(str).str.cat(rows["transb"].astype(str))
+    posed = layouts.groupby([rows[c] for c in key], dropna=False).transform("nunique")
+    rows = rows[posed >= 2]  # a problem posed in one layout has nothing to compare (most maps)
     found = []
     for _, group in rows.groupby(key, dropna=False, sort=False):
-        if group["transa"].astype(str).str.cat(group["transb"].astype(str)).nunique() < 2:
-            continue
         best = group.iloc[int(np.argmin(group[on].to_numpy(dtype=float)))]
         slow = group.assign(ratio=group[on].astype(float) / float(best[on]))
         slow = slow[slow["ratio"] >= t.layout_penalty_ratio]
@@ -687,43 +695,48 @@ def dispatch_cliff(ctx: RuleContext) -> list[Finding]:
     t = ctx.thresholds
     rows = _kernel_timed(ctx.rows)
     found = []
-    for line in _grid_lines(rows):
-        on = _time_columns(line)
-        flops = 2.0 * (line["m"] * line["n"] * line["k"] * line["batch"]).astype(float)
-        rate = (flops / line[on].astype(float)).to_numpy()
-        kernels = line["kernel_short"].fillna("").astype(str).to_numpy()
-        for i in range(1, len(line)):
-            drop = 1 - float(rate[i]) / float(rate[i - 1])
-            if kernels[i] == kernels[i - 1] or drop * 100 < t.cliff_drop_pct:
-                continue
-            before, after = line.iloc[i - 1], line.iloc[i]
+    for _, series in rows.groupby(MAP_SERIES, dropna=False, sort=False):
+        on = _time_columns(series)
+        dims = series[["m", "n", "k"]].astype(np.int64).to_numpy()
+        flops = 2.0 * dims.prod(axis=1).astype(float) * series["batch"].astype(float).to_numpy()
+        rate = flops / series[on].astype(float).to_numpy()
+        kernels = series["kernel_short"].fillna("").astype(str).to_numpy()
+        before, after = _neighbours(dims)
+        drop = 1 - rate[after] / rate[before]
+        cliff = (kernels[after] != kernels[before]) & (drop * 100 >= t.cliff_drop_pct)
+        for b, a, lost in zip(before[cliff], after[cliff], drop[cliff], strict=True):
+            first, then = series.iloc[b], series.iloc[a]
             message = (
-                f"From {before['shape']} to {after['shape']} the kernel changes from "
-                f"{before['kernel_short']} to {after['kernel_short']} and throughput drops by "
-                f"{100 * drop:.0f} %, comparing {_time_words(on)}."
+                f"From {first['shape']} to {then['shape']} the kernel changes from "
+                f"{first['kernel_short']} to {then['kernel_short']} and throughput drops by "
+                f"{100 * lost:.0f} %, comparing {_time_words(on)}."
             )
             work = (
-                f"Pad to a size that keeps {before['kernel_short']}, or take it through cuBLASLt "
+                f"Pad to a size that keeps {first['kernel_short']}, or take it through cuBLASLt "
                 "if its heuristic lists it."
             )
-            finding = _finding("dispatch-cliff", "medium", line.iloc[[i]], message, work)
-            found.append(_compared(finding, before.name, drop))
+            finding = _finding("dispatch-cliff", "medium", series.iloc[[a]], message, work)
+            found.append(_compared(finding, first.name, lost))
     return found
 
 
-def _grid_lines(rows: pd.DataFrame) -> Iterator[pd.DataFrame]:
-    """The lines of neighbouring grid points a cliff is looked for along, each sorted: a series'
-    square sizes, and for each dimension the problems that differ only in
-    it, consecutive among the observed values (two where a follow-up re-measures a pair)."""
-    for _, series in rows.groupby(MAP_SERIES, dropna=False, sort=False):
-        squares = series[(series["m"] == series["n"]) & (series["n"] == series["k"])]
-        if len(squares) > 1:
-            yield squares.sort_values("m")
-        for axis in ("m", "n", "k"):
-            fixed = [d for d in ("m", "n", "k") if d != axis]
-            for _, line in series.groupby(fixed, sort=False):
-                if len(line) >= 2 and not (line["m"].eq(line["n"]) & line["n"].eq(line["k"])).all():
-                    yield line.sort_values(axis)
+def _neighbours(dims: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Positions (before, after) of neighbouring problems among rows of (m, n, k): consecutive
+    square sizes, and consecutive values of one dimension with the other two equal (consecutive
+    among the observed values: in a sampled map, or a follow-up's pair)."""
+    pairs = []
+    square = np.flatnonzero((dims[:, 0] == dims[:, 1]) & (dims[:, 1] == dims[:, 2]))
+    order = square[np.argsort(dims[square, 0], kind="stable")]
+    pairs.append((order[:-1], order[1:]))
+    for axis in range(3):
+        fixed = [d for d in range(3) if d != axis]
+        order = np.lexsort((dims[:, axis], dims[:, fixed[1]], dims[:, fixed[0]]))
+        ordered = dims[order]
+        same = (ordered[1:, fixed] == ordered[:-1, fixed]).all(axis=1)
+        pairs.append((order[:-1][same], order[1:][same]))
+    before = np.concatenate([p[0] for p in pairs]).astype(np.int64)
+    after = np.concatenate([p[1] for p in pairs]).astype(np.int64)
+    return before, after
 
 
 def _compared(finding: Finding, row: Hashable, effect: float) -> Finding:
@@ -761,13 +774,16 @@ def _by_kernel(rows: pd.DataFrame) -> Iterator[pd.DataFrame]:
         yield group.sort_values("size")
 
 
-def _kernel_runs(rows: pd.DataFrame) -> Iterator[pd.DataFrame]:
-    """Per series, the maximal runs of consecutive sizes that dispatch the same kernel."""
+def _kernel_runs(rows: pd.DataFrame, min_range: float = 1.0) -> Iterator[pd.DataFrame]:
+    """Per series, the maximal runs of consecutive sizes that dispatch the same kernel, spanning
+    at least `min_range` in linear size (a dense map has thousands of one-size runs)."""
     for _, series in rows.groupby(SERIES, sort=True):
         series = series.sort_values("size")
         kernels = series["kernel_short"].astype(object)
         run_id = (kernels != kernels.shift()).cumsum()
-        for _, run in series.groupby(run_id, sort=False):
+        sizes = series["size"].groupby(run_id)
+        wide = sizes.transform("max") / sizes.transform("min") >= min_range
+        for _, run in series[wide].groupby(run_id[wide], sort=False):
             yield run
 
 
