@@ -376,9 +376,9 @@ def _with_progress(work: Callable[[Any], R]) -> R:
     bar = Progress(*columns, _cases_per_second_column(), TimeRemainingColumn(), console=console)
     task = bar.add_task("sweep", total=None)
 
-    def start(total: int) -> None:
+    def start(total: int) -> None:  # a map's follow-up starts a second count on the same bar
         bar.start()
-        bar.update(task, total=total)
+        bar.reset(task, total=total)
 
     hooks = Hooks(
         start=start,

@@ -232,18 +232,28 @@ def _follow_up_row(
 
 
 def _best_candidate(audit: pd.Series | None, threshold: float) -> str:
-    """The best candidate's time and its speedup over the default, 'better' where both rounds
-    of the audit call it faster by the better-candidate threshold."""
+    """The best candidate's time, its speedup over the default, and where both rounds of the
+    audit call it faster by the better-candidate threshold, 'better' and what it is."""
     if audit is None or pd.isna(audit["best_ms"]):
         return ""
     gap = audit["left_on_table"]
     better = candidates.is_better(gap, audit["confirm_left_on_table"], threshold)
-    speedup = f" ({float(gap):.2f}x{', better' if better else ''})" if pd.notna(gap) else ""
-    return md_number(audit["best_ms"], 4) + md_text(speedup)
+    said = f"{float(gap):.2f}x" if pd.notna(gap) else ""
+    if better:
+        said += f", better: #{int(audit['best_candidate'])} {audit['best_described']}"
+    return md_number(audit["best_ms"], 4) + md_text(f" ({said})" if said else "")
 
 
 def _candidates(follow_up: Dataset) -> dict[str, pd.Series]:
-    if follow_up.candidates is None or follow_up.candidates.empty:
+    """The follow-up's candidate audit per problem, with the best candidate described."""
+    audited = follow_up.candidates
+    if audited is None or audited.empty:
         return {}
-    summary = candidates.case_summary(follow_up.candidates)
-    return {str(row["case_id"]): row for _, row in summary.iterrows()}
+    summary = candidates.case_summary(audited)
+    rows = audited.set_index(["case_id", "candidate"])
+    found = {}
+    for _, row in summary.iterrows():
+        key = (row["case_id"], row["best_candidate"])
+        described = candidates.describe(rows.loc[key]) if key in rows.index else ""
+        found[str(row["case_id"])] = pd.concat([row, pd.Series({"best_described": described})])
+    return found

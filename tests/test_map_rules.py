@@ -53,3 +53,36 @@ def test_the_unsure_pair_was_measured_again_interleaved(findings) -> None:  # ty
     assert loop["time_n"] == 100  # five times the sweep's 20
     assert loop["batched_kernel_time_ms"] < loop["kernel_time_ms"]
     assert not [f for f in findings if f.rule == "batched-slower-than-loop" and "3392" in f.sizes]
+
+
+# ----- off the diagonal: a slice of the 10,000-case map ------------------------------------------
+
+# The problems with N = 192 of the 10,000-case FP32 map of the H100 (M, N, K sampled from 64..4096
+# step 64; benchmarks/results/map-10k-h100). Hand-checked from its table: 2112x192x1792 ran
+# xmma_64x128x8 (with a second xmma kernel) in 0.039968 ms, 2 * 2112 * 192 * 1792 / 0.039968 ms =
+# 36.4 TFLOP/s; 2368x192x1792 ran simt_128x64_8x5 with cuBLASLt's splitKreduce in 0.116738 ms,
+# 14.0 TFLOP/s: 1 - 14.0 / 36.4 = 62 % lost between neighbours along M. 2432x192x2432 (simt, 0.147874
+# ms) takes 0.147874 / 0.067712 = 2.18x the time of the larger 2496x192x2752 (xmma, 0.067712 ms).
+SLICE = Path(__file__).resolve().parent / "fixtures/h100-map-10k-n192/dispatch.csv"
+
+
+@pytest.fixture(scope="module")
+def slice_findings():  # type: ignore[no-untyped-def]
+    return audit(load_one_gpu(SLICE).frame, rules=("dispatch-cliff", "size-inversion"))
+
+
+def test_a_cliff_between_neighbours_along_one_dimension(slice_findings) -> None:  # type: ignore[no-untyped-def]
+    cliffs = {f.sizes[0]: f for f in slice_findings if f.rule == "dispatch-cliff"}
+    cliff = cliffs["2368x192x1792"]
+    assert "From 2112x192x1792 to 2368x192x1792" in cliff.message
+    assert "xmma_64x128x8 to simt_128x64_8x5 and throughput drops by 62 %" in cliff.message
+    assert cliff.effect == pytest.approx(1 - (2368 / 2112) * 0.039968 / 0.116738, abs=1e-3)
+
+
+def test_an_off_diagonal_inversion_names_the_padded_shape(slice_findings) -> None:  # type: ignore[no-untyped-def]
+    found = {f.sizes[0]: f for f in slice_findings if f.rule == "size-inversion"}
+    inversion = found["2432x192x2432"]
+    assert "takes 2.18x the time of the larger 2496x192x2752" in inversion.message
+    assert inversion.effect == pytest.approx(1 - 0.067712 / 0.147874, abs=1e-3)
+    # the comparison is a real row of the table: the larger problem, faster
+    assert inversion.compared and inversion.compared != inversion.rows
