@@ -61,8 +61,9 @@ def test_the_unsure_pair_was_measured_again_interleaved(findings) -> None:  # ty
 # step 64; benchmarks/results/map-10k-h100). Hand-checked from its table: 2112x192x1792 ran
 # xmma_64x128x8 (with a second xmma kernel) in 0.039968 ms, 2 * 2112 * 192 * 1792 / 0.039968 ms =
 # 36.4 TFLOP/s; 2368x192x1792 ran simt_128x64_8x5 with cuBLASLt's splitKreduce in 0.116738 ms,
-# 14.0 TFLOP/s: 1 - 14.0 / 36.4 = 62 % lost between neighbours along M. 2432x192x2432 (simt, 0.147874
-# ms) takes 0.147874 / 0.067712 = 2.18x the time of the larger 2496x192x2752 (xmma, 0.067712 ms).
+# 14.0 TFLOP/s: 1 - 14.0 / 36.4 = 62 % lost between neighbours along M. 2432x192x2432 (simt,
+# 0.147874 ms) takes 0.147874 / 0.067712 = 2.18x the time of the larger 2496x192x2752 (xmma,
+# 0.067712 ms).
 SLICE = Path(__file__).resolve().parent / "fixtures/h100-map-10k-n192/dispatch.csv"
 
 
