@@ -99,6 +99,27 @@ Thresholds = Annotated[
 ]
 
 
+Devices = Annotated[
+    str | None,
+    typer.Option(
+        metavar="all|0,1,...",
+        help="Shard the cases across these GPUs of this host (nvidia-smi's numbering), one probe "
+        "(and one ncu) per GPU, into one run directory (shards/gpu<i>/).",
+    ),
+]
+Replicate = Annotated[
+    bool,
+    typer.Option(
+        "--replicate",
+        help="With --devices: run every case on every GPU and compare the units (units.md).",
+    ),
+]
+AllowMixed = Annotated[
+    bool,
+    typer.Option("--allow-mixed", help="With --devices: GPUs of different models, per model."),
+]
+
+
 class TextOrJson(StrEnum):
     text = "text"
     json = "json"
@@ -302,6 +323,9 @@ def sweep_command(
         metavar="FILE",
         help="Run exactly the GEMMs of a PyTorch profiler trace (plain or .gz), not the grid.",
     ),
+    devices: Devices = None,
+    replicate: Replicate = False,
+    allow_mixed: AllowMixed = False,
 ) -> None:
     """Run cuBLAS / cuBLASLt calls across sizes under ncu and write a dispatch table."""
     from cublas_audit import cases, probe_process
@@ -340,9 +364,32 @@ def sweep_command(
         command=["cublas-audit", *sys.argv[1:]],
         observer=observer,
     )
-    result = _with_progress(lambda hooks: sweep(options, hooks))
+    if _multi_gpu(devices, replicate, allow_mixed, resume):
+        from cublas_audit.multi_gpu import sweep_on_devices
+
+        multi = _with_progress(
+            lambda bars: sweep_on_devices(options, devices, replicate, allow_mixed, bars.for_gpu)
+        )
+        if multi.frame is not None:
+            typer.echo(summary(multi.frame))
+        typer.echo(f"\nrun directory: {multi.run_dir}\nreport: {multi.report}")
+        return
+    result = _with_progress(lambda bars: sweep(options, bars.hooks()))
     typer.echo(summary(result.frame))
     typer.echo(f"\nrun directory: {result.run_dir}\nreport: {result.report}")
+
+
+def _multi_gpu(
+    devices: str | None, replicate: bool, allow_mixed: bool, resume: Path | None
+) -> bool:
+    """Whether the run spreads over GPUs: --devices, or a resumed run that did."""
+    from cublas_audit.multi_gpu import recorded
+
+    if devices is None and (replicate or allow_mixed):
+        raise AuditError("--replicate and --allow-mixed go with --devices")
+    if devices is not None:
+        return True
+    return resume is not None and resume.is_dir() and recorded(resume) is not None
 
 
 def _cases_per_second_column() -> Any:
@@ -357,39 +404,55 @@ def _cases_per_second_column() -> Any:
     return CasesPerSecond()
 
 
-def _with_progress(work: Callable[[Any], R]) -> R:
-    """Runs `work(progress_hooks)`; the rich progress bar on stderr appears when the work starts
-    its cases, so every check before that prints its error alone."""
-    from rich.console import Console
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeRemainingColumn,
-    )
+class _Bars:
+    """The rich progress bars on stderr: one per GPU that works (`hooks(name)`), each with its
+    cases per second. The display starts when the first starts its cases, so every check before
+    that prints its error alone."""
 
-    from cublas_audit.sweep import Progress as Hooks
+    def __init__(self) -> None:
+        from rich.console import Console
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeRemainingColumn,
+        )
 
-    console = Console(stderr=True)
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
-    bar = Progress(*columns, _cases_per_second_column(), TimeRemainingColumn(), console=console)
-    task = bar.add_task("sweep", total=None)
+        self.console = Console(stderr=True)
+        columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
+        self.bar = Progress(
+            *columns, _cases_per_second_column(), TimeRemainingColumn(), console=self.console
+        )
 
-    def start(total: int) -> None:  # a map's follow-up starts a second count on the same bar
-        bar.start()
-        bar.reset(task, total=total)
+    def hooks(self, name: str = "") -> Any:
+        from cublas_audit.sweep import Progress as Hooks
 
-    hooks = Hooks(
-        start=start,
-        current=lambda case_id: bar.update(task, description=case_id),
-        advance=lambda case_id: bar.advance(task),
-        note=lambda message: console.print(message, style="yellow", markup=False),
-    )
+        prefix = f"{name} " if name else ""
+        task = self.bar.add_task(prefix or "sweep", total=None, visible=False)
+
+        def start(total: int) -> None:  # a map's follow-up starts a second count on one bar
+            self.bar.start()
+            self.bar.reset(task, total=total, visible=True)
+
+        return Hooks(
+            start=start,
+            current=lambda case_id: self.bar.update(task, description=prefix + case_id),
+            advance=lambda case_id: self.bar.advance(task),
+            note=lambda message: self.console.print(prefix + message, style="yellow", markup=False),
+        )
+
+    def for_gpu(self, gpu: Any) -> Any:
+        return self.hooks(f"gpu{gpu.index}")
+
+
+def _with_progress(work: Callable[[_Bars], R]) -> R:
+    """Runs `work(bars)` and stops the display however it ends."""
+    bars = _Bars()
     try:
-        return work(hooks)
+        return work(bars)
     finally:
-        bar.stop()
+        bars.bar.stop()
 
 
 @app.command("candidates")
@@ -684,6 +747,9 @@ def map_command(
         None, metavar="FILE", help="Map the GEMMs of a PyTorch profiler trace."
     ),
     threshold: Thresholds = None,
+    devices: Devices = None,
+    replicate: Replicate = False,
+    allow_mixed: AllowMixed = False,
 ) -> None:
     """Map which kernel cuBLAS dispatches over a dense grid of shapes (CUPTI, no counters needed):
     kernel switches, dispatch cliffs and size inversions, pictures; --follow-up goes deep."""
@@ -720,7 +786,16 @@ def map_command(
         observer=observer,
     )
     limit = follow_up_limit if follow_up else None
-    result = _with_progress(lambda hooks: dispatch_map.run(options, limit, limits, hooks))
+    multi = _multi_gpu(devices, replicate, allow_mixed, resume)
+    spread = dispatch_map.Spread(devices, replicate, allow_mixed) if multi else None
+    result = _with_progress(
+        lambda bars: dispatch_map.run(
+            options, limit, limits, bars.hooks(), spread, bars.for_gpu if multi else None
+        )
+    )
+    if result.frame is None:
+        typer.echo(f"\nrun directory: {result.run_dir}\nunits: {result.report}")
+        return
     found = dispatch_map.map_findings(result.frame, limits)
     counts = {rule: sum(f.rule == rule for f in found) for rule in dispatch_map.MAP_RULES}
     typer.echo(", ".join(f"{count} {rule}" for rule, count in counts.items()))

@@ -48,6 +48,7 @@ EVIDENCE_COLUMNS = (
     "time_q1_ms",
     "time_q3_ms",
     "sm_clock_mhz",
+    "power_w",
     "kernel_time_ms",
     "kernel_time_n",
     "kernel_time_q1_ms",

@@ -17,18 +17,20 @@ from __future__ import annotations
 
 import itertools
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pandas as pd
 
-from cublas_audit import findings, rundir
+from cublas_audit import findings, multi_gpu, rundir
 from cublas_audit.cases import Case, Variants, parse_int_list, read_plan
+from cublas_audit.environment import Gpu
 from cublas_audit.errors import AuditError
 from cublas_audit.sweep import Progress
 from cublas_audit.sweep_setup import SweepOptions, SweepResult, sweep
 from cublas_audit.thresholds import Thresholds
+from cublas_audit.units import write_units_report
 
 MAX_MAP_CASES = 1_000_000  # beyond this, --sample: a plan.json of millions of cases is no map
 DEFAULT_REPS = 5  # timed and traced calls per case (kernel times vary ~1 % call to call)
@@ -124,9 +126,19 @@ def listed(cases: Sequence[Case]) -> list[Case]:
 @dataclass(frozen=True)
 class MapResult:
     run_dir: Path
-    frame: pd.DataFrame
+    frame: pd.DataFrame | None  # None for a replicated map: its units are compared (units.md)
     report: Path
     follow_up: Path | None = None
+
+
+@dataclass(frozen=True)
+class Spread:
+    """Over which GPUs a map runs (cublas_audit.multi_gpu): --devices, --replicate,
+    --allow-mixed."""
+
+    devices: str | None = None
+    replicate: bool = False
+    allow_mixed: bool = False
 
 
 def run(
@@ -134,13 +146,27 @@ def run(
     follow_up: int | None = None,
     thresholds: Thresholds | None = None,
     progress: Progress | None = None,
+    spread: Spread | None = None,
+    progress_for: Callable[[Gpu], Progress] | None = None,
 ) -> MapResult:
-    """The map (new or resumed), then with `follow_up` the deep tier for that many findings, then
-    the report with both."""
+    """The map (new or resumed; on one GPU, or spread over several), then with `follow_up` the
+    deep tier for that many findings (on the first GPU), then the report with both."""
     from cublas_audit.map_report import write_map_report
 
     options = replace(options, phase="map")
-    mapped = sweep(options, progress, report=False)
+    if spread is None:
+        mapped = sweep(options, progress, report=False)
+    else:
+        plan, shards = multi_gpu.on_devices(
+            options, spread.devices, spread.replicate, spread.allow_mixed, progress_for
+        )
+        if plan.replicate:
+            for shard in shards:
+                write_map_report(shard, thresholds)
+            units = write_units_report(plan.run_dir, shards, thresholds)
+            return MapResult(plan.run_dir, None, units)
+        frame = multi_gpu.merged_table(plan, shards)
+        mapped = SweepResult(plan.run_dir, frame, plan.run_dir / rundir.REPORT_FILE)
     deep = None
     if follow_up:
         deep = run_follow_up(mapped, options, follow_up, thresholds, progress)

@@ -30,6 +30,7 @@ _SMI_FIELDS = (
     "clocks.sm",
     "clocks.max.sm",
     "memory.total",
+    "uuid",
 )
 
 
@@ -47,6 +48,9 @@ class Environment:
     ncu_path: str | None = None
     ncu_version: str | None = None
     counters_permitted: bool | None = None
+    # which GPU of the host (nvidia-smi's index and UUID): a sharded run names each shard's
+    gpu_uuid: str | None = None
+    device_index: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -56,8 +60,9 @@ class Environment:
         return self.gpu_name is not None
 
 
-def collect(ncu: str | None = None) -> Environment:
-    env = Environment()
+def collect(ncu: str | None = None, device: int | None = None) -> Environment:
+    """What this machine has; with `device`, that GPU's (nvidia-smi's index), else GPU 0's."""
+    env = Environment(device_index=device)
     _read_nvidia_smi(env)
     if env.has_gpu:
         _read_cuda(env)
@@ -151,16 +156,17 @@ def _read_nvidia_smi(env: Environment) -> None:
     smi = shutil.which("nvidia-smi")
     if smi is None:
         return
+    index = str(env.device_index or 0)
     out = _run(
-        [smi, f"--query-gpu={','.join(_SMI_FIELDS)}", "--format=csv,noheader,nounits", "-i", "0"]
+        [smi, f"--query-gpu={','.join(_SMI_FIELDS)}", "--format=csv,noheader,nounits", "-i", index]
     )
     if not out or not out.strip():
         return
     values = [v.strip() for v in out.strip().splitlines()[0].split(",")]
     if len(values) != len(_SMI_FIELDS):
         return
-    name, driver, cc, clock, clock_max, memory = values
-    env.gpu_name, env.driver_version, env.cc = name, driver, cc
+    name, driver, cc, clock, clock_max, memory, uuid = values
+    env.gpu_name, env.driver_version, env.cc, env.gpu_uuid = name, driver, cc, uuid
     env.sm_clock_mhz, env.sm_clock_max_mhz = _int_or_none(clock), _int_or_none(clock_max)
     mib = _int_or_none(memory)
     env.memory_gb = round(mib / 1024, 1) if mib else None
@@ -175,10 +181,38 @@ def _read_cuda(env: Environment) -> None:
         return
     runtime = cupy.cuda.runtime.runtimeGetVersion()
     env.cuda_runtime = f"{runtime // 1000}.{runtime % 1000 // 10}"
-    env.sm_count = int(cupy.cuda.Device(0).attributes["MultiProcessorCount"])
+    # CUDA's device numbering follows nvidia-smi's unless CUDA_VISIBLE_DEVICES reorders it
+    device = env.device_index or 0
+    if device >= cupy.cuda.runtime.getDeviceCount():
+        device = 0
+    env.sm_count = int(cupy.cuda.Device(device).attributes["MultiProcessorCount"])
     env.cublas_version = format_cublas_version(
         cublas.getVersion(cupy.cuda.device.get_cublas_handle())
     )
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """One GPU of this host, as nvidia-smi lists it."""
+
+    index: int
+    uuid: str
+    name: str
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def list_gpus() -> list[Gpu]:
+    """Every GPU of this host (nvidia-smi), in index order; [] without nvidia-smi or a GPU."""
+    smi = shutil.which("nvidia-smi")
+    out = _run([smi, "--query-gpu=index,uuid,name", "--format=csv,noheader"]) if smi else None
+    found = []
+    for line in (out or "").strip().splitlines():
+        parts = [part.strip() for part in line.split(",", 2)]
+        if len(parts) == 3 and parts[0].isdigit():
+            found.append(Gpu(int(parts[0]), parts[1], parts[2]))
+    return found
 
 
 def format_cublas_version(version: int) -> str:

@@ -72,11 +72,12 @@ def load_run(run_dir: Path) -> Dataset:
     """A run directory: its table (one GPU, agreeing with plan.json) and its env.json."""
     frame = read_table(run_dir)
     source = TableSource(run_dir / TABLE_FILE)
-    require_one_gpu(frame, source.path)
+    env = read_env(run_dir)
+    if not env.get("allow_mixed"):  # a run over GPUs of several models is one table per model
+        require_one_gpu(frame, source.path)
     plan = run_dir / PLAN_FILE
     if plan.is_file():
         check_against_plan(frame, [case.case_id for case in read_plan(plan)], source)
-    env = read_env(run_dir)
     check_env(env, run_dir / ENV_FILE)
     if "sm_count" not in frame.columns and isinstance(env.get("sm_count"), int):
         # tables written before the column existed: the GPU's SMs, as env.json recorded them
@@ -86,10 +87,14 @@ def load_run(run_dir: Path) -> Dataset:
 
 def _load(path: Path) -> list[Dataset]:
     if path.is_dir():
-        return [load_run(path)]
-    frame = read_table(path)
+        run = load_run(path)
+        if not run.env.get("allow_mixed"):
+            return [run]
+        frame, env = run.frame, run.env
+    else:
+        frame, env = read_table(path), {}
     labels = frame["gpu_label"].fillna("").unique()
-    return [_dataset(path, frame[frame["gpu_label"].fillna("") == label], {}) for label in labels]
+    return [_dataset(path, frame[frame["gpu_label"].fillna("") == label], env) for label in labels]
 
 
 def _dataset(path: Path, frame: pd.DataFrame, env: dict[str, Any]) -> Dataset:

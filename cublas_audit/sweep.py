@@ -39,6 +39,10 @@ PROBE_LOG_LINES = 3  # lines of probe.log quoted when the probe fails before any
 # A comparison left unsure is timed again with this many times the repetitions (its interval
 # narrows by about the square root), the two sides interleaved.
 RECHECK_REPS_FACTOR = 5
+# A probe stopped by Ctrl-C (SIGINT: Python's exit status -2, or 130 through a shell). The
+# terminal sends SIGINT to every process of the foreground group: a probe may stop before the
+# sweep sees the signal, and its case in flight is then still to do, not an error.
+INTERRUPTED_CODES = (-2, 130)
 
 
 @dataclass
@@ -179,6 +183,8 @@ def _time_cases(config: SweepConfig, cases: list[Case], progress: Progress) -> N
         only = _write_only(config, "timing.cases", remaining)
         argv = config.probe.argv(_probe_args(config, config.phase, only))
         code = _run_probe(config, argv, progress)
+        if code in INTERRUPTED_CODES:  # Ctrl-C reached the probe first: stop, never an error row
+            raise KeyboardInterrupt
         done = rundir.read_results(results_path)
         culprit = crashed_case(results_path, done)
         if culprit is None and not any(c.case_id in done for c in remaining):
@@ -292,6 +298,8 @@ def write_run_table(
         "gpu_name": env.get("gpu_name"),
         "cc": env.get("cc"),
         "sm_count": env.get("sm_count"),
+        "device_index": env.get("device_index"),
+        "gpu_uuid": env.get("gpu_uuid"),
         "driver_version": env.get("driver_version"),
         "cublas_version": format_cublas_version(cublas) if cublas else env.get("cublas_version"),
     }

@@ -54,6 +54,9 @@ class SweepOptions:
     observer: str | None = None
     # "time" (a sweep) or "map" (the dispatch map's fast pass: cupti or events, never ncu).
     phase: str | None = None
+    # The GPU (nvidia-smi's index) a shard of a sharded run measures on; its probe is pinned to
+    # it through CUDA_VISIBLE_DEVICES in probe_env (cublas_audit.multi_gpu).
+    device: int | None = None
 
 
 OBSERVERS = ("ncu", "cupti", "events")
@@ -77,6 +80,7 @@ RECORDED: dict[str, tuple[str, Any]] = {
     "min_reps": ("min_reps", DEFAULT_MIN_REPS),
     "candidate_limit": ("candidate_limit", None),
     "phase": ("phase", "time"),
+    "device": ("device_index", None),
 }
 
 
@@ -88,7 +92,7 @@ def sweep(
     from cublas_audit.render import write_run_report
 
     options = checked(options)
-    env = environment.collect(options.ncu)
+    env = environment.collect(options.ncu, options.device)
     environment.require_gpu(env)
     options = _observer_here(options, env, progress or Progress())
     ncu = environment.require_profiler(env) if options.profile else None

@@ -96,6 +96,8 @@ OPTIONAL_COLUMNS: dict[str, str] = {
     "gpu_name": "str",
     "cc": "str",
     "sm_count": "int",
+    "device_index": "int",
+    "gpu_uuid": "str",
     **{f"stall_{reason}": "float" for reason in STALL_REASONS},
 }
 

@@ -106,7 +106,7 @@ def test_a_dir_without_cublas_is_exit_2_before_anything_runs(
         for name in holds:
             (lib / name).touch()
     looked: list[object] = []
-    monkeypatch.setattr(environment, "collect", lambda ncu=None: looked.append(ncu))
+    monkeypatch.setattr(environment, "collect", lambda ncu=None, device=None: looked.append(ncu))
     out = tmp_path / "run"
     args = ["sweep", "--no-batched", "--sizes", "256", "--cublas-lib", str(lib), "--out", str(out)]
     with deadline(DEADLINE_S):

@@ -58,7 +58,7 @@ def test_an_interpreter_that_cannot_start_is_tool_missing(tmp_path: Path) -> Non
 def test_the_sweep_stops_with_exit_3_and_no_run_directory(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(environment, "collect", lambda ncu=None: h100_environment())
+    monkeypatch.setattr(environment, "collect", lambda ncu=None, device=None: h100_environment())
     views = tmp_path / "tmp"  # where package_view makes its temporary directory
     views.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(views))

@@ -110,7 +110,9 @@ def stand_in_machine(monkeypatch: pytest.MonkeyPatch, ncu: str | None = None) ->
     """environment.collect finds the H100; the report is a stub. Returns collect's calls."""
     calls: list[str | None] = []
 
-    def collect(ncu_option: str | None = None) -> environment.Environment:
+    def collect(
+        ncu_option: str | None = None, device: int | None = None
+    ) -> environment.Environment:
         calls.append(ncu_option)
         return h100_environment(ncu)
 
@@ -275,7 +277,9 @@ def test_resume_accepts_options_equal_to_the_record(
     assert checked(SweepOptions(resume=recorded.run_dir, **given)) == checked(resume)
 
     # through the CLI: every option given, equal to the record, gets past the checks to the GPU
-    monkeypatch.setattr(environment, "collect", lambda ncu=None: environment.Environment())
+    monkeypatch.setattr(
+        environment, "collect", lambda ncu=None, device=None: environment.Environment()
+    )
     args = ["--probe-python", recorded.python, "--cublas-lib", str(recorded.cublas_lib)]
     args += ["--probe-env", f"{TAG}=first-half", "--clock-control", "base", "--no-profile"]
     args += ["--no-reference", "--min-reps", "37", "--candidates", "--limit", "8"]

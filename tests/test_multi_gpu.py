@@ -1,0 +1,205 @@
+"""Every GPU of a node: sharding, pinning, merging, per-shard resume and the unit comparison.
+
+The machine is stood in for (no GPU here): nvidia-smi's list of GPUs is two H100s with made-up
+UUIDs, environment.collect is what it found on the H100 of a bundled run, and each shard's probe
+is the fake interpreter of tests/fakeprobe.py replaying the H100's recorded FP32 map
+(reports/h100/maps/20261123-235543-fp32-64-4096). What is real: the sharding, the
+CUDA_VISIBLE_DEVICES each probe is started with, the run directory, resume and the merged table.
+The unit comparison runs on two real reruns of one H100 (reports/h100/noise/kernel-a), which as
+two "units" of one model must never be called different, and on a planted slowdown and a
+planted kernel change in one of them.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import replace
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from cublas_audit import dispatch_map, environment, multi_gpu, rundir, units
+from cublas_audit.environment import Gpu
+from cublas_audit.errors import AuditError
+from cublas_audit.inputs import load_run
+from cublas_audit.sweep_setup import SweepOptions
+from tests.fakeprobe import deadline, fake_probe, h100_environment, seen
+from tests.test_map import MAP, map_cases
+from tests.test_resume import stand_in_machine
+
+H100S = [
+    Gpu(0, "GPU-aaaa-0", "NVIDIA H100 80GB HBM3"),
+    Gpu(1, "GPU-bbbb-1", "NVIDIA H100 80GB HBM3"),
+]
+RERUNS = Path(__file__).resolve().parents[1] / "reports/h100/noise/kernel-a"
+DEADLINE_S = 60
+
+
+def test_shards_are_disjoint_complete_balanced_and_in_plan_order() -> None:
+    cases = map_cases()
+    shards = multi_gpu.shard(cases, 2)
+    ids = [c.case_id for shard in shards for c in shard]
+    assert sorted(ids) == sorted(c.case_id for c in cases) and len(set(ids)) == len(ids)
+    order = {c.case_id: i for i, c in enumerate(cases)}
+    for shard in shards:
+        assert [order[c.case_id] for c in shard] == sorted(order[c.case_id] for c in shard)
+    work = [sum(multi_gpu.CASE_FLOPS + c.flops for c in shard) for shard in shards]
+    assert max(work) / min(work) < 1.05  # within 5 %: a 2-GPU map takes about half the time
+
+
+def test_devices_are_checked_before_anything_runs() -> None:
+    assert multi_gpu.parse_devices("all", H100S) == H100S
+    assert multi_gpu.parse_devices("1", H100S) == [H100S[1]]
+    with pytest.raises(AuditError, match="'2' is not a GPU of this host"):
+        multi_gpu.parse_devices("0,2", H100S)
+    with pytest.raises(AuditError, match="named twice"):
+        multi_gpu.parse_devices("0,0", H100S)
+    with pytest.raises(AuditError, match="lists no GPU"):
+        multi_gpu.parse_devices("all", [])
+    mixed = [H100S[0], Gpu(1, "GPU-cccc", "NVIDIA H200")]
+    with pytest.raises(AuditError, match="--allow-mixed"):
+        multi_gpu.check_models(mixed, allow_mixed=False)
+    multi_gpu.check_models(mixed, allow_mixed=True)
+
+
+@pytest.fixture
+def two_gpus(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    stand_in_machine(monkeypatch)
+    monkeypatch.setattr(multi_gpu, "list_gpus", lambda: list(H100S))
+
+    def collect(ncu: str | None = None, device: int | None = None) -> environment.Environment:
+        found = h100_environment(ncu)  # what nvidia-smi -i <device> says of that GPU
+        return replace(found, device_index=device, gpu_uuid=H100S[device or 0].uuid)
+
+    monkeypatch.setattr(environment, "collect", collect)
+    probe, _calls = fake_probe(tmp_path, replay=MAP, env_keys=("CUDA_VISIBLE_DEVICES",))
+    return Path(probe.python)
+
+
+def map_options(tmp_path: Path, probe: Path) -> SweepOptions:
+    return SweepOptions(
+        cases=map_cases(),
+        gpu_label="h100",
+        out=tmp_path / "run",
+        probe_python=str(probe),
+        min_reps=5,
+        reference=False,
+        command=["cublas-audit", "map", "--devices", "all"],
+    )
+
+
+def test_a_sharded_map_pins_each_probe_and_merges_one_table(tmp_path: Path, two_gpus: Path) -> None:
+    spread = dispatch_map.Spread("all")
+    with deadline(DEADLINE_S):
+        result = dispatch_map.run(map_options(tmp_path, two_gpus), spread=spread)
+
+    starts = [s for s in seen(tmp_path) if "--only" in s["argv"]]
+    pinned = {s["env"]["CUDA_VISIBLE_DEVICES"] for s in starts}
+    assert pinned == {"GPU-aaaa-0", "GPU-bbbb-1"}  # one probe per GPU, each pinned to its own
+    frame = result.frame
+    assert frame is not None and len(frame) == 128 and frame["status"].eq("ok").all()
+    by_device = frame.groupby("device_index")["case_id"].apply(set)
+    assert set(by_device.index) == {0, 1} and not (by_device[0] & by_device[1])
+    for gpu in H100S:  # each shard's rows carry its GPU, and its probe measured exactly them
+        shard_ids = set(load_run(multi_gpu.shard_dir(result.run_dir, gpu)).frame["case_id"])
+        assert shard_ids == by_device[gpu.index]
+        assert (frame.loc[frame["device_index"] == gpu.index, "gpu_uuid"] == gpu.uuid).all()
+    assert "2112 takes 1.16x the time of the larger 2176" in result.report.read_text()
+    env = rundir.read_env(result.run_dir)
+    assert [d["uuid"] for d in env["devices"]] == ["GPU-aaaa-0", "GPU-bbbb-1"]
+    assert set(env["shard_seconds"]) == {"gpu0", "gpu1"}
+
+
+def test_a_resumed_sharded_map_redoes_only_each_shards_missing_cases(
+    tmp_path: Path, two_gpus: Path
+) -> None:
+    spread = dispatch_map.Spread("all")
+    with deadline(DEADLINE_S):
+        first = dispatch_map.run(map_options(tmp_path, two_gpus), spread=spread)
+    shard = multi_gpu.shard_dir(first.run_dir, 1)
+    results = shard / rundir.TIME_RESULTS
+    lines = results.read_text().splitlines()
+    results.write_text("\n".join(lines[: len(lines) // 2]) + "\n")  # GPU 1 stopped halfway
+    done = set(rundir.read_results(results))
+    (tmp_path / "probe-seen.jsonl").unlink()
+
+    with deadline(DEADLINE_S):
+        again = dispatch_map.run(SweepOptions(resume=first.run_dir), spread=dispatch_map.Spread())
+
+    starts = [s for s in seen(tmp_path) if "--only" in s["argv"]]
+    assert [s["env"]["CUDA_VISIBLE_DEVICES"] for s in starts] == ["GPU-bbbb-1"]
+    argv = starts[0]["argv"]
+    only = set(Path(argv[argv.index("--only") + 1]).read_text().split())
+    shard_plan = {c.case_id for c in load_plan(shard)}
+    assert only == shard_plan - done
+    assert again.frame is not None and again.frame["status"].eq("ok").all()
+
+
+def load_plan(run_dir: Path) -> list:  # type: ignore[type-arg]
+    from cublas_audit.cases import read_plan
+
+    return read_plan(run_dir / rundir.PLAN_FILE)
+
+
+def test_replicate_needs_two_gpus_and_devices(tmp_path: Path, two_gpus: Path) -> None:
+    with pytest.raises(AuditError, match="two GPUs or more"):
+        multi_gpu.on_devices(map_options(tmp_path, two_gpus), "0", replicate=True)
+    with pytest.raises(AuditError, match="go with --devices"):
+        multi_gpu.on_devices(map_options(tmp_path, two_gpus), None, replicate=True)
+
+
+# ----- the unit comparison, on two real reruns of one H100 ---------------------------------------
+
+
+def as_unit(run: Path, tmp_path: Path, name: str) -> Path:
+    copy = tmp_path / name
+    shutil.copytree(run, copy)
+    return copy
+
+
+def test_two_reruns_of_one_gpu_are_never_called_different(tmp_path: Path) -> None:
+    a, b = (load_run(RERUNS / f"run-0{i}") for i in (0, 1))
+    found, spread = units.compare_units([a, b])
+    assert found == []
+    assert spread.loc[1, "median_ratio"] == pytest.approx(1.0, abs=0.02)
+
+
+def test_a_slower_unit_and_another_kernel_are_unit_mismatches(tmp_path: Path) -> None:
+    a, b = (load_run(RERUNS / f"run-0{i}") for i in (0, 1))
+    frame = b.frame.copy()
+    slow = frame.index[(frame["case_id"] == "cublas.fp32.4096x4096x4096.b8.nn")][0]
+    timed = [c for c in frame.columns if c.startswith("kernel_time_") and c.endswith("_ms")]
+    frame.loc[slow, timed] = frame.loc[slow, timed] * 1.3  # one unit 30 % slower on one case
+    other = frame.index[frame["case_id"] == "cublas.fp32.1024x1024x1024.b8.nn"][0]
+    frame.loc[other, "kernel"] = "sm90_xmma_gemm_f32f32_tf32f32_f32_nn_n_tilesize128x128x32"
+    frame.loc[other, "traced_kernels"] = frame.loc[other, "kernel"]
+    b = type(b)(b.title, "h100-gpu1", b.path, frame.assign(gpu_label="h100-gpu1"), b.env)
+
+    found, _spread = units.compare_units([a, b])
+
+    by_severity = {f.severity: f for f in found}
+    assert set(by_severity) == {"high", "medium"} and len(found) == 2
+    assert "h100-gpu1 dispatches" in by_severity["high"].message
+    assert by_severity["high"].sizes == ["1024"]
+    before = a.frame.set_index("case_id").loc["cublas.fp32.4096x4096x4096.b8.nn", "kernel_time_ms"]
+    after = frame.loc[slow, "kernel_time_ms"]  # 1.3 x run-01's, itself 1 % off run-00's
+    assert (
+        f"h100-gpu1 takes {after / before:.2f}x the time of h100" in by_severity["medium"].message
+    )
+    assert "MHz" in by_severity["medium"].message  # the clocks said beside it
+    report = units.render([a, b], found, _spread)
+    assert "## Kernel mismatches (1)" in report and "## Slower units (1)" in report
+
+
+def test_a_table_of_mixed_models_loads_per_model(tmp_path: Path) -> None:
+    run = as_unit(RERUNS / "run-00", tmp_path, "mixed")
+    frame = pd.read_csv(run / rundir.TABLE_FILE)
+    half = frame.index[: len(frame) // 2]
+    frame.loc[half, "gpu_label"] = "h200"
+    frame.to_csv(run / rundir.TABLE_FILE, index=False)
+    env = rundir.read_env(run)
+    rundir.write_env(run, {**env, "allow_mixed": True})
+    from cublas_audit.inputs import load_inputs
+
+    assert sorted(d.gpu_label for d in load_inputs([run])) == ["h100", "h200"]
