@@ -19,6 +19,10 @@
 #               benchmarks/map_speed.py over it
 #   map-full    the FP32 map 64..8192 step 64, single and batch 8, with --follow-up, into
 #               reports/<label>/maps/<timestamp>-fp32-64-8192/
+#   multi-map   a 2,000-case FP32 map on one GPU, then the same on every GPU (--devices all), into
+#               benchmarks/results/map-2k-<label>-{1gpu,all}/, then benchmarks/multi_gpu_speed.py
+#   replicate   the default batched sweep on every GPU (--devices all --replicate) into
+#               reports/<label>/checks/<timestamp>-batched-replicate/
 #   no-ncu      `sweep --batched` with no ncu to be found (a user and mount namespace hides
 #               /usr/local/cuda/bin and /opt/nvidia/nsight-compute; PATH without them)
 # What the steps made is packed into OUT/results.tgz after each step (without the binary .ncu-rep
@@ -147,6 +151,26 @@ for what in "$@"; do
         step map-full 480 $py -m cublas_audit map --sizes 64:8192:64 --batches 1,8 \
             --follow-up --gpu-label "$label" --out "$full"
         made+=("$full")
+        ;;
+    multi-map)
+        axis=64:4096:64
+        two="benchmarks/results/map-2k-$label"
+        for where in 1gpu all; do
+            devices=()
+            [[ $where == all ]] && devices=(--devices all)
+            step "map-2k-$where" 240 $py -m cublas_audit map --m $axis --n $axis --k $axis \
+                --sample 2000 --seed 1 --gpu-label "$label" --out "$two-$where" "${devices[@]}"
+            made+=("$two-$where")
+        done
+        $py benchmarks/multi_gpu_speed.py "$two-1gpu" "$two-all" \
+            --json "benchmarks/results/multi_gpu_speed_$label.json" >"$out/multi.log" 2>&1
+        tail -n 5 "$out/multi.log"
+        made+=("benchmarks/results/multi_gpu_speed_$label.json")
+        ;;
+    replicate)
+        step replicate 420 $py -m cublas_audit sweep --batched --devices all --replicate \
+            --gpu-label "$label" --out "reports/$label/checks/$stamp-batched-replicate"
+        made+=("reports/$label/checks/$stamp-batched-replicate")
         ;;
     no-ncu)
         hidden=$(mktemp -d)
