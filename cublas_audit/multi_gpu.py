@@ -315,7 +315,9 @@ def sweep_on_devices(
     from cublas_audit.units import write_units_report
 
     plan, shards = on_devices(options, devices, replicate, allow_mixed, progress_for)
-    if plan.replicate:
+    if plan.replicate:  # each unit's own report, and their comparison
+        for shard in shards:
+            write_run_report(shard)
         return MultiResult(plan.run_dir, shards, None, write_units_report(plan.run_dir, shards))
     frame = merged_table(plan, shards)
     return MultiResult(plan.run_dir, shards, frame, write_run_report(plan.run_dir))

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from cublas_audit import dispatch_map, rundir
+from cublas_audit import dispatch_map, map_plots, rundir
 from cublas_audit.cases import Case, Variants
 from cublas_audit.errors import AuditError
 from cublas_audit.findings import prepare
@@ -212,6 +212,7 @@ def test_an_interrupted_map_resumes_only_the_missing_cases(
     (run_dir / rundir.TIME_RESULTS).write_text("\n".join(kept) + '\n{"event": "do')
     done = set(rundir.read_results(run_dir / rundir.TIME_RESULTS))
     stand_in_machine(monkeypatch)
+    monkeypatch.setattr(map_plots, "draw", lambda rows, plots, flagged=(): [])  # drawn above
     with deadline(DEADLINE_S):  # the recorded probe: the fake one of the fixture's map
         result = dispatch_map.run(SweepOptions(resume=run_dir))
     plan = str(run_dir / rundir.PLAN_FILE)

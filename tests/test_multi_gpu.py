@@ -19,7 +19,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from cublas_audit import dispatch_map, environment, multi_gpu, rundir, units
+from cublas_audit import dispatch_map, environment, map_plots, multi_gpu, rundir, units
 from cublas_audit.environment import Gpu
 from cublas_audit.errors import AuditError
 from cublas_audit.inputs import load_run
@@ -73,6 +73,8 @@ def two_gpus(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         return replace(found, device_index=device, gpu_uuid=H100S[device or 0].uuid)
 
     monkeypatch.setattr(environment, "collect", collect)
+    # the pictures are tests/test_map.py's; here they would only cost seconds
+    monkeypatch.setattr(map_plots, "draw", lambda rows, plots, flagged=(): [])
     probe, _calls = fake_probe(tmp_path, replay=MAP, env_keys=("CUDA_VISIBLE_DEVICES",))
     return Path(probe.python)
 
