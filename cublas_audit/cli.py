@@ -364,12 +364,11 @@ def sweep_command(
         command=["cublas-audit", *sys.argv[1:]],
         observer=observer,
     )
-    if _multi_gpu(devices, replicate, allow_mixed, resume):
+    spread = _spread(devices, replicate, allow_mixed, resume)
+    if spread is not None:
         from cublas_audit.multi_gpu import sweep_on_devices
 
-        multi = _with_progress(
-            lambda bars: sweep_on_devices(options, devices, replicate, allow_mixed, bars.for_gpu)
-        )
+        multi = _with_progress(lambda bars: sweep_on_devices(options, spread, bars.for_gpu))
         if multi.frame is not None:
             typer.echo(summary(multi.frame))
         typer.echo(f"\nrun directory: {multi.run_dir}\nreport: {multi.report}")
@@ -379,17 +378,16 @@ def sweep_command(
     typer.echo(f"\nrun directory: {result.run_dir}\nreport: {result.report}")
 
 
-def _multi_gpu(
-    devices: str | None, replicate: bool, allow_mixed: bool, resume: Path | None
-) -> bool:
-    """Whether the run spreads over GPUs: --devices, or a resumed run that did."""
-    from cublas_audit.multi_gpu import recorded
+def _spread(devices: str | None, replicate: bool, allow_mixed: bool, resume: Path | None) -> Any:
+    """Over which GPUs the run spreads (a multi_gpu.Spread), or None for one GPU: --devices and
+    its companions (multi_gpu checks they come together), or a resumed run that spread."""
+    from cublas_audit.multi_gpu import Spread, recorded
 
-    if devices is None and (replicate or allow_mixed):
-        raise AuditError("--replicate and --allow-mixed go with --devices")
-    if devices is not None:
-        return True
-    return resume is not None and resume.is_dir() and recorded(resume) is not None
+    if devices is not None or replicate or allow_mixed:
+        return Spread(devices, replicate, allow_mixed)
+    if resume is not None and resume.is_dir() and recorded(resume) is not None:
+        return Spread()
+    return None
 
 
 def _cases_per_second_column() -> Any:
@@ -786,11 +784,10 @@ def map_command(
         observer=observer,
     )
     limit = follow_up_limit if follow_up else None
-    multi = _multi_gpu(devices, replicate, allow_mixed, resume)
-    spread = dispatch_map.Spread(devices, replicate, allow_mixed) if multi else None
+    spread = _spread(devices, replicate, allow_mixed, resume)
     result = _with_progress(
         lambda bars: dispatch_map.run(
-            options, limit, limits, bars.hooks(), spread, bars.for_gpu if multi else None
+            options, limit, limits, bars.hooks(), spread, bars.for_gpu if spread else None
         )
     )
     if result.frame is None:

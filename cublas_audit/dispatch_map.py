@@ -131,22 +131,12 @@ class MapResult:
     follow_up: Path | None = None
 
 
-@dataclass(frozen=True)
-class Spread:
-    """Over which GPUs a map runs (cublas_audit.multi_gpu): --devices, --replicate,
-    --allow-mixed."""
-
-    devices: str | None = None
-    replicate: bool = False
-    allow_mixed: bool = False
-
-
 def run(
     options: SweepOptions,
     follow_up: int | None = None,
     thresholds: Thresholds | None = None,
     progress: Progress | None = None,
-    spread: Spread | None = None,
+    spread: multi_gpu.Spread | None = None,
     progress_for: Callable[[Gpu], Progress] | None = None,
 ) -> MapResult:
     """The map (new or resumed; on one GPU, or spread over several), then with `follow_up` the
@@ -157,9 +147,7 @@ def run(
     if spread is None:
         mapped = sweep(options, progress, report=False)
     else:
-        plan, shards = multi_gpu.on_devices(
-            options, spread.devices, spread.replicate, spread.allow_mixed, progress_for
-        )
+        plan, shards = multi_gpu.on_devices(options, spread, progress_for)
         if plan.replicate:
             for shard in shards:
                 write_map_report(shard, thresholds)

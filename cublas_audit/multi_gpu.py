@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import heapq
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -42,6 +43,15 @@ UNITS_JSON = "units.json"
 # check, the record): about 6 ms on the H100's map, 5e10 FLOPs of work at its ~50 TFLOP/s x 6
 # calls. The sweep's per-case cost is larger, and scales alike on every shard.
 CASE_FLOPS = 5e10
+
+
+@dataclass(frozen=True)
+class Spread:
+    """Over which GPUs a sweep or map runs: --devices, --replicate, --allow-mixed."""
+
+    devices: str | None = None
+    replicate: bool = False
+    allow_mixed: bool = False
 
 
 @dataclass(frozen=True)
@@ -274,28 +284,24 @@ def finish(plan: Plan, shards: Sequence[Path], seconds: float) -> dict[str, Any]
 
 def on_devices(
     options: SweepOptions,
-    devices: str | None,
-    replicate: bool = False,
-    allow_mixed: bool = False,
+    spread: Spread,
     progress_for: Callable[[Gpu], Progress] | None = None,
 ) -> tuple[Plan, list[Path]]:
-    """A new run on the GPUs `devices` names, or the recorded multi-GPU run options.resume is,
+    """A new run on the GPUs `spread` names, or the recorded multi-GPU run options.resume is,
     to the end of its shards; the run's env.json then says how long it took."""
-    import time
-
     if options.resume is not None:
         plan = recorded(options.resume)
         if plan is None:
             raise AuditError(f"--resume: {options.resume} is a single-GPU run: leave out --devices")
         check_devices_present(plan)
     else:
-        if devices is None:
+        if spread.devices is None:
             raise AuditError("--replicate and --allow-mixed go with --devices")
-        picked = parse_devices(devices, list_gpus())
-        check_models(picked, allow_mixed)
-        if replicate and len(picked) < 2:
+        picked = parse_devices(spread.devices, list_gpus())
+        check_models(picked, spread.allow_mixed)
+        if spread.replicate and len(picked) < 2:
             raise AuditError("--replicate compares units: give --devices with two GPUs or more")
-        plan = start(options, picked, replicate)
+        plan = start(options, picked, spread.replicate)
     started = time.perf_counter()
     shards = run(options, plan, progress_for)
     finish(plan, shards, time.perf_counter() - started)
@@ -304,9 +310,7 @@ def on_devices(
 
 def sweep_on_devices(
     options: SweepOptions,
-    devices: str | None,
-    replicate: bool = False,
-    allow_mixed: bool = False,
+    spread: Spread,
     progress_for: Callable[[Gpu], Progress] | None = None,
 ) -> MultiResult:
     """`sweep --devices`: the shards, then the merged table and its report (sharded) or the
@@ -314,7 +318,7 @@ def sweep_on_devices(
     from cublas_audit.render import write_run_report
     from cublas_audit.units import write_units_report
 
-    plan, shards = on_devices(options, devices, replicate, allow_mixed, progress_for)
+    plan, shards = on_devices(options, spread, progress_for)
     if plan.replicate:  # each unit's own report, and their comparison
         for shard in shards:
             write_run_report(shard)

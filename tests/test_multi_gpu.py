@@ -92,7 +92,7 @@ def map_options(tmp_path: Path, probe: Path) -> SweepOptions:
 
 
 def test_a_sharded_map_pins_each_probe_and_merges_one_table(tmp_path: Path, two_gpus: Path) -> None:
-    spread = dispatch_map.Spread("all")
+    spread = multi_gpu.Spread("all")
     with deadline(DEADLINE_S):
         result = dispatch_map.run(map_options(tmp_path, two_gpus), spread=spread)
 
@@ -116,7 +116,7 @@ def test_a_sharded_map_pins_each_probe_and_merges_one_table(tmp_path: Path, two_
 def test_a_resumed_sharded_map_redoes_only_each_shards_missing_cases(
     tmp_path: Path, two_gpus: Path
 ) -> None:
-    spread = dispatch_map.Spread("all")
+    spread = multi_gpu.Spread("all")
     with deadline(DEADLINE_S):
         first = dispatch_map.run(map_options(tmp_path, two_gpus), spread=spread)
     shard = multi_gpu.shard_dir(first.run_dir, 1)
@@ -127,7 +127,7 @@ def test_a_resumed_sharded_map_redoes_only_each_shards_missing_cases(
     (tmp_path / "probe-seen.jsonl").unlink()
 
     with deadline(DEADLINE_S):
-        again = dispatch_map.run(SweepOptions(resume=first.run_dir), spread=dispatch_map.Spread())
+        again = dispatch_map.run(SweepOptions(resume=first.run_dir), spread=multi_gpu.Spread())
 
     starts = [s for s in seen(tmp_path) if "--only" in s["argv"]]
     assert [s["env"]["CUDA_VISIBLE_DEVICES"] for s in starts] == ["GPU-bbbb-1"]
@@ -146,9 +146,9 @@ def load_plan(run_dir: Path) -> list:  # type: ignore[type-arg]
 
 def test_replicate_needs_two_gpus_and_devices(tmp_path: Path, two_gpus: Path) -> None:
     with pytest.raises(AuditError, match="two GPUs or more"):
-        multi_gpu.on_devices(map_options(tmp_path, two_gpus), "0", replicate=True)
+        multi_gpu.on_devices(map_options(tmp_path, two_gpus), multi_gpu.Spread("0", replicate=True))
     with pytest.raises(AuditError, match="go with --devices"):
-        multi_gpu.on_devices(map_options(tmp_path, two_gpus), None, replicate=True)
+        multi_gpu.on_devices(map_options(tmp_path, two_gpus), multi_gpu.Spread(replicate=True))
 
 
 # ----- the unit comparison, on two real reruns of one H100 ---------------------------------------
