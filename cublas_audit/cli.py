@@ -793,7 +793,7 @@ def map_command(
     if result.frame is None:
         typer.echo(f"\nrun directory: {result.run_dir}\nunits: {result.report}")
         return
-    found = dispatch_map.map_findings(result.frame, limits)
+    found = result.findings
     counts = {rule: sum(f.rule == rule for f in found) for rule in dispatch_map.MAP_RULES}
     typer.echo(", ".join(f"{count} {rule}" for rule, count in counts.items()))
     typer.echo(f"\nrun directory: {result.run_dir}\nreport: {result.report}")

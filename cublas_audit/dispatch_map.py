@@ -18,7 +18,7 @@ from __future__ import annotations
 import itertools
 import random
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pandas as pd
@@ -129,6 +129,7 @@ class MapResult:
     frame: pd.DataFrame | None  # None for a replicated map: its units are compared (units.md)
     report: Path
     follow_up: Path | None = None
+    findings: list[findings.Finding] = field(default_factory=list)
 
 
 def run(
@@ -155,11 +156,12 @@ def run(
             return MapResult(plan.run_dir, None, units)
         frame = multi_gpu.merged_table(plan, shards)
         mapped = SweepResult(plan.run_dir, frame, plan.run_dir / rundir.REPORT_FILE)
+    found = map_findings(mapped.frame, thresholds)  # once: the follow-up and the report share it
     deep = None
     if follow_up:
-        deep = run_follow_up(mapped, options, follow_up, thresholds, progress)
-    report = write_map_report(mapped.run_dir, thresholds)
-    return MapResult(mapped.run_dir, mapped.frame, report, deep)
+        deep = run_follow_up(mapped, options, found[:follow_up], progress)
+    report = write_map_report(mapped.run_dir, thresholds, found)
+    return MapResult(mapped.run_dir, mapped.frame, report, deep, found)
 
 
 def map_findings(
@@ -171,13 +173,13 @@ def map_findings(
 
 
 def follow_up_cases(
-    frame: pd.DataFrame, cases: Sequence[Case], limit: int, thresholds: Thresholds | None = None
+    frame: pd.DataFrame, cases: Sequence[Case], followed: Sequence[findings.Finding]
 ) -> list[Case]:
-    """The cases of the `limit` largest findings and of the rows they were compared with, in
-    plan order."""
+    """The cases of the findings followed up and of the rows they were compared with, in plan
+    order."""
     rows = findings.prepare(frame)
     wanted: set[str] = set()
-    for finding in map_findings(frame, thresholds)[:limit]:
+    for finding in followed:
         labels = [*finding.rows, *finding.compared]
         wanted.update(str(rows.loc[label, "case_id"]) for label in labels)
     return [case for case in cases if case.case_id in wanted]
@@ -186,16 +188,13 @@ def follow_up_cases(
 def run_follow_up(
     mapped: SweepResult,
     options: SweepOptions,
-    limit: int,
-    thresholds: Thresholds | None,
+    followed: Sequence[findings.Finding],
     progress: Progress | None,
 ) -> Path | None:
     """The flagged cases through a sweep into follow-up/ (resumed where it was started): ncu
     where it may run (else CUPTI), the reference, cuBLASLt's candidates."""
     out = mapped.run_dir / FOLLOW_UP_DIR
-    cases = follow_up_cases(
-        mapped.frame, read_plan(mapped.run_dir / rundir.PLAN_FILE), limit, thresholds
-    )
+    cases = follow_up_cases(mapped.frame, read_plan(mapped.run_dir / rundir.PLAN_FILE), followed)
     if not cases:
         (progress or Progress()).note("follow-up: the map flagged nothing")
         return None

@@ -18,7 +18,7 @@ from cublas_audit.dispatch_map import FOLLOW_UP_DIR, map_findings
 from cublas_audit.inputs import Dataset, load_run
 from cublas_audit.markdown import md_code, md_number, md_table, md_text, shorten
 from cublas_audit.render import env_rows
-from cublas_audit.rundir import PLOTS_DIR, REPORT_FILE, write_text_atomic
+from cublas_audit.rundir import PLOTS_DIR, REPORT_FILE, TABLE_FILE, write_text_atomic
 from cublas_audit.table import json_ready
 from cublas_audit.thresholds import Thresholds
 
@@ -27,14 +27,20 @@ FINDINGS_SHOWN = 40  # per rule; findings.json has them all
 KERNELS_SHOWN = 25
 
 
-def write_map_report(run_dir: Path, thresholds: Thresholds | None = None) -> Path:
-    """run_dir/report.md, its pictures under plots/ and every finding in findings.json."""
+def write_map_report(
+    run_dir: Path,
+    thresholds: Thresholds | None = None,
+    found: Sequence[findings.Finding] | None = None,
+) -> Path:
+    """run_dir/report.md, its pictures under plots/ and every finding in findings.json (the
+    map's findings as given, where its caller has them already)."""
     run_dir = Path(run_dir)
     thresholds = thresholds or Thresholds()
     dataset = load_run(run_dir)
-    found = map_findings(dataset.frame, thresholds)
+    if found is None:
+        found = map_findings(dataset.frame, thresholds)
     deep = run_dir / FOLLOW_UP_DIR
-    follow_up = load_run(deep) if (deep / "dispatch.csv").exists() else None
+    follow_up = load_run(deep) if (deep / TABLE_FILE).exists() else None
     text = render(dataset, found, thresholds, run_dir / PLOTS_DIR, follow_up)
     records = [finding.to_json() for finding in found]
     write_text_atomic(run_dir / FINDINGS_FILE, json.dumps(json_ready(records), indent=1) + "\n")

@@ -195,7 +195,8 @@ def load_plan(run_dir: Path) -> list[Case]:
 def test_follow_up_cases_pair_each_finding_with_its_comparison() -> None:
     frame = load_one_gpu(MAP).frame
     cases = map_cases()
-    picked = {c.case_id for c in dispatch_map.follow_up_cases(frame, cases, 10)}
+    followed = dispatch_map.map_findings(frame)[:10]
+    picked = {c.case_id for c in dispatch_map.follow_up_cases(frame, cases, followed)}
     assert {"cublas.fp32.2112x2112x2112.b8.nn", "cublas.fp32.2176x2176x2176.b8.nn"} <= picked
     assert {"cublas.fp32.2048x2048x2048.b1.nn", "cublas.fp32.2112x2112x2112.b1.nn"} <= picked
 
