@@ -99,6 +99,28 @@ Thresholds = Annotated[
 ]
 
 
+GpuLabel = Annotated[
+    str | None,
+    typer.Option(
+        metavar="LABEL", help="Label of this GPU in tables and paths (default: its name)."
+    ),
+]
+RunDir = Annotated[
+    Path | None,
+    typer.Option(metavar="DIR", help="Run directory (default: reports/<label>/<timestamp>/)."),
+]
+ProbePython = Annotated[
+    str | None,
+    typer.Option(metavar="PYTHON", help="Interpreter that runs the probe (default: this one)."),
+]
+CublasLib = Annotated[
+    Path | None,
+    typer.Option(metavar="DIR", help="Directory whose libcublas/libcublasLt the probe loads."),
+]
+ProbeEnv = Annotated[
+    list[str] | None,
+    typer.Option(metavar="KEY=VALUE", help="Environment for the probe (repeatable)."),
+]
 Devices = Annotated[
     str | None,
     typer.Option(
@@ -260,12 +282,8 @@ def sweep_command(
     api: str = typer.Option(
         "cublas,cublasLt", metavar="API,...", help="cublas (classic calls), cublasLt, or both."
     ),
-    gpu_label: str | None = typer.Option(
-        None, metavar="LABEL", help="Label of this GPU in tables and paths (default: its name)."
-    ),
-    out: Path | None = typer.Option(
-        None, metavar="DIR", help="Run directory (default: reports/<label>/<timestamp>/)."
-    ),
+    gpu_label: GpuLabel = None,
+    out: RunDir = None,
     resume: Path | None = typer.Option(
         None, metavar="DIR", help="Finish an interrupted sweep in this run directory."
     ),
@@ -288,15 +306,9 @@ def sweep_command(
     clock_control: str | None = typer.Option(
         None, metavar="none|base", help="ncu --clock-control (default: none, clocks left alone)."
     ),
-    probe_python: str | None = typer.Option(
-        None, metavar="PYTHON", help="Interpreter that runs the probe (default: this one)."
-    ),
-    cublas_lib: Path | None = typer.Option(
-        None, metavar="DIR", help="Directory whose libcublas/libcublasLt the probe loads."
-    ),
-    probe_env: list[str] = typer.Option(
-        [], metavar="KEY=VALUE", help="Environment for the probe (repeatable)."
-    ),
+    probe_python: ProbePython = None,
+    cublas_lib: CublasLib = None,
+    probe_env: ProbeEnv = None,
     min_reps: int | None = typer.Option(
         None, min=20, metavar="N", help="Timed repetitions per call, at least (default 20)."
     ),
@@ -358,7 +370,7 @@ def sweep_command(
         clock_control=clock_control,
         probe_python=probe_python,
         cublas_lib=cublas_lib,
-        probe_env=probe_process.parse_probe_env(probe_env),
+        probe_env=probe_process.parse_probe_env(probe_env or []),
         min_reps=min_reps,
         candidate_limit=limit if candidates else None,
         command=["cublas-audit", *sys.argv[1:]],
@@ -720,24 +732,14 @@ def map_command(
     follow_up_limit: int = typer.Option(
         8, min=1, metavar="N", help="--follow-up: the N findings of largest effect."
     ),
-    gpu_label: str | None = typer.Option(
-        None, metavar="LABEL", help="Label of this GPU in tables and paths (default: its name)."
-    ),
-    out: Path | None = typer.Option(
-        None, metavar="DIR", help="Run directory (default: reports/<label>/<timestamp>/)."
-    ),
+    gpu_label: GpuLabel = None,
+    out: RunDir = None,
     resume: Path | None = typer.Option(
         None, metavar="DIR", help="Finish an interrupted map in this run directory."
     ),
-    probe_python: str | None = typer.Option(
-        None, metavar="PYTHON", help="Interpreter that runs the probe (default: this one)."
-    ),
-    cublas_lib: Path | None = typer.Option(
-        None, metavar="DIR", help="Directory whose libcublas/libcublasLt the probe loads."
-    ),
-    probe_env: list[str] = typer.Option(
-        [], metavar="KEY=VALUE", help="Environment for the probe (repeatable)."
-    ),
+    probe_python: ProbePython = None,
+    cublas_lib: CublasLib = None,
+    probe_env: ProbeEnv = None,
     shapes_file: Path | None = typer.Option(
         None, metavar="FILE", help="Map the problems of a shape list (as for sweep)."
     ),
@@ -777,7 +779,7 @@ def map_command(
         resume=resume,
         probe_python=probe_python,
         cublas_lib=cublas_lib,
-        probe_env=probe_process.parse_probe_env(probe_env),
+        probe_env=probe_process.parse_probe_env(probe_env or []),
         min_reps=None if resume is not None else reps,
         reference=False,
         command=["cublas-audit", *sys.argv[1:]],
