@@ -87,3 +87,23 @@ def test_an_off_diagonal_inversion_names_the_padded_shape(slice_findings) -> Non
     assert inversion.effect == pytest.approx(1 - 0.067712 / 0.147874, abs=1e-3)
     # the comparison is a real row of the table: the larger problem, faster
     assert inversion.compared and inversion.compared != inversion.rows
+
+
+def test_cliffs_are_only_between_problems_that_differ_in_one_dimension(slice_findings) -> None:  # type: ignore[no-untyped-def]
+    from cublas_audit.findings import prepare
+
+    rows = prepare(load_one_gpu(SLICE).frame)
+    cliffs = [f for f in slice_findings if f.rule == "dispatch-cliff"]
+    assert cliffs
+    for cliff in cliffs:
+        (after,), (before,) = cliff.rows, cliff.compared
+        changed = [d for d in ("m", "n", "k") if rows.at[after, d] != rows.at[before, d]]
+        assert len(changed) == 1, cliff.message
+        # and consecutive along it: no observed problem of the same line lies between them
+        axis = changed[0]
+        line = rows
+        for d in ("m", "n", "k"):
+            if d != axis:
+                line = line[line[d] == rows.at[after, d]]
+        lo, hi = sorted((rows.at[before, axis], rows.at[after, axis]))
+        assert not ((line[axis] > lo) & (line[axis] < hi)).any(), cliff.message
