@@ -27,7 +27,7 @@ import pandas as pd
 
 from cublas_audit import candidates, environment
 from cublas_audit.cases import DEFAULT_BATCHES, DEFAULT_SIZES, build_plan, label_from_gpu_name
-from cublas_audit.device.candidate_audit import DEFAULT_MIN_REPS, run_candidates
+from cublas_audit.device.candidate_audit import run_candidates
 
 TARGET_S = 60.0
 
@@ -146,7 +146,7 @@ def main() -> int:
         **device,
         "grid": {"sizes": list(DEFAULT_SIZES), "batches": list(DEFAULT_BATCHES), "mode": "fp32"},
         "limit": args.limit,
-        "min_reps": DEFAULT_MIN_REPS,
+        "min_reps": candidates.DEFAULT_MIN_REPS,
         "threshold": args.threshold,
         "target_s": TARGET_S,
         "wall_s": walls,

@@ -9,15 +9,17 @@ or refutes a gap before it becomes a finding.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import json
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
+from cublas_audit.cases import Case
 from cublas_audit.errors import AuditError
 from cublas_audit.modes import MODE_NAMES
-from cublas_audit.rundir import CANDIDATES_FILE, write_csv_atomic
+from cublas_audit.rundir import CANDIDATES_FILE, records, write_csv_atomic
 from cublas_audit.table import (
     TableSource,
     blank_as_missing,
@@ -32,6 +34,12 @@ SCHEMA_VERSION = 1
 RULE = "better-candidate"
 DEFAULT_LIMIT = 32
 DEFAULT_THRESHOLD = Thresholds().candidate_gap_pct / 100
+# Each timed round runs at least ~0.1 s per candidate (timing.repetitions: up to 200 calls of a
+# short one), and at least this many calls: the floor matters only for calls over 20 ms, which vary
+# by ~1% call to call, so a median of five interleaved calls sits far inside the 10% bar, and a gap
+# is timed twice (the confirmation round) before it counts. Twenty, the sweep's floor, would make
+# the audit of the default grid take minutes at 8192 x 8192 x 8192 batch 16 alone.
+DEFAULT_MIN_REPS = 5
 
 # Column -> kind: the candidates.csv contract (docs/schema.md). Case-level values
 # (left_on_table, confirm_left_on_table) repeat on every row of the case so that any row
@@ -128,6 +136,45 @@ def read_candidates(path: Path) -> pd.DataFrame:
 
 def write_candidates(frame: pd.DataFrame, path: Path) -> Path:
     return write_csv_atomic(frame, path)
+
+
+def problems(cases: Iterable[Case]) -> list[Case]:
+    """The distinct GEMM problems of a plan, as cuBLASLt cases (the sweep's loop rows and the
+    classic-API twins name the same problem)."""
+    seen: dict[tuple[str, int, int, int, int], Case] = {}
+    for case in cases:
+        key = (case.mode, case.m, case.n, case.k, case.batch)
+        seen.setdefault(key, Case("cublasLt", *key))
+    return list(seen.values())
+
+
+# ===== the journal: each audited problem's rows as it finishes ====================================
+# One JSON line per finished problem ({"case_id": ..., "rows": [...]}), appended and flushed as
+# the audit goes: an interrupted audit keeps its finished problems, and the next one takes them
+# from here instead of measuring them again. candidates.csv is written from it at the end.
+
+
+def journal_line(case_id: str, rows: Sequence[Mapping[str, Any]]) -> str:
+    record = {"case_id": case_id, "rows": [dict(row) for row in rows]}
+    return json.dumps(record, default=_json_scalar) + "\n"
+
+
+def _json_scalar(value: Any) -> Any:
+    """NumPy's scalars (a timing's median, a count) as the Python numbers they hold."""
+    if hasattr(value, "item"):
+        return value.item()
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+def read_journal(path: Path) -> dict[str, list[dict[str, Any]]]:
+    """case_id -> its rows, for every problem the journal holds whole (a torn last line, a crash
+    mid-write, is not a finished problem)."""
+    finished = {}
+    for record in records(path):
+        rows = record.get("rows")
+        if isinstance(record.get("case_id"), str) and isinstance(rows, list) and rows:
+            finished[record["case_id"]] = rows
+    return finished
 
 
 # ===== ranking and findings (pure) ================================================================

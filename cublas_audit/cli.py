@@ -21,7 +21,10 @@ import typer
 from cublas_audit.errors import AuditError
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from cublas_audit.cases import Case, Variants
+    from cublas_audit.multi_gpu import Spread
 
 app = typer.Typer(
     name="cublas-audit",
@@ -499,38 +502,87 @@ def candidates_command(
     torch_trace: Path | None = typer.Option(
         None, metavar="FILE", help="The GEMMs of a PyTorch profiler trace, not the grid."
     ),
+    devices: Devices = None,
+    allow_mixed: AllowMixed = False,
+    resume: Path | None = typer.Option(
+        None, metavar="DIR", help="Finish an interrupted `candidates --devices` run."
+    ),
 ) -> None:
     """Time every algorithm cuBLASLt's heuristic offers: is its default the fastest?"""
-    from cublas_audit import cases, environment
+    from cublas_audit import cases
     from cublas_audit.candidates import find_better_candidates
     from cublas_audit.candidates_report import render_markdown
-    from cublas_audit.device.candidate_audit import run_candidates
     from cublas_audit.table import frame_records
 
-    if shapes_file is not None or torch_trace is not None:
+    if resume is not None:
+        case_list: list[cases.Case] = []
+    elif shapes_file is not None or torch_trace is not None:
         case_list = _listed_cases(shapes_file, torch_trace, modes, "cublasLt")
     else:
         variants = _variants(layouts, ld_pad, broadcast, beta, bias, -1)
         case_list = cases.plan_from_options(
             single, batched, sizes, shapes, batches, modes, "cublasLt", variants
         )
-    env = environment.collect()
-    environment.require_gpu(env)
-    frame = run_candidates(
-        case_list,
-        out,
-        limit,
-        threshold=threshold,
-        min_reps=min_reps,
-        workspace_bytes=workspace_mib * 1024 * 1024,
-        gpu_label=cases.label_from_gpu_name(env.gpu_name or ""),
-        progress=lambda line: typer.echo(line, err=True),
-    )
+    settings = {
+        "candidate_limit": limit,
+        "candidate_threshold": threshold,
+        "candidate_min_reps": min_reps,
+        "workspace_bytes": workspace_mib * 1024 * 1024,
+    }
+    spread = _spread(devices, False, allow_mixed, resume)
+    if spread is not None:
+        frame = _candidates_on_devices(case_list, out, resume, settings, spread)
+    elif resume is not None:
+        raise AuditError(f"--resume: {resume} is not a run of `candidates --devices`")
+    else:
+        frame = _candidates_here(case_list, out, settings)
     if format is Format.json:
         found = find_better_candidates(frame, threshold)
         print_json({"candidates": frame_records(frame), "findings": found})
     else:
         typer.echo(render_markdown(frame, threshold))
+
+
+def _candidates_here(
+    case_list: list[Case], out: Path | None, settings: dict[str, Any]
+) -> pd.DataFrame:
+    """The candidate audit in this process, on the GPU CUDA shows it first."""
+    from cublas_audit import cases, environment
+    from cublas_audit.device.candidate_audit import run_candidates
+
+    env = environment.collect()
+    environment.require_gpu(env)
+    return run_candidates(
+        case_list,
+        out,
+        settings["candidate_limit"],
+        threshold=settings["candidate_threshold"],
+        min_reps=settings["candidate_min_reps"],
+        workspace_bytes=settings["workspace_bytes"],
+        gpu_label=cases.label_from_gpu_name(env.gpu_name or ""),
+        progress=lambda line: typer.echo(line, err=True),
+    )
+
+
+def _candidates_on_devices(
+    case_list: list[Case],
+    out: Path | None,
+    resume: Path | None,
+    settings: dict[str, Any],
+    spread: Spread,
+) -> pd.DataFrame:
+    """The candidate audit sharded across GPUs (a probe pinned to each), into a run directory."""
+    from cublas_audit.multi_gpu import candidates_on_devices
+    from cublas_audit.sweep_setup import SweepOptions
+
+    fresh = settings if resume is None else {}  # a resumed run keeps its recorded settings
+    options = SweepOptions(
+        cases=case_list, out=out, resume=resume, command=["cublas-audit", *sys.argv[1:]], **fresh
+    )
+    multi = _with_progress(lambda bars: candidates_on_devices(options, spread, bars.for_gpu))
+    typer.echo(f"run directory: {multi.run_dir}\nreport: {multi.report}", err=True)
+    assert multi.frame is not None  # a sharded run's merged table
+    return multi.frame
 
 
 @app.command("reference")

@@ -6,6 +6,7 @@
                                 the GPU's index and UUID, timing.jsonl, ncu/, report.md)
       dispatch.csv, report.md   sharded: the shards' tables as one (device_index, gpu_uuid
                                 columns) and its report (a map's report for a map)
+      candidates.csv            `candidates --devices`: the shards' candidate audits as one
       units.md, units.json      replicated: the unit comparison (unit-mismatch findings, the
                                 spread of unit speed, clocks and power beside it)
 
@@ -29,7 +30,7 @@ from typing import Any
 
 import pandas as pd
 
-from cublas_audit import __version__, rundir, table
+from cublas_audit import __version__, candidates, rundir, table
 from cublas_audit.cases import Case, check_label, label_from_gpu_name, read_plan, write_plan
 from cublas_audit.environment import Gpu, list_gpus
 from cublas_audit.errors import AuditError, InterruptedSweepError
@@ -257,13 +258,24 @@ def run(
 
 def merged_table(plan: Plan, shards: Sequence[Path]) -> pd.DataFrame:
     """The shards' tables as one, in plan order, written to the run's dispatch.csv."""
-    frames = [table.read_table(path) for path in shards]
-    frame = pd.concat(frames, ignore_index=True)
-    order = {case.case_id: i for i, case in enumerate(plan.cases)}
-    frame = frame.sort_values("case_id", key=lambda ids: ids.map(order), kind="stable")
-    frame = frame.reset_index(drop=True)
+    frame = _in_plan_order(plan, [table.read_table(path) for path in shards])
     table.write_table(frame, plan.run_dir / rundir.TABLE_FILE)
     return frame
+
+
+def merged_candidates(plan: Plan, shards: Sequence[Path]) -> pd.DataFrame:
+    """The shards' candidate audits as one, in plan order, written to the run's candidates.csv
+    (each problem was audited whole on one GPU: its ranks and gaps stand as they are)."""
+    frame = _in_plan_order(plan, [candidates.read_candidates(path) for path in shards])
+    candidates.write_candidates(frame, plan.run_dir / rundir.CANDIDATES_FILE)
+    return frame
+
+
+def _in_plan_order(plan: Plan, frames: Sequence[pd.DataFrame]) -> pd.DataFrame:
+    order = {case.case_id: i for i, case in enumerate(plan.cases)}
+    frame = pd.concat(frames, ignore_index=True)
+    frame = frame.sort_values("case_id", key=lambda ids: ids.map(order), kind="stable")
+    return frame.reset_index(drop=True)
 
 
 def finish(plan: Plan, shards: Sequence[Path], seconds: float) -> dict[str, Any]:
@@ -275,7 +287,8 @@ def finish(plan: Plan, shards: Sequence[Path], seconds: float) -> dict[str, Any]
         path.name: rundir.read_env(path).get("sweep_seconds") for path in shards
     }
     first = rundir.read_env(shards[0]) if shards else {}
-    for key in ("driver_version", "cublas_version", "cuda_runtime", "cc", "sm_count", "observer"):
+    shared = ("driver_version", "cublas_version", "cuda_runtime", "cc", "sm_count", "observer")
+    for key in (*shared, "candidate_limit", "candidate_threshold", "candidate_min_reps"):
         env.setdefault(key, first.get(key))
     env.setdefault("phase_seconds", {"time": round(seconds, 2)})
     rundir.write_env(plan.run_dir, env)
@@ -325,3 +338,24 @@ def sweep_on_devices(
         return MultiResult(plan.run_dir, shards, None, write_units_report(plan.run_dir, shards))
     frame = merged_table(plan, shards)
     return MultiResult(plan.run_dir, shards, frame, write_run_report(plan.run_dir))
+
+
+def candidates_on_devices(
+    options: SweepOptions,
+    spread: Spread,
+    progress_for: Callable[[Gpu], Progress] | None = None,
+) -> MultiResult:
+    """`candidates --devices`: the plan's problems sharded across the GPUs, each shard's audit in
+    its probe pinned to its GPU, then the merged candidates.csv and its report."""
+    from cublas_audit.sweep_setup import write_candidates_report
+
+    if spread.replicate:
+        raise AuditError("--replicate: the candidate audit shards its problems; leave it out")
+    if options.resume is None:
+        problems = candidates.problems(options.cases)
+        options = replace(options, cases=problems, phase="candidates")
+    else:
+        options = replace(options, phase="candidates")
+    plan, shards = on_devices(options, spread, progress_for)
+    frame = merged_candidates(plan, shards)
+    return MultiResult(plan.run_dir, shards, frame, write_candidates_report(plan.run_dir, frame))

@@ -4,7 +4,8 @@
       env.json          environment, tool version, the exact command line, the probe settings
       plan.json         the cases
       dispatch.csv      the dispatch table (docs/schema.md)
-      candidates.csv    the cuBLASLt candidate audit (with --candidates), candidates.log beside it
+      candidates.csv    the cuBLASLt candidate audit (with --candidates), candidates.log beside it,
+                        candidates.jsonl: each problem's rows as it finished (what resume keeps)
       profile.jsonl     the probe's results under ncu, one JSON line per finished case
       timing.jsonl      the probe's un-profiled results, likewise
       probe.log         what the probe printed besides its progress lines
@@ -31,6 +32,7 @@ PLAN_FILE = "plan.json"
 TABLE_FILE = "dispatch.csv"
 CANDIDATES_FILE = "candidates.csv"
 CANDIDATES_LOG = "candidates.log"
+CANDIDATE_RESULTS = "candidates.jsonl"  # each audited problem's rows as it finished
 PROFILE_RESULTS = "profile.jsonl"
 TIME_RESULTS = "timing.jsonl"
 PROBE_LOG = "probe.log"

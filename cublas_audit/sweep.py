@@ -19,8 +19,8 @@ from typing import Any
 
 import pandas as pd
 
-from cublas_audit import assemble, ncu_parse, profile, rundir, table
-from cublas_audit.cases import Case, read_plan
+from cublas_audit import assemble, candidates, ncu_parse, profile, rundir, table
+from cublas_audit.cases import DEFAULT_WORKSPACE_BYTES, Case, read_plan
 from cublas_audit.environment import format_cublas_version
 from cublas_audit.errors import AuditError, InterruptedSweepError
 from cublas_audit.probe_process import (
@@ -30,7 +30,14 @@ from cublas_audit.probe_process import (
     check_loaded_cublas,
     run_streaming,
 )
-from cublas_audit.rundir import NCU_DIR, PLAN_FILE, PROFILE_RESULTS, TIME_RESULTS
+from cublas_audit.rundir import (
+    CANDIDATE_RESULTS,
+    CANDIDATES_FILE,
+    NCU_DIR,
+    PLAN_FILE,
+    PROFILE_RESULTS,
+    TIME_RESULTS,
+)
 
 # Cases per ncu process: each start costs seconds (interpreter, CUDA context, ncu attach), so
 # the default batched grid (36 profiled cases) runs in one; resume redoes at most one chunk.
@@ -58,10 +65,19 @@ class SweepConfig:
     reference: bool = True
     min_reps: int = 20
     candidate_limit: int | None = None
+    candidate_threshold: float = candidates.DEFAULT_THRESHOLD
+    candidate_min_reps: int = candidates.DEFAULT_MIN_REPS
+    workspace_bytes: int = DEFAULT_WORKSPACE_BYTES
     cublas_lib: Path | None = None
     # "time": the sweep's timing (full check, event timing, then CUPTI); "map": the dispatch
-    # map's fast pass (quick check, min_reps calls timed and traced at once, no recheck).
+    # map's fast pass (quick check, min_reps calls timed and traced at once, no recheck);
+    # "candidates": the cuBLASLt candidate audit of the plan's problems and nothing else.
     phase: str = "time"
+
+    @property
+    def measures_calls(self) -> bool:
+        """Whether the run profiles and times the planned calls (every phase but candidates)."""
+        return self.phase != "candidates"
 
 
 @dataclass
@@ -75,15 +91,17 @@ class Progress:
 
 
 def run(config: SweepConfig, progress: Progress | None = None) -> pd.DataFrame:
-    """Profiles and times every case not yet done, then writes the table. Ctrl-C keeps progress."""
+    """Profiles and times every case not yet done, then writes the table (a candidates run:
+    audits every problem not yet done, then writes candidates.csv). Ctrl-C keeps progress."""
     progress = progress or Progress()
-    profiled = [c for c in config.cases if c.profiled] if config.ncu else []
+    measured = config.cases if config.measures_calls else []
+    profiled = [c for c in measured if c.profiled] if config.ncu else []
     chunks = _chunks(profiled)
     pending_chunks = [
         (i, chunk) for i, chunk in enumerate(chunks) if not _chunk_done(config.run_dir, i)
     ]
     done = rundir.read_results(config.run_dir / TIME_RESULTS)
-    pending_time = [c for c in config.cases if c.case_id not in done]
+    pending_time = [c for c in measured if c.case_id not in done]
     progress.start(sum(len(chunk) for _, chunk in pending_chunks) + len(pending_time))
     started = time.perf_counter()
     phase_seconds: dict[str, float] = {}
@@ -100,15 +118,33 @@ def run(config: SweepConfig, progress: Progress | None = None) -> pd.DataFrame:
             with _timed(phase_seconds, "candidates"):
                 _audit_candidates(config, progress)
     except KeyboardInterrupt:
-        frame = write_table(config)
-        finished = frame["status"].ne("not-run").sum() if "status" in frame else 0
+        frame = write_outputs(config)
+        if config.measures_calls:
+            finished, total = frame["status"].ne("not-run").sum(), len(config.cases)
+        else:
+            finished, total = frame["case_id"].nunique(), len(candidates.problems(config.cases))
+        command = {"candidates": "candidates", "map": "map"}.get(config.phase, "sweep")
         raise InterruptedSweepError(
-            f"interrupted: {finished} of {len(config.cases)} cases are saved in {config.run_dir}; "
-            f"finish with: cublas-audit sweep --resume {config.run_dir}"
+            f"interrupted: {finished} of {total} cases are saved in {config.run_dir}; "
+            f"finish with: cublas-audit {command} --resume {config.run_dir}"
         ) from None
-    frame = write_table(config)
+    frame = write_outputs(config)
     _record_finish(config.run_dir, time.perf_counter() - started, phase_seconds)
     return frame
+
+
+def write_outputs(config: SweepConfig) -> pd.DataFrame:
+    """The run's table as its directory holds it now: dispatch.csv written, or a candidates run's
+    candidates.csv (an interrupted audit's rows from its journal: candidates.csv is written only
+    by a whole audit, which is how a resumed run knows it is done)."""
+    if config.measures_calls:
+        return write_table(config)
+    path = config.run_dir / CANDIDATES_FILE
+    if path.exists():
+        return candidates.read_candidates(path)
+    finished = candidates.read_journal(config.run_dir / CANDIDATE_RESULTS)
+    problems = candidates.problems(config.cases)
+    return candidates.from_records(row for p in problems for row in finished.get(p.case_id, []))
 
 
 @contextmanager
@@ -142,6 +178,9 @@ def _probe_args(config: SweepConfig, phase: str, only: Path | None) -> list[str]
         args += ["--only", str(only)]
     if config.candidate_limit is not None:
         args += ["--limit", str(config.candidate_limit)]
+        args += ["--threshold", str(config.candidate_threshold)]
+        args += ["--candidate-min-reps", str(config.candidate_min_reps)]
+        args += ["--workspace-bytes", str(config.workspace_bytes)]
     return args + (["--reference"] if config.reference else [])
 
 
@@ -234,12 +273,16 @@ def _probe_log_tail(run_dir: Path) -> str:
 
 
 def _audit_candidates(config: SweepConfig, progress: Progress) -> None:
-    """cuBLASLt's alternative algorithms for every problem, in the probe's child; once per run."""
-    if (config.run_dir / rundir.CANDIDATES_FILE).exists():
+    """cuBLASLt's alternative algorithms for every problem, in the probe's child; once per run.
+    The problems an interrupted audit finished (its journal) are not measured again."""
+    if (config.run_dir / CANDIDATES_FILE).exists():
         return
-    argv = config.probe.argv(_probe_args(config, "candidates", None))
-    code = run_streaming(argv, config.probe.env, progress.note, config.probe.cwd)
-    if code != 0 or not (config.run_dir / rundir.CANDIDATES_FILE).exists():
+    finished = candidates.read_journal(config.run_dir / CANDIDATE_RESULTS)
+    progress.start(sum(p.case_id not in finished for p in candidates.problems(config.cases)))
+    code = _run_probe(config, config.probe.argv(_probe_args(config, "candidates", None)), progress)
+    if code in INTERRUPTED_CODES:
+        raise KeyboardInterrupt
+    if code != 0 or not (config.run_dir / CANDIDATES_FILE).exists():
         raise AuditError(
             f"the candidate audit failed (exit code {code}; log: "
             f"{config.run_dir / rundir.CANDIDATES_LOG})"

@@ -19,8 +19,15 @@ from typing import Any
 
 import pandas as pd
 
-from cublas_audit import __version__, environment, probe_process, rundir
-from cublas_audit.cases import Case, check_label, label_from_gpu_name, read_plan, write_plan
+from cublas_audit import __version__, candidates, environment, probe_process, rundir
+from cublas_audit.cases import (
+    DEFAULT_WORKSPACE_BYTES,
+    Case,
+    check_label,
+    label_from_gpu_name,
+    read_plan,
+    write_plan,
+)
 from cublas_audit.errors import AuditError, ToolMissingError
 from cublas_audit.profile import CLOCK_CONTROLS
 from cublas_audit.resources import package_view
@@ -46,13 +53,19 @@ class SweepOptions:
     cublas_lib: Path | None = None
     probe_env: Mapping[str, str] = field(default_factory=dict)
     min_reps: int | None = None
+    # The cuBLASLt candidate audit (sweep --candidates, the `candidates` phase): candidates per
+    # problem, the gap a confirmation round checks, timed calls per candidate, workspace.
     candidate_limit: int | None = None
+    candidate_threshold: float | None = None
+    candidate_min_reps: int | None = None
+    workspace_bytes: int | None = None
     command: list[str] = field(default_factory=list)
     # How the launches are observed: "ncu" (counters, stalls), "cupti" (kernel names, times and
     # geometry; no counter permission needed), "events" (call times only); None: ncu where it
     # can run, else CUPTI with a notice (--no-profile means CUPTI).
     observer: str | None = None
-    # "time" (a sweep) or "map" (the dispatch map's fast pass: cupti or events, never ncu).
+    # "time" (a sweep), "map" (the dispatch map's fast pass: cupti or events, never ncu) or
+    # "candidates" (the cuBLASLt candidate audit alone: `candidates --devices`).
     phase: str | None = None
     # The GPU (nvidia-smi's index) a shard of a sharded run measures on; its probe is pinned to
     # it through CUDA_VISIBLE_DEVICES in probe_env (cublas_audit.multi_gpu).
@@ -60,7 +73,7 @@ class SweepOptions:
 
 
 OBSERVERS = ("ncu", "cupti", "events")
-PHASES = ("time", "map")
+PHASES = ("time", "map", "candidates")
 
 
 @dataclass(frozen=True)
@@ -79,6 +92,9 @@ RECORDED: dict[str, tuple[str, Any]] = {
     "cublas_lib": ("cublas_lib", None),
     "min_reps": ("min_reps", DEFAULT_MIN_REPS),
     "candidate_limit": ("candidate_limit", None),
+    "candidate_threshold": ("candidate_threshold", candidates.DEFAULT_THRESHOLD),
+    "candidate_min_reps": ("candidate_min_reps", candidates.DEFAULT_MIN_REPS),
+    "workspace_bytes": ("workspace_bytes", DEFAULT_WORKSPACE_BYTES),
     "phase": ("phase", "time"),
     "device": ("device_index", None),
 }
@@ -108,7 +124,22 @@ def sweep(
         from cublas_audit.map_report import write_map_report
 
         return SweepResult(config.run_dir, frame, write_map_report(config.run_dir))
+    if config.phase == "candidates":
+        return SweepResult(config.run_dir, frame, write_candidates_report(config.run_dir, frame))
     return SweepResult(config.run_dir, frame, write_run_report(config.run_dir))
+
+
+def write_candidates_report(run_dir: Path, frame: pd.DataFrame) -> Path:
+    """report.md of a candidates run: the candidate audit's section at the threshold the run
+    confirmed gaps at."""
+    from cublas_audit.candidates_report import render_markdown
+
+    env = rundir.read_env(run_dir)
+    threshold = float(env.get("candidate_threshold") or candidates.DEFAULT_THRESHOLD)
+    text = f"# cuBLASLt candidate audit: {env.get('gpu_label')}\n\n" + render_markdown(
+        frame, threshold
+    )
+    return rundir.write_text_atomic(run_dir / rundir.REPORT_FILE, text)
 
 
 def _observer_here(
@@ -116,7 +147,7 @@ def _observer_here(
 ) -> SweepOptions:
     """The observer this sweep uses. Asked for ncu (or a resumed profiled run): ncu or exit 3.
     Not asked: ncu where it can run, else CUPTI, said in one line, never a stop."""
-    if options.observer in ("cupti", "events") or options.phase == "map":
+    if options.observer in ("cupti", "events") or options.phase in ("map", "candidates"):
         return replace(options, profile=False)
     if options.observer == "ncu" or not options.profile or options.resume is not None:
         return options
@@ -152,6 +183,9 @@ def checked(options: SweepOptions) -> SweepOptions:
             "--observer ncu: a map observes with cupti or events; --follow-up takes the cases it "
             "flags to ncu"
         )
+    if options.phase == "candidates":  # the audit of cuBLASLt's algorithms and nothing else
+        limit = options.candidate_limit or candidates.DEFAULT_LIMIT
+        options = replace(options, candidate_limit=limit, profile=False, reference=False)
     if options.observer == "events":  # the probe then times with CUDA events alone
         no_cupti = {probe_process.NO_CUPTI_ENV: "1"}
         options = replace(options, probe_env={**options.probe_env, **no_cupti})
@@ -241,9 +275,18 @@ def _config(
         reference=bool(options.reference),
         min_reps=options.min_reps or DEFAULT_MIN_REPS,
         candidate_limit=options.candidate_limit,
+        candidate_threshold=_setting(options, "candidate_threshold"),
+        candidate_min_reps=_setting(options, "candidate_min_reps"),
+        workspace_bytes=_setting(options, "workspace_bytes"),
         cublas_lib=options.cublas_lib,
         phase=options.phase or "time",
     )
+
+
+def _setting(options: SweepOptions, name: str) -> Any:
+    """An option as given, or its default (`checked` has filled in every RECORDED one)."""
+    value = getattr(options, name)
+    return value if value is not None else RECORDED[name][1]
 
 
 def start_run(config: SweepConfig, env: environment.Environment, options: SweepOptions) -> None:
@@ -266,6 +309,9 @@ def start_run(config: SweepConfig, env: environment.Environment, options: SweepO
             "reference": config.reference,
             "min_reps": config.min_reps,
             "candidate_limit": config.candidate_limit,
+            "candidate_threshold": config.candidate_threshold,
+            "candidate_min_reps": config.candidate_min_reps,
+            "workspace_bytes": config.workspace_bytes,
             "phase": config.phase,
             "command": options.command,
             "tool_version": __version__,

@@ -32,10 +32,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from cublas_audit.cases import Case, read_plan
+from cublas_audit.candidates import DEFAULT_LIMIT, DEFAULT_THRESHOLD
+from cublas_audit.candidates import DEFAULT_MIN_REPS as CANDIDATE_MIN_REPS
+from cublas_audit.cases import DEFAULT_WORKSPACE_BYTES, Case, read_plan
 from cublas_audit.errors import ToolMissingError
 from cublas_audit.ncu_parse import CALL_RANGE_PREFIX, REFERENCE_RANGE_PREFIX
 from cublas_audit.probe_process import DONE_LINE, NO_CUPTI_ENV, START_LINE
+from cublas_audit.rundir import CANDIDATE_RESULTS
 
 if TYPE_CHECKING:
     from cublas_audit.device.operands import Operands
@@ -84,7 +87,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--only", help="file with the case ids to run, one per line")
     parser.add_argument("--reference", action="store_true", help="also run the reference kernel")
     parser.add_argument("--min-reps", type=int, default=20)
-    parser.add_argument("--limit", type=int, default=32, help="candidates per problem")
+    parser.add_argument("--limit", type=int, default=DEFAULT_LIMIT, help="candidates per problem")
+    parser.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD, help="gap to confirm")
+    parser.add_argument("--candidate-min-reps", type=int, default=CANDIDATE_MIN_REPS)
+    parser.add_argument("--workspace-bytes", type=int, default=DEFAULT_WORKSPACE_BYTES)
     parser.add_argument("--gpu-label", default="")
     return parser.parse_args(argv)
 
@@ -117,15 +123,22 @@ def loaded_libraries(prefix: str) -> list[str]:
 
 
 def candidates(cases: list[Case], run_dir: Path, args: argparse.Namespace) -> int:
-    """The cuBLASLt candidate audit of every problem, into run_dir/candidates.csv."""
+    """The cuBLASLt candidate audit of every problem, into run_dir/candidates.csv; the problems
+    candidates.jsonl already holds (an interrupted audit's) are not measured again."""
     from cublas_audit.device.candidate_audit import run_candidates
 
     run_candidates(
         cases,
         run_dir,
         args.limit,
+        threshold=args.threshold,
+        min_reps=args.candidate_min_reps,
+        workspace_bytes=args.workspace_bytes,
         gpu_label=args.gpu_label,
         progress=lambda line: print(line, flush=True),
+        journal=run_dir / CANDIDATE_RESULTS,
+        started=lambda case_id: print(START_LINE + case_id, flush=True),
+        finished=lambda case_id: print(DONE_LINE + case_id, flush=True),
     )
     return 0
 

@@ -73,7 +73,8 @@ if sys.argv[1:2] == ["-c"]:
 if sys.argv[1:3] != ["-m", CONFIG["module"]]:
     sys.exit("fake probe: unexpected argv " + repr(sys.argv))
 parser = argparse.ArgumentParser()
-for option in ("--plan", "--phase", "--results", "--only", "--min-reps", "--gpu-label", "--limit"):
+for option in ("--plan", "--phase", "--results", "--only", "--min-reps", "--gpu-label", "--limit",
+               "--threshold", "--candidate-min-reps", "--workspace-bytes"):
     parser.add_argument(option)
 parser.add_argument("--reference", action="store_true")
 args = parser.parse_args(sys.argv[3:])
@@ -104,10 +105,41 @@ with open(args.results, "a", buffering=1) as out:
         out.flush()
 
     emit(probe)
-    if args.phase == "candidates":
-        run_dir = os.path.dirname(args.results)
+    run_dir = os.path.dirname(args.results)
+    if args.phase == "candidates" and not CONFIG["candidates_per_problem"]:
         shutil.copy(CONFIG["candidates"], os.path.join(run_dir, "candidates.csv"))
         print("fake probe: candidates.csv copied", flush=True)
+        sys.exit(0)
+    if args.phase == "candidates":  # each problem of the plan: its recorded rows, journaled
+        import csv
+        with open(CONFIG["candidates"]) as recorded_csv:
+            reader = csv.DictReader(recorded_csv)
+            header, recorded_rows = reader.fieldnames, list(reader)
+        journal = os.path.join(run_dir, "candidates.jsonl")
+        finished = {{}}
+        if os.path.exists(journal):
+            for line in open(journal):
+                finished[json.loads(line)["case_id"]] = json.loads(line)["rows"]
+        with open(journal, "a") as journal_out, open(CONFIG["calls"], "a") as calls:
+            for case_id in plan:
+                if case_id in finished:
+                    continue
+                print(CONFIG["start_line"] + case_id, flush=True)
+                if case_id == CONFIG["crash_on"]:
+                    os._exit(139)
+                rows = [{{k: v for k, v in r.items() if v != ""}}
+                        for r in recorded_rows if r["case_id"] == case_id]
+                journal_out.write(json.dumps({{"case_id": case_id, "rows": rows}}) + "\\n")
+                journal_out.flush()
+                finished[case_id] = rows
+                calls.write(json.dumps({{"audited": case_id,
+                    "gpu": os.environ.get("CUDA_VISIBLE_DEVICES")}}) + "\\n")
+                calls.flush()
+                print(CONFIG["done_line"] + case_id, flush=True)
+        with open(os.path.join(run_dir, "candidates.csv"), "w", newline="") as out_csv:
+            writer = csv.DictWriter(out_csv, header)
+            writer.writeheader()
+            writer.writerows(row for case_id in plan for row in finished[case_id])
         sys.exit(0)
     for case_id in plan:
         if only is not None and case_id not in only:
@@ -164,6 +196,7 @@ def fake_probe(
     cublas_paths: str | Sequence[str] | None = None,
     env_keys: Sequence[str] = ("LD_PRELOAD", "PYTHONPATH"),
     candidates: Path | None = None,
+    candidates_per_problem: bool = False,
 ) -> tuple[ProbeCommand, Path]:
     """The fake probe interpreter and the file it records its calls in, one JSON line a call."""
     calls = tmp_path / "probe-calls.jsonl"
@@ -177,6 +210,7 @@ def fake_probe(
         "replay": {"time": str(replay / TIME_RESULTS), "profile": str(replay / PROFILE_RESULTS)},
         "cublas_paths": cublas_paths if isinstance(cublas_paths, str | None) else [*cublas_paths],
         "candidates": str(candidates) if candidates else None,
+        "candidates_per_problem": candidates_per_problem,
         "start_line": START_LINE,
         "done_line": DONE_LINE,
     }

@@ -200,7 +200,7 @@ def test_problems_merge_the_apis_and_loop_rows() -> None:
         Case("cublas", "fp32", 256, 256, 256, 8, loop=True),
         Case("cublas", "tf32", 256, 256, 256, 8),
     ]
-    assert [c.case_id for c in candidate_audit.problems(cases)] == [
+    assert [c.case_id for c in cd.problems(cases)] == [
         "cublasLt.fp32.256x256x256.b8.nn",
         "cublasLt.tf32.256x256x256.b8.nn",
     ]

@@ -24,10 +24,14 @@ import pandas as pd
 from cublas_audit import rundir
 from cublas_audit.candidates import (
     DEFAULT_LIMIT,
+    DEFAULT_MIN_REPS,
     DEFAULT_THRESHOLD,
     SCHEMA_VERSION,
     case_summary,
     from_records,
+    journal_line,
+    problems,
+    read_journal,
     write_candidates,
 )
 from cublas_audit.cases import DEFAULT_WORKSPACE_BYTES, Case
@@ -42,12 +46,6 @@ from cublas_audit.table import plain
 # behind after two calls is not the best one.
 SCREEN_REPS = 2
 SCREEN_MARGIN = 1.10
-# Each timed round runs at least ~0.1 s per candidate (timing.repetitions: up to 200 calls of a
-# short one), and at least this many calls: the floor matters only for calls over 20 ms, which vary
-# by ~1% call to call, so a median of five interleaved calls sits far inside the 10% bar, and a gap
-# is timed twice (the confirmation round) before it counts. Twenty, the sweep's floor, would make
-# the audit of the default grid take minutes at 8192 x 8192 x 8192 batch 16 alone.
-DEFAULT_MIN_REPS = 5
 # Two correct algorithms differ from each other by at most the sum of their errors.
 CROSS_CHECK_FACTOR = 2.0
 
@@ -62,16 +60,6 @@ class Settings:
     log: IO[str] = field(default_factory=lambda: sys.stderr)
 
 
-def problems(cases: Iterable[Case]) -> list[Case]:
-    """The distinct GEMM problems of a plan, as cuBLASLt cases (the sweep's loop rows and the
-    classic-API twins name the same problem)."""
-    seen: dict[tuple[str, int, int, int, int], Case] = {}
-    for case in cases:
-        key = (case.mode, case.m, case.n, case.k, case.batch)
-        seen.setdefault(key, Case("cublasLt", *key))
-    return list(seen.values())
-
-
 def run_candidates(
     cases: Iterable[Case],
     out_dir: Path | None,
@@ -82,23 +70,39 @@ def run_candidates(
     workspace_bytes: int = DEFAULT_WORKSPACE_BYTES,
     gpu_label: str = "",
     progress: Callable[[str], None] = lambda line: None,
+    journal: Path | None = None,
+    started: Callable[[str], None] = lambda case_id: None,
+    finished: Callable[[str], None] = lambda case_id: None,
 ) -> pd.DataFrame:
     """Audits every problem of `cases`; writes candidates.csv (and candidates.log, the
     tracebacks of failed cases and candidates) to out_dir when given. One failing case never
-    stops the rest: it becomes a `skipped` row with its reason."""
+    stops the rest: it becomes a `skipped` row with its reason. With a `journal`
+    (candidates.jsonl of a run directory), each problem's rows are appended to it as it finishes,
+    and the problems it already holds are taken from it, not measured again (a resumed audit).
+    `started` and `finished` hear each problem's case_id (the probe's progress lines)."""
     lt.bindings()  # a missing nvmath-python is one clear error before any work
     todo = problems(cases)
+    done = read_journal(journal) if journal is not None else {}
     log_path = out_dir / rundir.CANDIDATES_LOG if out_dir is not None else None
     if out_dir is not None:
         out_dir.mkdir(parents=True, exist_ok=True)
-    with open(log_path, "a") if log_path else contextlib.nullcontext(sys.stderr) as log:
+    with (
+        open(log_path, "a") if log_path else contextlib.nullcontext(sys.stderr) as log,
+        open(journal, "a") if journal else contextlib.nullcontext() as journal_out,
+    ):
         settings = Settings(limit, threshold, min_reps, workspace_bytes, gpu_label, log)
-        records: list[dict[str, Any]] = []
         for number, case in enumerate(todo, 1):
+            if case.case_id in done:
+                continue
+            started(case.case_id)
             rows = audit_case(case, settings)
-            records += rows
+            done[case.case_id] = rows
+            if journal_out is not None:
+                journal_out.write(journal_line(case.case_id, rows))
+                journal_out.flush()
             progress(f"[{number}/{len(todo)}] {_progress_line(case, rows)}")
-    frame = from_records(records)
+            finished(case.case_id)
+    frame = from_records([row for case in todo for row in done[case.case_id]])
     if out_dir is not None:
         write_candidates(frame, out_dir / rundir.CANDIDATES_FILE)
     return frame
