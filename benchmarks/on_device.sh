@@ -23,6 +23,8 @@
 #               benchmarks/results/map-2k-<label>-{1gpu,all}/, then benchmarks/multi_gpu_speed.py
 #   replicate   the default batched sweep on every GPU (--devices all --replicate) into
 #               reports/<label>/checks/<timestamp>-batched-replicate/
+#   multi-candidates  the default batched candidate audit sharded over every GPU (`candidates
+#               --batched --devices all`) into reports/<label>/checks/<timestamp>-candidates-devices/
 #   no-ncu      `sweep --batched` with no ncu to be found (a user and mount namespace hides
 #               /usr/local/cuda/bin and /opt/nvidia/nsight-compute; PATH without them)
 # What the steps made is packed into OUT/results.tgz after each step (without the binary .ncu-rep
@@ -171,6 +173,12 @@ for what in "$@"; do
         step replicate 420 $py -m cublas_audit sweep --batched --devices all --replicate \
             --gpu-label "$label" --out "reports/$label/checks/$stamp-batched-replicate"
         made+=("reports/$label/checks/$stamp-batched-replicate")
+        ;;
+    multi-candidates)
+        where="reports/$label/checks/$stamp-candidates-devices"
+        step multi-candidates 300 $py -m cublas_audit candidates --batched --devices all \
+            --out "$where"
+        made+=("$where")
         ;;
     no-ncu)
         hidden=$(mktemp -d)
