@@ -283,6 +283,14 @@ def _config(
     )
 
 
+def _observer_name(config: SweepConfig, options: SweepOptions) -> str | None:
+    """How the run observes the planned calls; a candidates run observes none (it times
+    cuBLASLt's algorithms with CUDA events)."""
+    if not config.measures_calls:
+        return None
+    return "ncu" if config.ncu is not None else (options.observer or "cupti")
+
+
 def _setting(options: SweepOptions, name: str) -> Any:
     """An option as given, or its default (`checked` has filled in every RECORDED one)."""
     value = getattr(options, name)
@@ -305,7 +313,7 @@ def start_run(config: SweepConfig, env: environment.Environment, options: SweepO
             "cublas_lib": str(config.cublas_lib) if config.cublas_lib else None,
             "ncu_clock_control": config.clock_control,
             "profiled": config.ncu is not None,
-            "observer": "ncu" if config.ncu is not None else (options.observer or "cupti"),
+            "observer": _observer_name(config, options),
             "reference": config.reference,
             "min_reps": config.min_reps,
             "candidate_limit": config.candidate_limit,

@@ -171,3 +171,19 @@ def test_a_replicated_candidate_audit_is_refused() -> None:
         multi_gpu.candidates_on_devices(
             SweepOptions(cases=CASES), multi_gpu.Spread("all", replicate=True)
         )
+
+
+def test_the_h100s_sharded_audit_finds_the_gap_its_single_gpu_audits_found() -> None:
+    """The real `candidates --batched --devices all` run on the H100: its merged table is its
+    shard's, and it flags exactly the case the single-GPU audits flag (256x256x256 batch 8)."""
+    run = (
+        Path(__file__).resolve().parents[1]
+        / "reports/h100/checks/20261124-145242-candidates-devices"
+    )
+    merged = candidates.read_candidates(run)
+    shard = candidates.read_candidates(multi_gpu.shard_dir(run, 0))
+    pd.testing.assert_frame_equal(merged, shard)
+    assert merged["case_id"].nunique() == 18
+    found = candidates.find_better_candidates(merged)
+    assert [f["sizes"] for f in found] == [["256x256x256"]] and found[0]["batch"] == 8
+    assert 1.10 <= found[0]["evidence"][0]["left_on_table"] <= 1.20  # 1.12 in 20261123-145452
