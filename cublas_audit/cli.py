@@ -507,6 +507,9 @@ def candidates_command(
     resume: Path | None = typer.Option(
         None, metavar="DIR", help="Finish an interrupted `candidates --devices` run."
     ),
+    probe_python: ProbePython = None,
+    cublas_lib: CublasLib = None,
+    probe_env: ProbeEnv = None,
 ) -> None:
     """Time every algorithm cuBLASLt's heuristic offers: is its default the fastest?"""
     from cublas_audit import cases
@@ -529,11 +532,18 @@ def candidates_command(
         "candidate_min_reps": min_reps,
         "workspace_bytes": workspace_mib * 1024 * 1024,
     }
+    probe = {"probe_python": probe_python, "cublas_lib": cublas_lib, "probe_env": probe_env}
     spread = _spread(devices, False, allow_mixed, resume)
     if spread is not None:
-        frame = _candidates_on_devices(case_list, out, resume, settings, spread)
+        frame = _candidates_on_devices(case_list, out, resume, {**settings, **probe}, spread)
     elif resume is not None:
         raise AuditError(f"--resume: {resume} is not a run of `candidates --devices`")
+    elif any(probe.values()):
+        given = next(name for name, value in probe.items() if value)
+        raise AuditError(
+            f"--{given.replace('_', '-')}: the audit runs in a probe process with --devices "
+            "(e.g. --devices 0); without it, in this one"
+        )
     else:
         frame = _candidates_here(case_list, out, settings)
     if format is Format.json:
@@ -573,11 +583,15 @@ def _candidates_on_devices(
 ) -> pd.DataFrame:
     """The candidate audit sharded across GPUs (a probe pinned to each), into a run directory."""
     from cublas_audit.multi_gpu import candidates_on_devices
+    from cublas_audit.probe_process import parse_probe_env
     from cublas_audit.sweep_setup import SweepOptions
 
-    fresh = settings if resume is None else {}  # a resumed run keeps its recorded settings
+    # A resumed run keeps its recorded settings; a probe option given then is checked against it.
+    probe = ("probe_python", "cublas_lib")
+    chosen = dict(settings) if resume is None else {key: settings[key] for key in probe}
+    chosen["probe_env"] = parse_probe_env(settings.get("probe_env") or [])
     options = SweepOptions(
-        cases=case_list, out=out, resume=resume, command=["cublas-audit", *sys.argv[1:]], **fresh
+        cases=case_list, out=out, resume=resume, command=["cublas-audit", *sys.argv[1:]], **chosen
     )
     multi = _with_progress(lambda bars: candidates_on_devices(options, spread, bars.for_gpu))
     typer.echo(f"run directory: {multi.run_dir}\nreport: {multi.report}", err=True)

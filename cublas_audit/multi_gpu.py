@@ -252,7 +252,10 @@ def run(
         )
     if failures:
         gpu, error = failures[0]
-        raise type(error)(f"GPU {gpu.index}: {error}") if isinstance(error, AuditError) else error
+        if not isinstance(error, AuditError):
+            raise error
+        kept = f"what the shards finished is kept: --resume {plan.run_dir} goes on"
+        raise type(error)(f"GPU {gpu.index}: {error}; {kept}")
     return [shard_dir(plan.run_dir, gpu) for gpu, _job in jobs]
 
 

@@ -10,6 +10,7 @@ problems go to which GPU, the pinning, the journal resume, the merged candidates
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,7 @@ from cublas_audit.cases import read_plan
 from cublas_audit.cli import app
 from cublas_audit.errors import AuditError
 from cublas_audit.sweep_setup import SweepOptions
-from tests.fakeprobe import H100_RUN, Recorded, call_records, deadline, fake_probe
+from tests.fakeprobe import H100_RUN, Recorded, call_records, deadline, fake_probe, seen
 from tests.test_multi_gpu import DEADLINE_S, H100S, two_gpus  # noqa: F401 (a fixture)
 
 RECORDED = candidates.read_candidates(H100_RUN / rundir.CANDIDATES_FILE)
@@ -36,7 +37,7 @@ def auditing_probe(tmp_path: Path, crash_on: str | None = None) -> tuple[str, Pa
         candidates=H100_RUN / rundir.CANDIDATES_FILE,
         candidates_per_problem=True,
         crash_on=crash_on,
-        env_keys=("CUDA_VISIBLE_DEVICES",),
+        env_keys=("CUDA_VISIBLE_DEVICES", "CUBLAS_AUDIT_TAG"),
     )
     return probe.python, calls
 
@@ -107,7 +108,8 @@ def test_a_crashed_shard_resumes_at_its_first_unaudited_problem(
     gpu1 = multi_gpu.shard(problems, 2)[1]
     culprit = gpu1[len(gpu1) // 2].case_id
     probe, calls = auditing_probe(tmp_path, crash_on=culprit)
-    with deadline(DEADLINE_S), pytest.raises(AuditError, match="GPU 1: the candidate audit failed"):
+    crashed = r"GPU 1: the candidate audit failed .*; what the shards finished is kept: --resume"
+    with deadline(DEADLINE_S), pytest.raises(AuditError, match=crashed):
         multi_gpu.candidates_on_devices(audit_options(tmp_path, probe), multi_gpu.Spread("all"))
     before = audited(calls)
     assert before["GPU-bbbb-1"] == [c.case_id for c in gpu1[: len(gpu1) // 2]]
@@ -159,11 +161,30 @@ def test_a_journal_line_holds_numpy_numbers_as_json_numbers() -> None:
     [
         (["--allow-mixed"], "--replicate and --allow-mixed go with --devices"),
         (["--resume", "."], "is not a run of `candidates --devices`"),
+        (["--probe-env", "A=1"], "--probe-env: the audit runs in a probe process with --devices"),
     ],
 )
 def test_candidates_spread_options_are_checked(argv: list[str], message: str) -> None:
     result = CliRunner().invoke(app, ["candidates", "--batched", "--sizes", "256", *argv])
     assert result.exit_code == 2 and message in result.output
+
+
+def test_the_command_line_audits_on_every_gpu_with_the_probe_it_names(
+    tmp_path: Path,
+    two_gpus: Path,  # noqa: F811
+) -> None:
+    probe, _calls = auditing_probe(tmp_path)
+    argv = ["candidates", "--batched", "--devices", "all", "--out", str(tmp_path / "run")]
+    argv += ["--probe-python", probe, "--probe-env", "CUBLAS_AUDIT_TAG=first", "--format", "json"]
+    with deadline(DEADLINE_S):
+        result = CliRunner().invoke(app, argv)
+    assert result.exit_code == 0, result.output
+    printed = json.loads(result.stdout)
+    assert len(printed["candidates"]) == len(RECORDED)
+    assert [f["sizes"] for f in printed["findings"]] == [["256x256x256"]]
+    audits = [s for s in seen(tmp_path) if "candidates" in s["argv"]]
+    assert {s["env"]["CUDA_VISIBLE_DEVICES"] for s in audits} == {"GPU-aaaa-0", "GPU-bbbb-1"}
+    assert {s["env"]["CUBLAS_AUDIT_TAG"] for s in audits} == {"first"}
 
 
 def test_a_replicated_candidate_audit_is_refused() -> None:
