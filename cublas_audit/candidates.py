@@ -47,6 +47,8 @@ DEFAULT_MIN_REPS = 5
 COLUMNS: dict[str, str] = {
     "schema_version": "int",
     "gpu_label": "str",
+    "device_index": "int",
+    "gpu_uuid": "str",
     "case_id": "str",
     "mode": "str",
     "m": "int",
@@ -136,6 +138,15 @@ def read_candidates(path: Path) -> pd.DataFrame:
 
 def write_candidates(frame: pd.DataFrame, path: Path) -> Path:
     return write_csv_atomic(frame, path)
+
+
+def measured_on(frame: pd.DataFrame, env: Mapping[str, Any]) -> pd.DataFrame:
+    """The table with the GPU its run's env.json names (nvidia-smi's index and UUID) on every
+    row: a table merged from several GPUs says which measured each problem."""
+    out = frame.copy()
+    out["device_index"] = pd.array([env.get("device_index")] * len(out), dtype=pd.Int64Dtype())
+    out["gpu_uuid"] = pd.array([env.get("gpu_uuid")] * len(out), dtype="string")
+    return out
 
 
 def problems(cases: Iterable[Case]) -> list[Case]:

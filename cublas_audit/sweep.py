@@ -275,18 +275,21 @@ def _probe_log_tail(run_dir: Path) -> str:
 def _audit_candidates(config: SweepConfig, progress: Progress) -> None:
     """cuBLASLt's alternative algorithms for every problem, in the probe's child; once per run.
     The problems an interrupted audit finished (its journal) are not measured again."""
-    if (config.run_dir / CANDIDATES_FILE).exists():
+    path = config.run_dir / CANDIDATES_FILE
+    if path.exists():
         return
     finished = candidates.read_journal(config.run_dir / CANDIDATE_RESULTS)
     progress.start(sum(p.case_id not in finished for p in candidates.problems(config.cases)))
     code = _run_probe(config, config.probe.argv(_probe_args(config, "candidates", None)), progress)
     if code in INTERRUPTED_CODES:
         raise KeyboardInterrupt
-    if code != 0 or not (config.run_dir / CANDIDATES_FILE).exists():
+    if code != 0 or not path.exists():
         raise AuditError(
             f"the candidate audit failed (exit code {code}; log: "
             f"{config.run_dir / rundir.CANDIDATES_LOG})"
         )
+    env = rundir.read_env(config.run_dir)
+    candidates.write_candidates(candidates.measured_on(candidates.read_candidates(path), env), path)
 
 
 def _on_probe_line(progress: Progress, run_dir: Path) -> Callable[[str], None]:

@@ -225,16 +225,19 @@ def from_records(records: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
     return coerce(frame[column_order(frame.columns)])
 
 
-def coerce(frame: pd.DataFrame) -> pd.DataFrame:
-    """Casts known columns to their nullable pandas dtypes; unknown columns are left alone."""
+def coerce(frame: pd.DataFrame, parsed: Mapping[str, pd.Series] | None = None) -> pd.DataFrame:
+    """Casts known columns to their nullable pandas dtypes; unknown columns are left alone.
+    `parsed`: numeric columns already parsed (check_numeric_columns' answer), not parsed again."""
     out = frame.copy()
+    parsed = parsed or {}
     for column, kind in ALL_COLUMNS.items():
         if column not in out.columns:
             continue
         if kind == "str":
             out[column] = out[column].astype("string")
         else:
-            out[column] = pd.to_numeric(out[column]).astype(_NUMERIC_DTYPES[kind])
+            numbers = parsed[column] if column in parsed else pd.to_numeric(out[column])
+            out[column] = numbers.astype(_NUMERIC_DTYPES[kind])
     return out
 
 
@@ -250,9 +253,9 @@ def validate(frame: pd.DataFrame, source: TableSource) -> pd.DataFrame:
         blank = frame.index[frame[column].isna()]
         if len(blank):
             raise source.error("must not be empty", row_number(frame, blank[0]), column)
-    check_numeric_columns(frame, ALL_COLUMNS, source)
+    parsed = check_numeric_columns(frame, ALL_COLUMNS, source)
     check_values(frame, "mode", MODES, source)
-    return coerce(frame)
+    return coerce(frame, parsed)
 
 
 # What names a case: a row without one of these cannot be matched, judged or reported.
@@ -278,11 +281,14 @@ def blank_as_missing(frame: pd.DataFrame) -> pd.DataFrame:
 
 def check_numeric_columns(
     frame: pd.DataFrame, kinds: Mapping[str, str], source: TableSource
-) -> None:
-    """Every present column of kind int or float holds numbers (ints: whole ones) or nothing."""
-    for column, kind in kinds.items():
-        if column in frame.columns and kind in ("int", "float"):
-            _check_numeric(frame, column, kind, source)
+) -> dict[str, pd.Series]:
+    """Every present column of kind int or float holds numbers (ints: whole ones) or nothing;
+    returns them parsed (column -> floats), for the typing that follows."""
+    return {
+        column: _check_numeric(frame, column, kind, source)
+        for column, kind in kinds.items()
+        if column in frame.columns and kind in ("int", "float")
+    }
 
 
 def check_values(
@@ -299,7 +305,7 @@ def check_values(
         )
 
 
-def _check_numeric(frame: pd.DataFrame, column: str, kind: str, source: TableSource) -> None:
+def _check_numeric(frame: pd.DataFrame, column: str, kind: str, source: TableSource) -> pd.Series:
     values = frame[column]
     parsed = pd.to_numeric(values, errors="coerce")
     # Blank cells are missing by now (blank_as_missing): anything else that does not parse is bad.
@@ -314,6 +320,7 @@ def _check_numeric(frame: pd.DataFrame, column: str, kind: str, source: TableSou
             row_number(frame, row),
             column,
         )
+    return parsed
 
 
 def row_number(frame: pd.DataFrame, index: Any) -> int:

@@ -62,7 +62,9 @@ def audited(calls: Path) -> dict[str, list[str]]:
 
 
 def in_case_order(frame: pd.DataFrame) -> pd.DataFrame:
-    return frame.sort_values(["case_id", "candidate"]).reset_index(drop=True)
+    """The rows by case and candidate, without the GPU each was measured on."""
+    measured = frame.drop(columns=["device_index", "gpu_uuid"])
+    return measured.sort_values(["case_id", "candidate"]).reset_index(drop=True)
 
 
 def test_the_problems_are_audited_once_each_on_their_gpu_and_merged(
@@ -92,6 +94,9 @@ def test_the_problems_are_audited_once_each_on_their_gpu_and_merged(
     pd.testing.assert_frame_equal(in_case_order(merged), in_case_order(RECORDED))
     order = [c.case_id for c in candidates.problems(CASES)]
     assert list(dict.fromkeys(merged["case_id"])) == order  # in plan order
+    for gpu in H100S:  # every row says which GPU measured it
+        rows = merged[merged["case_id"].isin(by_gpu[gpu.uuid])]
+        assert rows["device_index"].eq(gpu.index).all() and rows["gpu_uuid"].eq(gpu.uuid).all()
     report = result.report.read_text()
     assert "fp32 256x256x256 batch 8" in report and "confirms 1.17x" in report
     assert report.count("\n### better-candidate: ") == 1  # that one case, and no other
