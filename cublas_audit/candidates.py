@@ -204,9 +204,17 @@ def add_ranks(frame: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+# What a case's summary reads: the rest of a candidate's columns would only be copied around.
+_SUMMARY_COLUMNS = [
+    "case_id", "mode", "m", "n", "k", "batch", "candidate", "is_default", "status", "reason",
+    "time_ms", "rank", "left_on_table", "confirm_left_on_table",
+]  # fmt: skip
+
+
 def case_summary(frame: pd.DataFrame) -> pd.DataFrame:
     """One row per case: counts, the default's rank, the best candidate, both gap measurements."""
-    rows = [_summarize(case_id, group) for case_id, group in frame.groupby("case_id", sort=False)]
+    narrow = frame[_SUMMARY_COLUMNS]
+    rows = [_summarize(case_id, group) for case_id, group in narrow.groupby("case_id", sort=False)]
     return pd.DataFrame(rows)
 
 
