@@ -283,11 +283,14 @@ def find_better_candidates(
     `rows` are the index labels of the default's and the best's rows in `frame`, `evidence` their
     records (role, case, configuration, times, both left_on_table measurements).
     """
+    # The gaps repeat on every row of a case: judge each case on its first, slice only the flagged.
+    firsts = frame.drop_duplicates("case_id")
+    gaps = firsts[["case_id", "left_on_table", "confirm_left_on_table"]].itertuples(index=False)
+    flagged = [case_id for case_id, left, confirm in gaps if is_better(left, confirm, threshold)]
     findings = []
-    for _, rows in frame.groupby("case_id", sort=False):
+    for case_id in flagged:
+        rows = frame[frame["case_id"] == case_id]
         first = rows.iloc[0]
-        if not is_better(first["left_on_table"], first["confirm_left_on_table"], threshold):
-            continue
         default = rows[rows["is_default"] == 1].iloc[0]
         best = _best(rows)
         assert best is not None  # a finite left_on_table implies a timed best

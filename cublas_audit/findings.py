@@ -147,6 +147,20 @@ def _variant(record: Mapping[Hashable, Any]) -> str:
     return Case("cublasLt", "fp32", 1, 1, 1, 1, **fields).variant
 
 
+# Columns no rule reads (the stall breakdown, the other counters, provenance): the report shows
+# them, the rules would only copy them through every filter and group of a table.
+_UNJUDGED = (
+    "schema_version", "status_detail", "driver_version", "cublas_version", "gpu_name", "cc",
+    "fma_inst_pct", "ipc", "cycles_active", "issue_active_pct", "warps_active_pct", "dram_pct",
+    "registers", "smem_bytes", "ref_kernel",
+)  # fmt: skip
+
+
+def _judged_columns(rows: pd.DataFrame) -> pd.DataFrame:
+    unjudged = [c for c in rows.columns if c in _UNJUDGED or str(c).startswith("stall_")]
+    return rows.drop(columns=unjudged)
+
+
 def audit(
     frame: pd.DataFrame,
     thresholds: Thresholds | None = None,
@@ -154,7 +168,7 @@ def audit(
     rules: Collection[str] | None = None,
 ) -> list[Finding]:
     """The findings of a table (of every rule, or of the rules named), most severe first."""
-    context = RuleContext(prepare(frame), thresholds or Thresholds(), candidates)
+    context = RuleContext(_judged_columns(prepare(frame)), thresholds or Thresholds(), candidates)
     chosen = [rule for rule in RULES if rules is None or rule_name(rule) in rules]
     found = [finding for rule in chosen for finding in rule(context)]
     return sorted(found, key=_order)

@@ -8,12 +8,13 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from cublas_audit import candidates, multi_gpu, rundir
-from cublas_audit.environment import list_gpus
+from cublas_audit import candidates, environment, multi_gpu, rundir
+from cublas_audit.environment import Gpu, list_gpus
 
 pytestmark = pytest.mark.gpu
 PROBLEMS = {"cublasLt.fp32.256x256x256.b8.nn", "cublasLt.fp32.512x512x512.b8.nn"}
@@ -60,3 +61,40 @@ def test_candidates_on_every_gpu_then_resumed_from_the_journal(tmp_path: Path) -
     kept_rows = resumed[resumed["case_id"] == "cublasLt.fp32.256x256x256.b8.nn"]
     assert kept_rows["time_ms"].tolist() == before["time_ms"].tolist()  # not measured again
     assert journal.read_text().splitlines()[0] == kept[0]
+
+
+def test_two_shards_of_one_gpu_audit_at_once_and_merge(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two shards at the same time on the same GPU (two names for it, as the issue's single-GPU
+    stand-in for a node): both real probes pinned to it by UUID, each problem audited once, one
+    merged table in plan order that says which shard measured each row."""
+    pytest.importorskip("cupy")
+    pytest.importorskip("nvmath")
+    from cublas_audit.cases import plan_from_options
+    from cublas_audit.sweep_setup import SweepOptions
+
+    gpu = list_gpus()[0]
+    twins = [gpu, Gpu(gpu.index + 100, gpu.uuid, gpu.name)]  # one device, two shard names
+    found = environment.collect(None, gpu.index)  # what nvidia-smi says of it, under either name
+    monkeypatch.setattr(
+        environment, "collect", lambda ncu=None, device=None: replace(found, device_index=device)
+    )
+    cases = plan_from_options(False, True, "256,512", "", "4,8", "fp32", "cublasLt", None)
+    options = SweepOptions(
+        cases=candidates.problems(cases),
+        out=tmp_path / "run",
+        candidate_limit=8,
+        phase="candidates",
+        command=["test: two shards of one GPU"],
+    )
+    plan = multi_gpu.start(options, twins, replicate=False)
+    shards = multi_gpu.run(options, plan)
+    frame = multi_gpu.merged_candidates(plan, shards)
+    order = [c.case_id for c in candidates.problems(cases)]
+    assert list(dict.fromkeys(frame["case_id"])) == order and len(order) == 4
+    per_shard = frame.groupby("case_id")["device_index"].nunique()
+    assert per_shard.eq(1).all()  # each problem measured by one shard
+    assert set(frame["device_index"]) == {twin.index for twin in twins}
+    assert frame["gpu_uuid"].eq(gpu.uuid).all()
+    assert frame[frame["is_default"] == 1]["status"].eq("ok").all()
