@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from cublas_audit import report
+from cublas_audit import render, report
 from cublas_audit.inputs import bundled_runs, load_inputs
 from cublas_audit.terminal import show
 from cublas_audit.thresholds import Thresholds
@@ -35,6 +35,8 @@ def test_a_terminal_gets_the_summary_and_the_markdown_in_a_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.chdir(tmp_path)
+    # the pictures are tests/test_render.py's; here they would only cost seconds
+    monkeypatch.setattr(render, "plot", lambda title, rows, plots: None)
     lines: list[str] = []
     report.run(report.ReportJob(), terminal=True, echo=lambda text, **_: lines.append(text))
     written = tmp_path / report.TERMINAL_REPORT
