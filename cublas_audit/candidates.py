@@ -92,8 +92,10 @@ def from_records(records: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
     return _typed(pd.DataFrame(list(records)))
 
 
-def _typed(frame: pd.DataFrame) -> pd.DataFrame:
+def _typed(frame: pd.DataFrame, parsed: Mapping[str, pd.Series] | None = None) -> pd.DataFrame:
+    """The schema's columns in order, typed (`parsed`: numeric columns already parsed)."""
     frame = frame.copy()
+    parsed = parsed or {}
     for column in COLUMNS:
         if column not in frame.columns:
             frame[column] = pd.NA
@@ -103,7 +105,8 @@ def _typed(frame: pd.DataFrame) -> pd.DataFrame:
             text = frame[column].astype("string")
             frame[column] = text.where(text != "")
         else:
-            frame[column] = pd.to_numeric(frame[column]).astype(_KINDS[kind])
+            numbers = parsed[column] if column in parsed else pd.to_numeric(frame[column])
+            frame[column] = numbers.astype(_KINDS[kind])
     return add_ranks(frame)
 
 
@@ -114,10 +117,10 @@ def validate(raw: pd.DataFrame, path: Path) -> pd.DataFrame:
     if missing:
         raise source.error(f"missing required column(s) {', '.join(missing)}")
     raw = blank_as_missing(raw)
-    check_numeric_columns(raw, COLUMNS, source)
+    parsed = check_numeric_columns(raw, COLUMNS, source)
     check_values(raw, "mode", MODE_NAMES, source)
     check_values(raw, "status", STATUSES, source)
-    return _typed(raw)
+    return _typed(raw, parsed)
 
 
 def read_candidates(path: Path) -> pd.DataFrame:
