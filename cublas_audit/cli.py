@@ -112,6 +112,13 @@ RunDir = Annotated[
     Path | None,
     typer.Option(metavar="DIR", help="Run directory (default: reports/<label>/<timestamp>/)."),
 ]
+Resume = Annotated[
+    Path | None,
+    typer.Option(
+        metavar="DIR",
+        help="Finish the interrupted run in this run directory, with its recorded settings.",
+    ),
+]
 ProbePython = Annotated[
     str | None,
     typer.Option(metavar="PYTHON", help="Interpreter that runs the probe (default: this one)."),
@@ -287,9 +294,7 @@ def sweep_command(
     ),
     gpu_label: GpuLabel = None,
     out: RunDir = None,
-    resume: Path | None = typer.Option(
-        None, metavar="DIR", help="Finish an interrupted sweep in this run directory."
-    ),
+    resume: Resume = None,
     profile: bool | None = typer.Option(
         None, "--profile/--no-profile", help="Profile under ncu (default), or only time."
     ),
@@ -504,9 +509,7 @@ def candidates_command(
     ),
     devices: Devices = None,
     allow_mixed: AllowMixed = False,
-    resume: Path | None = typer.Option(
-        None, metavar="DIR", help="Finish an interrupted `candidates --devices` run."
-    ),
+    resume: Resume = None,
     probe_python: ProbePython = None,
     cublas_lib: CublasLib = None,
     probe_env: ProbeEnv = None,
@@ -800,9 +803,7 @@ def map_command(
     ),
     gpu_label: GpuLabel = None,
     out: RunDir = None,
-    resume: Path | None = typer.Option(
-        None, metavar="DIR", help="Finish an interrupted map in this run directory."
-    ),
+    resume: Resume = None,
     probe_python: ProbePython = None,
     cublas_lib: CublasLib = None,
     probe_env: ProbeEnv = None,
