@@ -102,7 +102,9 @@ def test_the_problems_are_audited_once_each_on_their_gpu_and_merged(
     assert report.count("\n### better-candidate: ") == 1  # that one case, and no other
     env = rundir.read_env(result.run_dir)
     assert env["phase"] == "candidates" and env["candidate_threshold"] == pytest.approx(0.10)
-    assert set(env["shard_seconds"]) == {"gpu0", "gpu1"}
+    assert set(env["shard_seconds"]) == {"gpu0", "gpu1"} and set(env["phase_seconds"]) == {
+        "candidates"
+    }
 
 
 def test_a_crashed_shard_resumes_at_its_first_unaudited_problem(
