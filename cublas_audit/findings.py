@@ -432,8 +432,11 @@ def _verdicts(rows: pd.DataFrame, fast: str, slow: str, margin_pct: float) -> pd
     `..kernel_time`), widened by the noise floor of its `floor_kind` at the time of one launch
     of the slower side: `slower` is a confident finding."""
     model = noise.load()
+    # the records hold only what is judged: the call's and the kernels' times of both sides
+    sides = tuple(f"{s}_" for p in (fast, slow) for s in (p, p.replace("time", "kernel_time")))
+    read = [c for c in rows.columns if c in ("judged_on", "floor_kind") or c.startswith(sides)]
     judged = []
-    for record in rows.to_dict("records"):
+    for record in rows[read].to_dict("records"):
         on_kernels = record.get("judged_on") == "kernel"
         fast_prefix = fast.replace("time", "kernel_time") if on_kernels else fast
         slow_prefix = slow.replace("time", "kernel_time") if on_kernels else slow
