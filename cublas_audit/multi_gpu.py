@@ -354,11 +354,8 @@ def candidates_on_devices(
 
     if spread.replicate:
         raise AuditError("--replicate: the candidate audit shards its problems; leave it out")
-    if options.resume is None:
-        problems = candidates.problems(options.cases)
-        options = replace(options, cases=problems, phase="candidates")
-    else:
-        options = replace(options, phase="candidates")
+    # (a resumed run gives no cases: its record holds the plan)
+    options = replace(options, cases=candidates.problems(options.cases), phase="candidates")
     plan, shards = on_devices(options, spread, progress_for)
     frame = merged_candidates(plan, shards)
     return MultiResult(plan.run_dir, shards, frame, write_candidates_report(plan.run_dir, frame))
