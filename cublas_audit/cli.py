@@ -538,7 +538,9 @@ def candidates_command(
     probe = {"probe_python": probe_python, "cublas_lib": cublas_lib, "probe_env": probe_env}
     spread = _spread(devices, False, allow_mixed, resume)
     if spread is not None:
-        frame = _candidates_on_devices(case_list, out, resume, {**settings, **probe}, spread)
+        frame, threshold = _candidates_on_devices(
+            case_list, out, resume, {**settings, **probe}, spread
+        )
     elif resume is not None:
         raise AuditError(f"--resume: {resume} is not a run of `candidates --devices`")
     elif any(probe.values()):
@@ -583,8 +585,10 @@ def _candidates_on_devices(
     resume: Path | None,
     settings: dict[str, Any],
     spread: Spread,
-) -> pd.DataFrame:
-    """The candidate audit sharded across GPUs (a probe pinned to each), into a run directory."""
+) -> tuple[pd.DataFrame, float]:
+    """The candidate audit sharded across GPUs (a probe pinned to each), into a run directory;
+    with the threshold its gaps were confirmed at (a resumed run's: the recorded one)."""
+    from cublas_audit import rundir
     from cublas_audit.multi_gpu import candidates_on_devices
     from cublas_audit.probe_process import parse_probe_env
     from cublas_audit.sweep_setup import SweepOptions
@@ -599,7 +603,7 @@ def _candidates_on_devices(
     multi = _with_progress(lambda bars: candidates_on_devices(options, spread, bars.for_gpu))
     typer.echo(f"run directory: {multi.run_dir}\nreport: {multi.report}", err=True)
     assert multi.frame is not None  # a sharded run's merged table
-    return multi.frame
+    return multi.frame, float(rundir.read_env(multi.run_dir)["candidate_threshold"])
 
 
 @app.command("reference")

@@ -194,6 +194,24 @@ def test_the_command_line_audits_on_every_gpu_with_the_probe_it_names(
     assert {s["env"]["CUBLAS_AUDIT_TAG"] for s in audits} == {"first"}
 
 
+def test_a_resumed_run_is_judged_at_the_threshold_it_was_recorded_with(
+    tmp_path: Path,
+    two_gpus: Path,  # noqa: F811
+) -> None:
+    """The recorded gap (1.12x, confirmed 1.17x) is not a finding at --threshold 0.2; resuming the
+    run without the option must not judge it at the default 0.10 instead."""
+    probe, _calls = auditing_probe(tmp_path)
+    run = tmp_path / "run"
+    argv = ["candidates", "--batched", "--devices", "all", "--out", str(run)]
+    argv += ["--probe-python", probe, "--threshold", "0.2", "--format", "json"]
+    with deadline(DEADLINE_S):
+        first = CliRunner().invoke(app, argv)
+        again = CliRunner().invoke(app, ["candidates", "--resume", str(run), "--format", "json"])
+    assert first.exit_code == 0 and again.exit_code == 0, first.output + again.output
+    assert json.loads(first.stdout)["findings"] == []
+    assert json.loads(again.stdout)["findings"] == []
+
+
 def test_a_replicated_candidate_audit_is_refused() -> None:
     with pytest.raises(AuditError, match="shards its problems"):
         multi_gpu.candidates_on_devices(
