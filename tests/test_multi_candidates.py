@@ -144,10 +144,13 @@ def test_an_interrupted_audit_keeps_the_problems_its_journal_holds(tmp_path: Pat
             rows = RECORDED[RECORDED["case_id"] == case.case_id]
             records = [{k: v for k, v in r.items() if not pd.isna(v)} for r in _records(rows)]
             out.write(candidates.journal_line(case.case_id, records))
+        out.write(candidates.journal_line(problems[3].case_id, []))  # no rows: not a finished one
         out.write('{"case_id": "' + problems[2].case_id + '", "rows": [{"m"')  # torn mid-write
     config = sweep.SweepConfig(
         cases=CASES, run_dir=tmp_path, gpu_label="h100", ncu=None, phase="candidates"
     )
+    finished = set(candidates.read_journal(journal))  # what a resumed audit does not measure
+    assert finished == {c.case_id for c in problems[:2]}
     frame = sweep.write_outputs(config)
     assert list(dict.fromkeys(frame["case_id"])) == [c.case_id for c in problems[:2]]
     assert len(frame) == RECORDED["case_id"].isin([c.case_id for c in problems[:2]]).sum()
