@@ -25,9 +25,15 @@ from typing import Any
 
 import pandas as pd
 
-from cublas_audit import candidates, environment
-from cublas_audit.cases import DEFAULT_BATCHES, DEFAULT_SIZES, build_plan, label_from_gpu_name
 from cublas_audit.device.candidate_audit import run_candidates
+from cublas_audit.judge import candidates
+from cublas_audit.observe import environment
+from cublas_audit.planning.cases import (
+    DEFAULT_BATCHES,
+    DEFAULT_SIZES,
+    build_plan,
+    label_from_gpu_name,
+)
 
 TARGET_S = 60.0
 

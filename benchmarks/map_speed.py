@@ -23,7 +23,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from cublas_audit import rundir  # noqa: E402
+from cublas_audit.table import rundir  # noqa: E402
 
 SMALL_MS = 1.0
 TARGET_SMALL_RATE = 25.0

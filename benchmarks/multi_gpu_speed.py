@@ -19,9 +19,9 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from cublas_audit import rundir  # noqa: E402
-from cublas_audit.findings import prepare  # noqa: E402
-from cublas_audit.inputs import load_run  # noqa: E402
+from cublas_audit.judge.findings import prepare  # noqa: E402
+from cublas_audit.table import rundir  # noqa: E402
+from cublas_audit.table.inputs import load_run  # noqa: E402
 
 TARGETS = {2: 0.55, 4: 0.30}
 

@@ -16,7 +16,7 @@ that alternate untraced and traced:
   synchronized, which includes the host's launch latency) against its CUPTI times.
 
 Rounds alternate so that the power state of tensor-core kernels (up to 8 % between runs on the
-H100, cublas_audit.noise) drifts over both sides alike. Means over the round medians.
+H100, cublas_audit.judge.noise) drifts over both sides alike. Means over the round medians.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from cublas_audit.cases import Case  # noqa: E402
+from cublas_audit.planning.cases import Case  # noqa: E402
 
 LIMIT = 0.02
 PROBLEMS = [

@@ -36,15 +36,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from cublas_audit import environment
-from cublas_audit.cases import Case
 from cublas_audit.device import launchers, operands
 from cublas_audit.device.reference import bench
 from cublas_audit.device.reference.build import build, device_cc, prepare
 from cublas_audit.device.reference.config import Config, fit, strategy_for
 from cublas_audit.errors import AuditError
-from cublas_audit.ncu_parse import FMA_PCT, parse_number
-from cublas_audit.profile import export_csv
+from cublas_audit.observe import environment
+from cublas_audit.observe.ncu_command import export_csv
+from cublas_audit.observe.ncu_export import FMA_PCT, parse_number
+from cublas_audit.planning.cases import Case
 
 CHECK_PROBLEMS = [
     (256, 256, 256, 5),

@@ -26,8 +26,10 @@ import jinja2
 import matplotlib
 import pandas as pd
 
-from cublas_audit import diff, render, table
-from cublas_audit.inputs import load_inputs, load_one_gpu
+from cublas_audit.judge import diff
+from cublas_audit.report import render
+from cublas_audit.table import dispatch as table
+from cublas_audit.table.inputs import load_inputs, load_one_gpu
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "tests" / "fixtures"

@@ -24,8 +24,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from cublas_audit import assemble, ncu_parse, rundir, table
-from cublas_audit.cases import Case
+from cublas_audit.observe import ncu_export as ncu_parse
+from cublas_audit.planning.cases import Case
+from cublas_audit.table import assemble, rundir
+from cublas_audit.table import dispatch as table
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -74,7 +74,7 @@ def write_tiled(path: Path, megabytes: float) -> dict[str, Any]:
 
 def measure(path: Path, copies: int) -> dict[str, Any]:
     """In the child: the timed work, its peak memory, and a check of what it found."""
-    from cublas_audit.torch_trace import problems, read_trace
+    from cublas_audit.observe.torch_trace import problems, read_trace
 
     start = time.perf_counter()
     table = problems(read_trace(path))

@@ -25,12 +25,12 @@ from typing import TYPE_CHECKING
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:
-    from cublas_audit.cases import Case
-    from cublas_audit.diff import Diff
-    from cublas_audit.findings import Finding
-    from cublas_audit.inputs import Dataset
-    from cublas_audit.sweep_setup import SweepOptions, SweepResult
-    from cublas_audit.thresholds import Thresholds
+    from cublas_audit.judge.diff import Diff
+    from cublas_audit.judge.findings import Finding
+    from cublas_audit.judge.thresholds import Thresholds
+    from cublas_audit.planning.cases import Case
+    from cublas_audit.run.sweep_setup import SweepOptions, SweepResult
+    from cublas_audit.table.inputs import Dataset
 
 __all__ = [
     "SweepOptions",
@@ -47,37 +47,37 @@ __all__ = [
 def load(paths: Sequence[str | Path] | None = None) -> list[Dataset]:
     """Run directories or dispatch tables (CSV / Parquet), one Dataset per GPU; none: the bundled
     audits (each GPU's newest batched run)."""
-    from cublas_audit.inputs import bundled_runs, load_inputs
+    from cublas_audit.table.inputs import bundled_runs, load_inputs
 
     return load_inputs([Path(p) for p in paths] if paths else bundled_runs())
 
 
 def load_one(path: str | Path) -> Dataset:
     """One side of a comparison: a run directory or a table of one GPU."""
-    from cublas_audit.inputs import load_one_gpu
+    from cublas_audit.table.inputs import load_one_gpu
 
     return load_one_gpu(Path(path))
 
 
 def audit(dataset: Dataset, thresholds: Thresholds | None = None) -> list[Finding]:
     """The findings of one GPU's table (and its candidate audit, where the run has one)."""
-    from cublas_audit.findings import audit as run_rules
-    from cublas_audit.thresholds import Thresholds
+    from cublas_audit.judge.findings import audit as run_rules
+    from cublas_audit.judge.thresholds import Thresholds
 
     return run_rules(dataset.frame, thresholds or Thresholds(), dataset.candidates)
 
 
 def compare(a: Dataset, b: Dataset, thresholds: Thresholds | None = None) -> Diff:
     """Kernel changes, deltas and regressions of B against A."""
-    from cublas_audit.diff import compare as diff
+    from cublas_audit.judge.diff import compare as diff
 
     return diff(a, b, thresholds)
 
 
 def render_markdown(datasets: Sequence[Dataset], thresholds: Thresholds | None = None) -> str:
     """The Markdown report of these datasets (no plots; `render.write_report` writes them)."""
-    from cublas_audit.render import render_report
-    from cublas_audit.thresholds import Thresholds
+    from cublas_audit.judge.thresholds import Thresholds
+    from cublas_audit.report.render import render_report
 
     return render_report(datasets, thresholds or Thresholds())
 
@@ -92,7 +92,7 @@ def plan(
     batched: bool = True,
 ) -> list[Case]:
     """The cases of a grid, as `cublas-audit sweep` plans them."""
-    from cublas_audit.cases import build_plan
+    from cublas_audit.planning.cases import build_plan
 
     return build_plan(
         sizes=sizes,
@@ -107,14 +107,14 @@ def plan(
 
 def run_sweep(options: SweepOptions) -> SweepResult:
     """Runs a sweep on this machine's GPU (ncu, CuPy and a GPU needed) into a run directory."""
-    from cublas_audit.sweep_setup import sweep as run_sweep
+    from cublas_audit.run.sweep_setup import sweep as run_sweep
 
     return run_sweep(options)
 
 
 def __getattr__(name: str) -> object:
     if name == "SweepOptions":  # a dataclass, imported on first use like the rest
-        from cublas_audit.sweep_setup import SweepOptions
+        from cublas_audit.run.sweep_setup import SweepOptions
 
         return SweepOptions
     raise AttributeError(f"module 'cublas_audit' has no attribute {name!r}")

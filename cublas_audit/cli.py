@@ -23,8 +23,8 @@ from cublas_audit.errors import AuditError
 if TYPE_CHECKING:
     import pandas as pd
 
-    from cublas_audit.cases import Case, Variants
-    from cublas_audit.multi_gpu import Spread
+    from cublas_audit.planning.cases import Case, Variants
+    from cublas_audit.run.multi_gpu import Spread
 
 app = typer.Typer(
     name="cublas-audit",
@@ -173,7 +173,7 @@ def _variants(
     layouts: str, ld_pad: int, broadcast: str, beta: str, bias: bool, workspace_mib: int
 ) -> Variants:
     """The problem-description options, checked: each bad value is a one-line error."""
-    from cublas_audit.cases import Variants, parse_beta, parse_broadcast, parse_layouts
+    from cublas_audit.planning.cases import Variants, parse_beta, parse_broadcast, parse_layouts
 
     return Variants(
         layouts=parse_layouts(layouts),
@@ -189,8 +189,8 @@ def _listed_cases(
     shapes_file: Path | None, torch_trace: Path | None, modes: str, apis: str
 ) -> list[Case]:
     """The problems of a shape list or a PyTorch trace, as cases (one input, not both)."""
-    from cublas_audit import cases
-    from cublas_audit.torch_trace import cases_of, read_trace
+    from cublas_audit.observe.torch_trace import cases_of, read_trace
+    from cublas_audit.planning import cases
 
     if shapes_file is not None and torch_trace is not None:
         raise AuditError("give --shapes-file or --torch-trace, not both")
@@ -205,7 +205,7 @@ def _listed_cases(
 
 def _reference_problems(shapes_file: Path) -> list[tuple[int, int, int, int]]:
     """The rows of a shape list the reference kernel computes (FP32, nn, packed, beta 0)."""
-    from cublas_audit import cases
+    from cublas_audit.planning import cases
 
     listed = cases.read_shapes_file(shapes_file, ["fp32"], ["cublas"])
     found = [(c.m, c.n, c.k, c.batch) for c in listed if c.reference_computes]
@@ -258,7 +258,7 @@ def _write_traceback(exc: BaseException) -> str:
 
 def print_json(data: Any) -> None:
     """Strict JSON: NaN and infinities are null, never `NaN` / `Infinity`."""
-    from cublas_audit.table import json_ready
+    from cublas_audit.table.dispatch import json_ready
 
     typer.echo(json.dumps(json_ready(data), indent=2, default=str, allow_nan=False))
 
@@ -271,7 +271,7 @@ def env_command(
     ),
 ) -> None:
     """Show the GPU, driver, CUDA, cuBLAS and ncu here, and whether ncu may read counters."""
-    from cublas_audit import environment
+    from cublas_audit.observe import environment
 
     info = environment.collect()
     if format is TextOrJson.json:
@@ -348,9 +348,10 @@ def sweep_command(
     allow_mixed: AllowMixed = False,
 ) -> None:
     """Run cuBLAS / cuBLASLt calls across sizes under ncu and write a dispatch table."""
-    from cublas_audit import cases, probe_process
-    from cublas_audit.summary import summary
-    from cublas_audit.sweep_setup import SweepOptions, sweep
+    from cublas_audit.planning import cases
+    from cublas_audit.report.summary import summary
+    from cublas_audit.run import probe_process
+    from cublas_audit.run.sweep_setup import SweepOptions, sweep
 
     if resume is not None:
         planned: list[cases.Case] = []
@@ -386,7 +387,7 @@ def sweep_command(
     )
     spread = _spread(devices, replicate, allow_mixed, resume)
     if spread is not None:
-        from cublas_audit.multi_gpu import sweep_on_devices
+        from cublas_audit.run.multi_gpu import sweep_on_devices
 
         multi = _with_progress(lambda bars: sweep_on_devices(options, spread, bars.for_gpu))
         if multi.frame is not None:
@@ -401,7 +402,7 @@ def sweep_command(
 def _spread(devices: str | None, replicate: bool, allow_mixed: bool, resume: Path | None) -> Any:
     """Over which GPUs the run spreads (a multi_gpu.Spread), or None for one GPU: --devices and
     its companions (multi_gpu checks they come together), or a resumed run that spread."""
-    from cublas_audit.multi_gpu import Spread, recorded
+    from cublas_audit.run.multi_gpu import Spread, recorded
 
     if devices is not None or replicate or allow_mixed:
         return Spread(devices, replicate, allow_mixed)
@@ -444,7 +445,7 @@ class _Bars:
         )
 
     def hooks(self, name: str = "") -> Any:
-        from cublas_audit.sweep import Progress as Hooks
+        from cublas_audit.run.sweep import Progress as Hooks
 
         prefix = f"{name} " if name else ""
         task = self.bar.add_task(prefix or "sweep", total=None, visible=False)
@@ -515,10 +516,10 @@ def candidates_command(
     probe_env: ProbeEnv = None,
 ) -> None:
     """Time every algorithm cuBLASLt's heuristic offers: is its default the fastest?"""
-    from cublas_audit import cases
-    from cublas_audit.candidates import find_better_candidates
-    from cublas_audit.candidates_report import render_markdown
-    from cublas_audit.table import frame_records
+    from cublas_audit.judge.candidates import find_better_candidates
+    from cublas_audit.planning import cases
+    from cublas_audit.report.candidates_report import render_markdown
+    from cublas_audit.table.dispatch import frame_records
 
     if resume is not None:
         case_list: list[cases.Case] = []
@@ -562,8 +563,9 @@ def _candidates_here(
     case_list: list[Case], out: Path | None, settings: dict[str, Any]
 ) -> pd.DataFrame:
     """The candidate audit in this process, on the GPU CUDA shows it first."""
-    from cublas_audit import cases, environment
     from cublas_audit.device.candidate_audit import run_candidates
+    from cublas_audit.observe import environment
+    from cublas_audit.planning import cases
 
     env = environment.collect()
     environment.require_gpu(env)
@@ -588,10 +590,10 @@ def _candidates_on_devices(
 ) -> tuple[pd.DataFrame, float]:
     """The candidate audit sharded across GPUs (a probe pinned to each), into a run directory;
     with the threshold its gaps were confirmed at (a resumed run's: the recorded one)."""
-    from cublas_audit import rundir
-    from cublas_audit.multi_gpu import candidates_on_devices
-    from cublas_audit.probe_process import parse_probe_env
-    from cublas_audit.sweep_setup import SweepOptions
+    from cublas_audit.run.multi_gpu import candidates_on_devices
+    from cublas_audit.run.probe_process import parse_probe_env
+    from cublas_audit.run.sweep_setup import SweepOptions
+    from cublas_audit.table import rundir
 
     # A resumed run keeps its recorded settings; a probe option given then is checked against it.
     probe = ("probe_python", "cublas_lib")
@@ -632,8 +634,8 @@ def reference_command(
     ),
 ) -> None:
     """Time the bundled reference SGEMM against cuBLAS (FP32), or tune its strategy table."""
-    from cublas_audit.cases import parse_int_list
     from cublas_audit.device.reference import bench
+    from cublas_audit.planning.cases import parse_int_list
 
     size_list = parse_int_list(sizes, "--sizes")
     batch_list = parse_int_list(batches, "--batches")
@@ -682,12 +684,12 @@ def report_command(
     ),
 ) -> None:
     """Findings, dispatch and efficiency tables, stalls and reproduce scripts, per GPU."""
-    from cublas_audit import report
+    from cublas_audit.report import output as report
 
     if torch_trace is not None:
-        from cublas_audit.thresholds import with_overrides
-        from cublas_audit.torch_trace import read_trace
-        from cublas_audit.torch_trace_report import report_markdown
+        from cublas_audit.judge.thresholds import with_overrides
+        from cublas_audit.observe.torch_trace import read_trace
+        from cublas_audit.report.torch_trace_report import report_markdown
 
         if inputs:
             raise AuditError("give run directories / tables or --torch-trace, not both")
@@ -715,9 +717,9 @@ def diff_command(
     threshold: Thresholds = None,
 ) -> None:
     """Kernel changes, FMA % and time deltas, regressions and one-side-only cases of two runs."""
-    from cublas_audit import diff
-    from cublas_audit.inputs import load_one_gpu
-    from cublas_audit.thresholds import with_overrides
+    from cublas_audit.judge import diff
+    from cublas_audit.judge.thresholds import with_overrides
+    from cublas_audit.table.inputs import load_one_gpu
 
     limits = with_overrides(threshold or [])
     result = diff.compare(load_one_gpu(a), load_one_gpu(b), limits)
@@ -749,10 +751,10 @@ def shapes_command(
 ) -> None:
     """The distinct GEMMs of a PyTorch trace: shapes in PyTorch's and cuBLAS's terms, calls, GPU
     time and share, the kernels they ran (through correlation ids), the copies around them."""
-    from cublas_audit.report import check_output
-    from cublas_audit.rundir import write_text_atomic
-    from cublas_audit.table import frame_records, json_ready
-    from cublas_audit.torch_trace import problems, problems_markdown, read_trace
+    from cublas_audit.observe.torch_trace import problems, problems_markdown, read_trace
+    from cublas_audit.report.output import check_output
+    from cublas_audit.table.dispatch import frame_records, json_ready
+    from cublas_audit.table.rundir import write_text_atomic
 
     if out is not None:
         check_output(out, [torch_trace])
@@ -824,9 +826,10 @@ def map_command(
 ) -> None:
     """Map which kernel cuBLAS dispatches over a dense grid of shapes (CUPTI, no counters needed):
     kernel switches, dispatch cliffs and size inversions, pictures; --follow-up goes deep."""
-    from cublas_audit import cases, dispatch_map, probe_process
-    from cublas_audit.sweep_setup import SweepOptions
-    from cublas_audit.thresholds import with_overrides
+    from cublas_audit.judge.thresholds import with_overrides
+    from cublas_audit.planning import cases
+    from cublas_audit.run import dispatch_map, probe_process
+    from cublas_audit.run.sweep_setup import SweepOptions
 
     limits = with_overrides(threshold or [])
     if observer not in (None, "cupti", "events"):

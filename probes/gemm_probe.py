@@ -16,7 +16,7 @@ audit of the plan's problems into the run directory.
 
 Every finished case is one JSON line appended to --results and flushed at once: a crash or Ctrl-C
 loses at most the case in flight, and the `start` line before it names the culprit. The sweep
-(cublas_audit.sweep) starts this program as a child, with the package on its PYTHONPATH.
+(cublas_audit.run.sweep) starts this program as a child, with the package on its PYTHONPATH.
 """
 
 from __future__ import annotations
@@ -32,13 +32,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from cublas_audit.candidates import DEFAULT_LIMIT, DEFAULT_THRESHOLD
-from cublas_audit.candidates import DEFAULT_MIN_REPS as CANDIDATE_MIN_REPS
-from cublas_audit.cases import DEFAULT_WORKSPACE_BYTES, Case, read_plan
 from cublas_audit.errors import ToolMissingError
-from cublas_audit.ncu_parse import CALL_RANGE_PREFIX, REFERENCE_RANGE_PREFIX
-from cublas_audit.probe_process import DONE_LINE, NO_CUPTI_ENV, START_LINE
-from cublas_audit.rundir import CANDIDATE_RESULTS
+from cublas_audit.judge.candidates import DEFAULT_LIMIT, DEFAULT_THRESHOLD
+from cublas_audit.judge.candidates import DEFAULT_MIN_REPS as CANDIDATE_MIN_REPS
+from cublas_audit.observe.ncu_export import CALL_RANGE_PREFIX, REFERENCE_RANGE_PREFIX
+from cublas_audit.planning.cases import DEFAULT_WORKSPACE_BYTES, Case, read_plan
+from cublas_audit.run.probe_process import DONE_LINE, NO_CUPTI_ENV, START_LINE
+from cublas_audit.table.rundir import CANDIDATE_RESULTS
 
 if TYPE_CHECKING:
     from cublas_audit.device.operands import Operands

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from cublas_audit.noise import NoiseModel
+from cublas_audit.judge.noise import NoiseModel
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "tests" / "fixtures"

@@ -37,11 +37,11 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from cublas_audit import sweep
-from cublas_audit.environment import Environment
-from cublas_audit.probe_process import DONE_LINE, START_LINE, ProbeCommand
+from cublas_audit.observe.environment import Environment
 from cublas_audit.resources import PROBE_MODULE
-from cublas_audit.rundir import NCU_DIR, PROFILE_RESULTS, TIME_RESULTS
+from cublas_audit.run import sweep
+from cublas_audit.run.probe_process import DONE_LINE, START_LINE, ProbeCommand
+from cublas_audit.table.rundir import NCU_DIR, PROFILE_RESULTS, TIME_RESULTS
 
 REPO = Path(__file__).resolve().parent.parent
 SMOKE = REPO / "tests" / "fixtures" / "h100-smoke"

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from cublas_audit import table
-from cublas_audit.cases import read_plan
-from cublas_audit.rundir import read_results
-from cublas_audit.sweep import SweepConfig, collect_launches, write_table
+from cublas_audit.planning.cases import read_plan
+from cublas_audit.run.sweep import SweepConfig, collect_launches, write_table
+from cublas_audit.table import dispatch as table
+from cublas_audit.table.rundir import read_results
 
 from .conftest import FIXTURES
 

@@ -15,10 +15,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from cublas_audit import assemble, table
-from cublas_audit.cases import read_plan
-from cublas_audit.ncu_parse import parse_csv_file
-from cublas_audit.rundir import PLAN_FILE, PROFILE_RESULTS, TIME_RESULTS, read_results
+from cublas_audit.observe.ncu_export import parse_csv_file
+from cublas_audit.planning.cases import read_plan
+from cublas_audit.table import assemble
+from cublas_audit.table import dispatch as table
+from cublas_audit.table.rundir import PLAN_FILE, PROFILE_RESULTS, TIME_RESULTS, read_results
 
 REPO = Path(__file__).resolve().parent.parent
 # tests/fixtures/h100-smoke: 10 cases, one ncu chunk, no reference (its build was unavailable).

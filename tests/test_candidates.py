@@ -14,13 +14,13 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from cublas_audit import candidates as cd
-from cublas_audit import candidates_report
-from cublas_audit.cases import Case
 from cublas_audit.cli import app
 from cublas_audit.device import candidate_audit, lt
 from cublas_audit.errors import AuditError, ToolMissingError
-from cublas_audit.rundir import CANDIDATES_FILE
+from cublas_audit.judge import candidates as cd
+from cublas_audit.planning.cases import Case
+from cublas_audit.report import candidates_report
+from cublas_audit.table.rundir import CANDIDATES_FILE
 from tests.conftest import REPORTS
 
 RECORDED = REPORTS / "h100" / "20261123-012340-batched"
@@ -99,7 +99,7 @@ def test_the_confirmed_gap_is_the_only_better_candidate_finding(recorded: pd.Dat
 
 
 def test_findings_have_the_fields_of_a_finding_record(recorded: pd.DataFrame) -> None:
-    from cublas_audit.findings import Finding
+    from cublas_audit.judge.findings import Finding
 
     (finding,) = cd.find_better_candidates(recorded, 0.10)
     assert Finding(**finding).to_json() == finding
@@ -279,7 +279,7 @@ def test_audit_on_the_gpu(tmp_path: Path) -> None:
 def test_a_gap_under_the_interleaved_floor_is_never_a_finding() -> None:
     """A --threshold below the measured run-to-run spread of left_on_table (4.75 % on the H100,
     candidates_speed_h100.json) cannot turn that spread into a finding."""
-    from cublas_audit.candidates import INTERLEAVED_FLOOR, is_better
+    from cublas_audit.judge.candidates import INTERLEAVED_FLOOR, is_better
 
     assert INTERLEAVED_FLOOR > 0.0475
     assert is_better(1.12, 1.17, 0.10)  # the confirmed gap at FP32 256^3 batch 8 on the H100

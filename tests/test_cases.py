@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from cublas_audit import cases
 from cublas_audit.errors import AuditError
+from cublas_audit.planning import cases
 
 
 def test_default_batched_grid_has_calls_lt_and_loops() -> None:

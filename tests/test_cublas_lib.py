@@ -21,13 +21,15 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from cublas_audit import environment, rundir, sweep, sweep_setup
-from cublas_audit.cases import read_plan
 from cublas_audit.cli import app
 from cublas_audit.errors import AuditError
-from cublas_audit.probe_process import check_loaded_cublas, probe_environment
+from cublas_audit.observe import environment
+from cublas_audit.planning.cases import read_plan
 from cublas_audit.resources import package_view
-from cublas_audit.sweep_setup import SweepOptions, checked, start_run
+from cublas_audit.run import sweep, sweep_setup
+from cublas_audit.run.probe_process import check_loaded_cublas, probe_environment
+from cublas_audit.run.sweep_setup import SweepOptions, checked, start_run
+from cublas_audit.table import rundir
 from tests.fakeprobe import (
     SMOKE,
     Recorded,

@@ -15,13 +15,13 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from cublas_audit import noise
 from cublas_audit.cli import app
-from cublas_audit.diff import compare, to_json, to_markdown
 from cublas_audit.errors import AuditError
-from cublas_audit.inputs import load_one_gpu
-from cublas_audit.table import read_table, write_table
-from cublas_audit.thresholds import Thresholds
+from cublas_audit.judge import noise
+from cublas_audit.judge.diff import compare, to_json, to_markdown
+from cublas_audit.judge.thresholds import Thresholds
+from cublas_audit.table.dispatch import read_table, write_table
+from cublas_audit.table.inputs import load_one_gpu
 from tests.conftest import FIXTURES, ZERO_NOISE
 
 SMOKE = FIXTURES / "h100-smoke"

@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from cublas_audit import diff
 from cublas_audit.cli import app
-from cublas_audit.inputs import Dataset, load_one_gpu
-from cublas_audit.noise import NoiseModel
+from cublas_audit.judge import diff
+from cublas_audit.judge.noise import NoiseModel
+from cublas_audit.table.inputs import Dataset, load_one_gpu
 
 ROOT = Path(__file__).resolve().parents[1]
 RUN_00 = ROOT / "reports/h100/noise/kernel-b/run-00"

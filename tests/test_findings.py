@@ -10,11 +10,11 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from cublas_audit import noise
 from cublas_audit.errors import AuditError
-from cublas_audit.findings import audit, prepare
-from cublas_audit.table import read_table
-from cublas_audit.thresholds import Thresholds, with_overrides
+from cublas_audit.judge import noise
+from cublas_audit.judge.findings import audit, prepare
+from cublas_audit.judge.thresholds import Thresholds, with_overrides
+from cublas_audit.table.dispatch import read_table
 from tests.conftest import FIXTURES, ZERO_NOISE
 
 PUBLISHED_B8 = FIXTURES / "published_article_b8.csv"

@@ -9,7 +9,7 @@ import dataclasses
 
 import pytest
 
-from cublas_audit.cases import Case
+from cublas_audit.planning.cases import Case
 
 pytestmark = pytest.mark.gpu
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from cublas_audit import rundir
-from cublas_audit.inputs import load_one_gpu
+from cublas_audit.table import rundir
+from cublas_audit.table.inputs import load_one_gpu
 
 pytestmark = pytest.mark.gpu
 

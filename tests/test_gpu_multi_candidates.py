@@ -13,8 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from cublas_audit import candidates, environment, multi_gpu, rundir
-from cublas_audit.environment import Gpu, list_gpus
+from cublas_audit.judge import candidates
+from cublas_audit.observe import environment
+from cublas_audit.observe.environment import Gpu, list_gpus
+from cublas_audit.run import multi_gpu
+from cublas_audit.table import rundir
 
 pytestmark = pytest.mark.gpu
 PROBLEMS = {"cublasLt.fp32.256x256x256.b8.nn", "cublasLt.fp32.512x512x512.b8.nn"}
@@ -71,8 +74,8 @@ def test_two_shards_of_one_gpu_audit_at_once_and_merge(
     merged table in plan order that says which shard measured each row."""
     pytest.importorskip("cupy")
     pytest.importorskip("nvmath")
-    from cublas_audit.cases import plan_from_options
-    from cublas_audit.sweep_setup import SweepOptions
+    from cublas_audit.planning.cases import plan_from_options
+    from cublas_audit.run.sweep_setup import SweepOptions
 
     gpu = list_gpus()[0]
     twins = [gpu, Gpu(gpu.index + 100, gpu.uuid, gpu.name)]  # one device, two shard names

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from cublas_audit import table
+from cublas_audit.table import dispatch as table
 
 from .conftest import REPO
 

@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 
 from cublas_audit import cli
 from cublas_audit.cli import app
-from cublas_audit.markdown import md_code, md_fence, md_text
+from cublas_audit.report.markdown import md_code, md_fence, md_text
 from tests.conftest import REPORTS
 
 runner = CliRunner()
@@ -73,7 +73,7 @@ def test_exit_4_internal_error_names_its_log(monkeypatch: pytest.MonkeyPatch) ->
     def broken(*args: object, **kwargs: object) -> None:
         raise ZeroDivisionError("float division by zero")
 
-    monkeypatch.setattr("cublas_audit.report.run", broken)
+    monkeypatch.setattr("cublas_audit.report.output.run", broken)
     result = runner.invoke(app, ["report", "--format", "md"])
     assert result.exit_code == cli.INTERNAL_ERROR == 4
     log = re.search(r"traceback: (\S+)\)", result.stderr)
@@ -86,7 +86,7 @@ def test_exit_130_interrupted(monkeypatch: pytest.MonkeyPatch) -> None:
     def interrupted(*args: object, **kwargs: object) -> None:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("cublas_audit.report.run", interrupted)
+    monkeypatch.setattr("cublas_audit.report.output.run", interrupted)
     assert runner.invoke(app, ["report", "--format", "md"]).exit_code == 130
 
 
@@ -264,8 +264,8 @@ def test_hostile_fields_reach_report_and_diff_inert(tmp_path: Path) -> None:
 
 
 def test_a_candidates_value_never_becomes_repro_code() -> None:
-    from cublas_audit.candidates import read_candidates
-    from cublas_audit.candidates_report import repro
+    from cublas_audit.judge.candidates import read_candidates
+    from cublas_audit.report.candidates_report import repro
 
     rows = read_candidates(H100_RUN / "candidates.csv")
     row = rows.iloc[0].copy()

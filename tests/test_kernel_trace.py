@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from cublas_audit.device.kernel_trace import MARKER, KernelLaunch, TracedCalls, split_at_markers
-from cublas_audit.kernels import normalize
+from cublas_audit.observe.kernels import normalize
 
 ROOT = Path(__file__).resolve().parents[1]
 TRACED = sorted((ROOT / "reports/h100/noise").glob("kernel-*/run-*"))

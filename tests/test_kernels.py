@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from cublas_audit.kernels import normalize
-from cublas_audit.table import read_table
+from cublas_audit.observe.kernels import normalize
+from cublas_audit.table.dispatch import read_table
 
 from .conftest import FIXTURES
 

@@ -19,15 +19,17 @@ from pathlib import Path
 
 import pytest
 
-from cublas_audit import dispatch_map, map_plots, rundir
-from cublas_audit.cases import Case, Variants
 from cublas_audit.errors import AuditError
-from cublas_audit.findings import prepare
-from cublas_audit.inputs import load_one_gpu
-from cublas_audit.map_plots import switches
-from cublas_audit.map_report import FINDINGS_FILE
-from cublas_audit.sweep import Progress
-from cublas_audit.sweep_setup import SweepOptions
+from cublas_audit.judge.findings import prepare
+from cublas_audit.planning.cases import Case, Variants
+from cublas_audit.report import map_plots
+from cublas_audit.report.map_plots import switches
+from cublas_audit.report.map_report import FINDINGS_FILE
+from cublas_audit.run import dispatch_map
+from cublas_audit.run.sweep import Progress
+from cublas_audit.run.sweep_setup import SweepOptions
+from cublas_audit.table import rundir
+from cublas_audit.table.inputs import load_one_gpu
 from tests.fakeprobe import H100_RUN, deadline, fake_probe, seen
 from tests.test_resume import stand_in_machine
 
@@ -187,7 +189,7 @@ def test_the_follow_up_measures_the_flagged_cases_and_their_neighbours(mapped) -
 
 
 def load_plan(run_dir: Path) -> list[Case]:
-    from cublas_audit.cases import read_plan
+    from cublas_audit.planning.cases import read_plan
 
     return read_plan(run_dir / rundir.PLAN_FILE)
 

@@ -19,11 +19,13 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from cublas_audit import candidates, multi_gpu, rundir, sweep
-from cublas_audit.cases import read_plan
 from cublas_audit.cli import app
 from cublas_audit.errors import AuditError
-from cublas_audit.sweep_setup import SweepOptions
+from cublas_audit.judge import candidates
+from cublas_audit.planning.cases import read_plan
+from cublas_audit.run import multi_gpu, sweep
+from cublas_audit.run.sweep_setup import SweepOptions
+from cublas_audit.table import rundir
 from tests.fakeprobe import H100_RUN, Recorded, call_records, deadline, fake_probe, seen
 from tests.test_multi_gpu import DEADLINE_S, H100S, two_gpus  # noqa: F401 (a fixture)
 

@@ -19,11 +19,15 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from cublas_audit import dispatch_map, environment, map_plots, multi_gpu, rundir, units
-from cublas_audit.environment import Gpu
 from cublas_audit.errors import AuditError
-from cublas_audit.inputs import load_run
-from cublas_audit.sweep_setup import SweepOptions
+from cublas_audit.judge import units
+from cublas_audit.observe import environment
+from cublas_audit.observe.environment import Gpu
+from cublas_audit.report import map_plots
+from cublas_audit.run import dispatch_map, multi_gpu
+from cublas_audit.run.sweep_setup import SweepOptions
+from cublas_audit.table import rundir
+from cublas_audit.table.inputs import load_run
 from tests.fakeprobe import deadline, fake_probe, h100_environment, seen
 from tests.test_map import MAP, map_cases
 from tests.test_resume import stand_in_machine
@@ -139,7 +143,7 @@ def test_a_resumed_sharded_map_redoes_only_each_shards_missing_cases(
 
 
 def load_plan(run_dir: Path) -> list:  # type: ignore[type-arg]
-    from cublas_audit.cases import read_plan
+    from cublas_audit.planning.cases import read_plan
 
     return read_plan(run_dir / rundir.PLAN_FILE)
 
@@ -202,6 +206,6 @@ def test_a_table_of_mixed_models_loads_per_model(tmp_path: Path) -> None:
     frame.to_csv(run / rundir.TABLE_FILE, index=False)
     env = rundir.read_env(run)
     rundir.write_env(run, {**env, "allow_mixed": True})
-    from cublas_audit.inputs import load_inputs
+    from cublas_audit.table.inputs import load_inputs
 
     assert sorted(d.gpu_label for d in load_inputs([run])) == ["h100", "h200"]

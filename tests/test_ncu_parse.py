@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from cublas_audit import ncu_parse
-from cublas_audit.cases import read_plan
 from cublas_audit.errors import AuditError
-from cublas_audit.table import STALL_REASONS
+from cublas_audit.observe import ncu_export as ncu_parse
+from cublas_audit.planning.cases import read_plan
+from cublas_audit.table.dispatch import STALL_REASONS
 
 from .conftest import FIXTURES
 

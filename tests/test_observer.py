@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from cublas_audit import probe_process, rundir, sweep_setup
 from cublas_audit.errors import AuditError, ToolMissingError
-from cublas_audit.sweep import Progress
-from cublas_audit.sweep_setup import SweepOptions
+from cublas_audit.run import probe_process, sweep_setup
+from cublas_audit.run.sweep import Progress
+from cublas_audit.run.sweep_setup import SweepOptions
+from cublas_audit.table import rundir
 from tests.fakeprobe import fake_probe, seen
 from tests.test_resume import CASES, DEADLINE_S, H100_RUN, deadline, stand_in_machine
 

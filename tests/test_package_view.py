@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from cublas_audit.probe_process import probe_environment
 from cublas_audit.resources import PACKAGE, PROBE_MODULE, package_view
+from cublas_audit.run.probe_process import probe_environment
 
 CHILD = f"""
 import importlib, importlib.resources, json, sys
@@ -85,8 +85,8 @@ def test_the_child_runs_in_the_view_whatever_directory_the_sweep_starts_in(
 ) -> None:
     """`python -m` and `-c` put the working directory first on sys.path: a sweep started from a
     checkout's root (whose cublas_audit/ lacks the mapped probes/) must not import that copy."""
-    from cublas_audit.environment import Environment
-    from cublas_audit.sweep_setup import SweepOptions, _config
+    from cublas_audit.observe.environment import Environment
+    from cublas_audit.run.sweep_setup import SweepOptions, _config
 
     decoy = tmp_path / "checkout"
     (decoy / PACKAGE).mkdir(parents=True)

@@ -20,11 +20,11 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from cublas_audit import environment
 from cublas_audit.cli import app
 from cublas_audit.errors import ToolMissingError
-from cublas_audit.probe_process import ProbeCommand, check_probe_imports, probe_environment
+from cublas_audit.observe import environment
 from cublas_audit.resources import package_view
+from cublas_audit.run.probe_process import ProbeCommand, check_probe_imports, probe_environment
 from tests.fakeprobe import deadline, h100_environment
 
 runner = CliRunner()

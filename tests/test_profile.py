@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from cublas_audit import profile
 from cublas_audit.errors import AuditError, ToolMissingError
-from cublas_audit.ncu_parse import FMA_PCT
+from cublas_audit.observe import ncu_command as profile
+from cublas_audit.observe.ncu_export import FMA_PCT
 
 from .conftest import FIXTURES
 

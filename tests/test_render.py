@@ -21,11 +21,11 @@ from typer.testing import CliRunner
 
 from cublas_audit.cli import app
 from cublas_audit.errors import AuditError
-from cublas_audit.inputs import load_inputs
-from cublas_audit.markdown import md_code, md_text, shorten
-from cublas_audit.render import render_report, write_run_report
-from cublas_audit.table import read_table, write_table
-from cublas_audit.thresholds import Thresholds
+from cublas_audit.judge.thresholds import Thresholds
+from cublas_audit.report.markdown import md_code, md_text, shorten
+from cublas_audit.report.render import render_report, write_run_report
+from cublas_audit.table.dispatch import read_table, write_table
+from cublas_audit.table.inputs import load_inputs
 from tests.conftest import ARTICLE_B8, FIXTURES, REPO, cell, table_under
 from tests.regenerate_golden import GOLDEN, GOLDEN_INPUTS, fixture_report
 

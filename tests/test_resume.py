@@ -25,12 +25,15 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from cublas_audit import environment, render, rundir, sweep_setup
-from cublas_audit.cases import read_plan
 from cublas_audit.cli import app
 from cublas_audit.errors import AuditError
+from cublas_audit.observe import environment
+from cublas_audit.planning.cases import read_plan
+from cublas_audit.report import render
 from cublas_audit.resources import PROBE_MODULE, package_view
-from cublas_audit.sweep_setup import SweepOptions, checked, start_run
+from cublas_audit.run import sweep_setup
+from cublas_audit.run.sweep_setup import SweepOptions, checked, start_run
+from cublas_audit.table import rundir
 from tests.fakeprobe import (
     H100_RUN,
     call_records,

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from cublas_audit import summary, table
+from cublas_audit.report import summary
+from cublas_audit.table import dispatch as table
 
 from .conftest import FIXTURES
 

@@ -2,7 +2,7 @@
 is still measured, a child that finishes nothing is a clear error naming probe.log (never a
 retry loop), and `--resume` never redoes an ncu chunk whose CSV export is on disk.
 
-These tests drive the real cublas_audit.sweep.run. What they replace is the child process only:
+These tests drive the real cublas_audit.run.sweep.run. What they replace is the child process only:
 ProbeCommand.python is a small fake interpreter written into tmp_path (tests/fakeprobe.py), which
 receives the real argv (`-m cublas_audit.probes.gemm_probe --plan ... --phase ... --results ...
 --only ...`) and speaks the real probe's protocol (probes/gemm_probe.py: a `probe` record, then per
@@ -22,11 +22,12 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from cublas_audit import rundir, sweep
-from cublas_audit.cases import read_plan, write_plan
 from cublas_audit.errors import AuditError
-from cublas_audit.probe_process import ProbeCommand
-from cublas_audit.rundir import NCU_DIR, PLAN_FILE, PROFILE_RESULTS, TIME_RESULTS
+from cublas_audit.planning.cases import read_plan, write_plan
+from cublas_audit.run import sweep
+from cublas_audit.run.probe_process import ProbeCommand
+from cublas_audit.table import rundir
+from cublas_audit.table.rundir import NCU_DIR, PLAN_FILE, PROFILE_RESULTS, TIME_RESULTS
 from tests.fakeprobe import (
     BATCHED,
     SMOKE,

@@ -7,9 +7,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from cublas_audit import table
 from cublas_audit.errors import AuditError
-from cublas_audit.rundir import TABLE_FILE
+from cublas_audit.table import dispatch as table
+from cublas_audit.table.rundir import TABLE_FILE
 
 from .conftest import FIXTURES
 

@@ -9,10 +9,11 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from cublas_audit import render, report
-from cublas_audit.inputs import bundled_runs, load_inputs
-from cublas_audit.terminal import show
-from cublas_audit.thresholds import Thresholds
+from cublas_audit.judge.thresholds import Thresholds
+from cublas_audit.report import output as report
+from cublas_audit.report import render
+from cublas_audit.report.terminal import show
+from cublas_audit.table.inputs import bundled_runs, load_inputs
 
 
 def test_findings_come_first_most_severe_first_then_the_grids() -> None:

@@ -14,10 +14,10 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from cublas_audit import torch_trace
 from cublas_audit.cli import app
 from cublas_audit.errors import AuditError
-from cublas_audit.torch_trace import cases_of, gemm_calls, problems, read_trace
+from cublas_audit.observe import torch_trace
+from cublas_audit.observe.torch_trace import cases_of, gemm_calls, problems, read_trace
 
 TRACES = Path(__file__).resolve().parent / "fixtures" / "torch_traces"
 OPS, BLOCK = TRACES / "ops.json.gz", TRACES / "block.json.gz"
@@ -291,7 +291,7 @@ def test_sweep_plans_exactly_the_trace_or_the_shape_list(tmp_path: Path) -> None
     ],
 )
 def test_bad_shape_lists_name_the_row(tmp_path: Path, text: str, message: str) -> None:
-    from cublas_audit.cases import read_shapes_file
+    from cublas_audit.planning.cases import read_shapes_file
 
     path = tmp_path / "bad.csv"
     path.write_text(text)

@@ -13,18 +13,18 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
-from cublas_audit import environment
-from cublas_audit.cases import Case
 from cublas_audit.device import launchers, operands
 from cublas_audit.device.reference.bench import TOLERANCE
 from cublas_audit.device.reference.build import build_all, device_cc, prepare
 from cublas_audit.device.reference.config import Config, strategy_for
+from cublas_audit.observe import environment
+from cublas_audit.planning.cases import Case
 
 CUBLAS = "cublas"  # the contender name of the classic cuBLAS call
 
 
 def device_info() -> dict[str, Any]:
-    """The GPU and the versions a measurement depends on (cublas_audit.environment), dated."""
+    """The GPU and the versions a measurement depends on (observe.environment), dated."""
     import cupy
 
     return {

@@ -16,9 +16,9 @@ import functools
 import sys
 import traceback
 
-from cublas_audit.cases import Case
 from cublas_audit.device import launchers, lt, operands
-from cublas_audit.modes import MODE_NAMES
+from cublas_audit.planning.cases import Case
+from cublas_audit.planning.modes import MODE_NAMES
 
 # (m, n, k, batch): the batched shape the issue measured, and a single call.
 PROBLEMS = ((256, 256, 256, 8), (1024, 1024, 1024, 1))

@@ -1,4 +1,4 @@
-"""The measuring half of the candidate audit (cublas_audit.candidates: its table and verdicts).
+"""The measuring half of the candidate audit (judge.candidates: its table and verdicts).
 
 For each problem, every candidate the heuristic returns (up to a limit) is run once and its output
 compared with the default's, then the candidates that ran correctly are timed together (CUDA
@@ -21,8 +21,9 @@ from typing import IO, Any
 
 import pandas as pd
 
-from cublas_audit import rundir
-from cublas_audit.candidates import (
+from cublas_audit.device import launchers as launch
+from cublas_audit.device import lt, operands, timing
+from cublas_audit.judge.candidates import (
     DEFAULT_LIMIT,
     DEFAULT_MIN_REPS,
     DEFAULT_THRESHOLD,
@@ -34,11 +35,10 @@ from cublas_audit.candidates import (
     read_journal,
     write_candidates,
 )
-from cublas_audit.cases import DEFAULT_WORKSPACE_BYTES, Case
-from cublas_audit.device import launchers as launch
-from cublas_audit.device import lt, operands, timing
-from cublas_audit.markdown import md_number
-from cublas_audit.table import plain
+from cublas_audit.planning.cases import DEFAULT_WORKSPACE_BYTES, Case
+from cublas_audit.report.markdown import md_number
+from cublas_audit.table import rundir
+from cublas_audit.table.dispatch import plain
 
 # A first, short interleaved round (this many timed calls each, at least) ranks the candidates;
 # only those within SCREEN_MARGIN of its best, and the default, get the full >= min_reps round.

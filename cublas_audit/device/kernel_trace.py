@@ -3,7 +3,7 @@
 A call's event time holds the host's share (launch, cuBLAS's heuristic, the loop of launches) and
 moves by 15-25 % between runs at 20 us; the durations of the kernels it dispatched move by about
 1 % (measured on the H100 and H200). "Did the dispatch get worse" is judged on these, "did the
-call get slower" on the event time (cublas_audit.verdicts).
+call get slower" on the event time (cublas_audit.judge.verdicts).
 
 CUPTI's activity tracing needs no counter permission (it works where ncu gets ERR_NVGPUCTRPERM)
 and no profiler process: the records come from cupti-python (with the nvidia-cuda-cupti wheel's

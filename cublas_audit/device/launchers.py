@@ -17,9 +17,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from cublas_audit.cases import Case
 from cublas_audit.device.operands import Operands
-from cublas_audit.modes import mode as mode_of
+from cublas_audit.planning.cases import Case
+from cublas_audit.planning.modes import mode as mode_of
 
 if TYPE_CHECKING:
     from cublas_audit.device.lt import LtGemm
@@ -133,8 +133,8 @@ def lt(case: Case, ops: Operands, workspace_bytes: int | None = None) -> LtGemm:
     """A cuBLASLt matmul of the case; calling `.run()` (or `.run(candidate)`) launches it. The
     caller closes it (it holds descriptors and a workspace). The workspace is `workspace_bytes`,
     else the case's limit, else the default."""
-    from cublas_audit.cases import DEFAULT_WORKSPACE_BYTES
     from cublas_audit.device.lt import LtGemm
+    from cublas_audit.planning.cases import DEFAULT_WORKSPACE_BYTES
 
     if workspace_bytes is None:
         limit = case.workspace_mib

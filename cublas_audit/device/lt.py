@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from types import ModuleType, TracebackType
 from typing import Any
 
-from cublas_audit.cases import DEFAULT_WORKSPACE_BYTES, Case
 from cublas_audit.errors import ToolMissingError
-from cublas_audit.modes import mode as mode_of
+from cublas_audit.planning.cases import DEFAULT_WORKSPACE_BYTES, Case
+from cublas_audit.planning.modes import mode as mode_of
 
 # cuBLASLt never assumes more than 256-byte alignment; telling it less than the truth only
 # hides candidates, telling it more makes them fail.

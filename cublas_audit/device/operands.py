@@ -14,7 +14,7 @@ The metric (docs/schema.md, `max_rel_err`): for each batch entry the normwise re
 ||C_i - R_i||_F / ||R_i||_F against a float64 product R of the same stored inputs, over every
 column of C_i up to CHECK_FULL outputs and over CHECK_COLUMNS random columns beyond; the largest
 over the batch is the case's error, infinite if any output is not finite. Each mode's tolerance is
-in cublas_audit.modes.
+in cublas_audit.planning.modes.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from cublas_audit.cases import Case, OperandLayout
-from cublas_audit.modes import mode as mode_of
+from cublas_audit.planning.cases import Case, OperandLayout
+from cublas_audit.planning.modes import mode as mode_of
 
 CHECK_COLUMNS = 64  # output columns per batch entry compared with float64 beyond CHECK_FULL
 CHECK_FULL = 2048 * 2048  # outputs per batch entry up to which every column is compared

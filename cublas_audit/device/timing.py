@@ -12,7 +12,7 @@ import statistics
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from cublas_audit.table import distribution_columns
+from cublas_audit.table.dispatch import distribution_columns
 
 MIN_REPS = 20
 MAX_REPS = 200

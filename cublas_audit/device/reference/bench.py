@@ -11,7 +11,6 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from cublas_audit.cases import Case
 from cublas_audit.device import launchers, operands
 from cublas_audit.device.reference.build import build_all, device_cc, prepare
 from cublas_audit.device.reference.config import (
@@ -27,6 +26,7 @@ from cublas_audit.device.reference.config import (
 )
 from cublas_audit.device.timing import time_interleaved
 from cublas_audit.errors import AuditError
+from cublas_audit.planning.cases import Case
 
 TOLERANCE = operands.tolerance("fp32")
 TUNE_REPS = 10  # timed calls per candidate tile, at least (the search is bounded by a budget)

@@ -1,0 +1,1 @@
+"""Judging: verdicts with their noise model, thresholds, the rules, candidates, diffs."""

@@ -1,0 +1,479 @@
+"""Two dispatch tables -> matched cases, kernel changes, deltas, regressions, one-side-only cases.
+
+Side A is the baseline, side B the candidate: a regression is B worse than A beyond the noise
+thresholds. Whatever differs between the sides (GPU, driver, cuBLAS, a probe setting) is only
+reported in the header, never assumed: the comparison itself is the same for all of them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from cublas_audit.judge import noise
+from cublas_audit.judge.findings import plain, prepare
+from cublas_audit.judge.noise import NoiseModel
+from cublas_audit.judge.thresholds import Thresholds
+from cublas_audit.judge.verdicts import Judgement, Timed, Verdict, detectable_slowdown, judge
+from cublas_audit.report.markdown import md_code, md_table, md_text, template
+from cublas_audit.report.render import env_value
+from cublas_audit.table.dispatch import CASE_KEY, TableSource
+from cublas_audit.table.inputs import Dataset
+
+# env.json keys the header compares; env.json may lack any of them (a bare table has none).
+ENV_KEYS = (
+    "gpu_label",
+    "gpu_name",
+    "cc",
+    "driver_version",
+    "cuda_runtime",
+    "cublas_version",
+    "probe_env",
+    "ncu_version",
+    "ncu_clock_control",
+    "tool_version",
+)
+# Provenance a table carries in its own columns, for inputs without env.json.
+TABLE_ENV_COLUMNS = ("gpu_name", "cc", "driver_version", "cublas_version")
+SIDE_COLUMNS = ("kernel_short", "util", "time_ms", "status")
+# Evidence a timing verdict uses where the table has it: the distribution and clock (schema 2),
+# the kernel-only time and its distribution (schema 3).
+EVIDENCE_COLUMNS = (
+    "time_n",
+    "time_q1_ms",
+    "time_q3_ms",
+    "sm_clock_mhz",
+    "power_w",
+    "kernel_time_ms",
+    "kernel_time_n",
+    "kernel_time_q1_ms",
+    "kernel_time_q3_ms",
+)
+# The two times a case is judged on: the prefix of its table columns and its noise model kind.
+# The kernels' time answers "did the dispatch get worse", the call's "did the call get slower".
+TIMES = {"kernel": "kernel_time", "call": "time"}
+CLOCK_NOTE_PCT = 2.0  # SM clocks of the two sides further apart than this are said beside a verdict
+
+
+@dataclass(frozen=True)
+class EnvRow:
+    """One compared env.json key: what each side recorded ("not recorded" when absent)."""
+
+    key: str
+    a: str
+    b: str
+
+    @property
+    def differs(self) -> bool:
+        return self.a != self.b
+
+
+@dataclass(frozen=True)
+class Diff:
+    a: str
+    b: str
+    env: list[EnvRow]
+    matched: pd.DataFrame  # one row per case on both sides, with deltas and a verdict
+    only_a: pd.DataFrame
+    only_b: pd.DataFrame
+
+    floors: pd.DataFrame = field(default_factory=pd.DataFrame)  # time scale -> detectable
+
+    def rows(self, verdict: str) -> pd.DataFrame:
+        return self.matched[self.matched["verdict"] == verdict]
+
+    @property
+    def kernel_changes(self) -> pd.DataFrame:
+        m = self.matched
+        return m[m["kernel_short_a"].fillna("") != m["kernel_short_b"].fillna("")]
+
+    @property
+    def host_slower(self) -> pd.DataFrame:
+        """Cases whose call got slower beyond its noise floor while their kernels did not: the
+        host's share (launch, heuristic, a loop of launches) grew, or the host was busy."""
+        m = self.matched
+        if "call_verdict" not in m.columns:
+            return m.iloc[0:0]
+        kernel_judged = m["kernel_verdict"].notna() & (m["kernel_verdict"] != "regression")
+        return m[kernel_judged & (m["call_verdict"] == "regression")]
+
+    @property
+    def has_regression(self) -> bool:
+        return not self.rows("regression").empty
+
+    def fails(self, gate: str) -> bool:
+        """The diff gate: `regression` (a confident slowdown of the dispatched kernels, or of the
+        call where kernels were not traced, or a call that broke), `kernel-change`, `host` (a call
+        slower over unchanged kernels), or `any` of them."""
+        regression, changed = self.has_regression, not self.kernel_changes.empty
+        host = not self.host_slower.empty
+        gates = {"regression": regression, "kernel-change": changed, "host": host}
+        return gates.get(gate, regression or changed or host)
+
+
+def compare(
+    a: Dataset, b: Dataset, thresholds: Thresholds | None = None, model: NoiseModel | None = None
+) -> Diff:
+    t = thresholds or Thresholds()
+    model = model or noise.load()
+    key = _case_key(a.frame, b.frame)
+    left, right = _sided(a, key), _sided(b, key)
+    merged = left.merge(right, on=key, how="outer", suffixes=("_a", "_b"), indicator=True)
+    # Columns outside the key come in pairs: one value per case for the shared ones.
+    shared = [c for c in ("shape", "size", "routine", "launches") if c not in key]
+    merged = merged.assign(**{c: merged[f"{c}_a"].fillna(merged[f"{c}_b"]) for c in shared}).drop(
+        columns=[f"{c}_{side}" for c in shared for side in "ab"]
+    )
+    merged = merged.sort_values(["api", "mode", "batch", "size", "m", "n", "k"], kind="stable")
+    both = merged[merged["_merge"] == "both"]
+    return Diff(
+        a=str(a.path),
+        b=str(b.path),
+        env=env_differences(a, b),
+        matched=_judge(both, t, model),
+        only_a=merged[merged["_merge"] == "left_only"],
+        only_b=merged[merged["_merge"] == "right_only"],
+        floors=_detectable(both, t, model),
+    )
+
+
+def _case_key(a: pd.DataFrame, b: pd.DataFrame) -> list[str]:
+    """CASE_KEY, without routine when either table lacks it (tables from elsewhere may)."""
+    if "routine" in a.columns and "routine" in b.columns:
+        return list(CASE_KEY)
+    return [c for c in CASE_KEY if c != "routine"]
+
+
+def _sided(dataset: Dataset, key: list[str]) -> pd.DataFrame:
+    rows = prepare(dataset.frame)
+    if "routine" not in key:
+        # Matched without routine, a loop companion has the key of its batched call; a table
+        # without a routine column cannot hold loops, so they have nothing to match there.
+        rows = rows[~rows["is_loop"]]
+    if "status" not in rows.columns:
+        rows["status"] = pd.Series(pd.NA, index=rows.index, dtype="string")
+    duplicated = rows.duplicated(subset=key, keep="first")
+    if duplicated.any():
+        index = rows.index[duplicated][0]
+        position = list(dataset.frame.index).index(index) + 1
+        raise TableSource(dataset.path).error(
+            f"case {', '.join(str(rows.at[index, c]) for c in key)} appears twice",
+            position,
+            key[-1],
+        )
+    rows["launches"] = noise.launches(rows)
+    evidence = [c for c in EVIDENCE_COLUMNS if c in rows.columns]
+    columns = list(
+        dict.fromkeys([*key, "routine", "shape", "size", "launches", *SIDE_COLUMNS, *evidence])
+    )
+    return rows[columns].astype({"size": float})
+
+
+def _judge(both: pd.DataFrame, t: Thresholds, model: NoiseModel) -> pd.DataFrame:
+    """Time decides where both sides are timed: the kernels' time (CUPTI) and the call's time
+    (events), each judged by verdicts.judge against its own noise floor (`_combine` says how the
+    two make one verdict); otherwise pipe utilization; a call that stops working (status ok ->
+    error / wrong) is a regression whatever the numbers say."""
+    out = both.drop(columns=["_merge"])
+    time_pct = (out["time_ms_b"] / out["time_ms_a"] - 1) * 100
+    util_pts = out["util_b"] - out["util_a"]
+    out = out.assign(time_delta_pct=time_pct, util_delta=util_pts)
+    records = out.to_dict("records")
+    judged = {kind: [_judge_time(row, t, model, kind) for row in records] for kind in TIMES}
+    by_util = pd.Series(
+        np.select(
+            [
+                (util_pts < -t.diff_util_noise_pts).fillna(False),
+                (util_pts > t.diff_util_noise_pts).fillna(False),
+            ],
+            ["regression", "improvement"],
+            "same",
+        ),
+        index=out.index,
+    )
+    pairs = list(zip(judged["kernel"], judged["call"], strict=True))
+    verdict = pd.Series(
+        [
+            _combine(kernel, call) or by_util[i]
+            for i, (kernel, call) in zip(out.index, pairs, strict=True)
+        ],
+        index=out.index,
+        dtype=object,
+    )
+    broke = (out["status_a"].fillna("ok") == "ok") & (out["status_b"].fillna("ok") != "ok")
+    verdict[broke.astype(bool)] = "regression"
+    return out.assign(
+        verdict=verdict,
+        kernel_verdict=_words(judged["kernel"], out.index),
+        call_verdict=_words(judged["call"], out.index),
+        evidence=[_evidence(kernel, call) for kernel, call in pairs],
+        note=[_clock_note(row) for row in records],
+    )
+
+
+_VERDICT_WORDS = {
+    Verdict.slower: "regression",
+    Verdict.faster: "improvement",
+    Verdict.same: "same",
+    Verdict.unsure: "unsure",
+}
+
+
+def _words(judged: Sequence[Judgement | None], index: pd.Index) -> pd.Series:
+    return pd.Series([_VERDICT_WORDS[j.verdict] if j else None for j in judged], index, object)
+
+
+def _combine(kernel: Judgement | None, call: Judgement | None) -> str | None:
+    """One verdict per case. Where both sides traced their kernels, the kernels' time decides:
+    a dispatch audit judges the dispatched kernels, and the call's time of a launch-bound call
+    moves by up to 2.5x between runs of the same GPU with the kernels unchanged (host noise,
+    reports/h100/noise/kernel-b/run-04); a call slower beyond its own floor over unchanged
+    kernels is reported apart (`Diff.host_slower`). Otherwise the call's time decides. None where
+    neither time was judged."""
+    judged = kernel if kernel is not None else call
+    return None if judged is None else _VERDICT_WORDS[judged.verdict]
+
+
+def _evidence(kernel: Judgement | None, call: Judgement | None) -> str:
+    """'kernels +1.2 % (interval ...); call +9.0 % (interval ...)': each time that was judged."""
+    parts = [f"{name} {j.describe()}" for name, j in (("kernels", kernel), ("call", call)) if j]
+    return "; ".join(parts)
+
+
+def _judge_time(
+    row: Mapping[Hashable, Any], t: Thresholds, model: NoiseModel, kind: str = "call"
+) -> Judgement | None:
+    a = Timed.from_row(row, TIMES[kind], suffix="_a")
+    b = Timed.from_row(row, TIMES[kind], suffix="_b")
+    if a is None or b is None:
+        return None
+    per_launch = math.sqrt(a.median_ms * b.median_ms) / float(row.get("launches") or 1)
+    floor_kind = noise.kernel_kind(str(row.get("mode"))) if kind == "kernel" else kind
+    return judge(a, b, model.between_runs(per_launch, floor_kind), t.diff_time_noise_pct / 100)
+
+
+def _clock_note(row: Mapping[Hashable, Any]) -> str:
+    """'SM clock 1980 / 1755 MHz' where the two sides' recorded clocks differ."""
+    a, b = plain(row.get("sm_clock_mhz_a")), plain(row.get("sm_clock_mhz_b"))
+    if a is None or b is None or abs(b / a - 1) * 100 <= CLOCK_NOTE_PCT:
+        return ""
+    return f"SM clock {a:.0f} / {b:.0f} MHz"
+
+
+def _detectable(both: pd.DataFrame, t: Thresholds, model: NoiseModel) -> pd.DataFrame:
+    """Per time-scale bin of the matched cases: each time's floor and the smallest slowdown the
+    gate can call a regression there (the kernels' where both sides traced them)."""
+    timed = both[both["time_ms_a"].notna()]
+    if timed.empty:
+        return pd.DataFrame(columns=["up_to_ms", "cases", "floor_pct", "detectable_pct"])
+    per_launch = timed["time_ms_a"].astype(float) / timed["launches"].astype(float)
+    traced = _traced(timed)
+    bins = np.array([model.bin(float(v)) for v in per_launch.to_numpy()])
+    threshold = t.diff_time_noise_pct / 100
+    rows = []
+    for index in sorted(set(bins.tolist())):
+        floor = model.floors_of("call")[index]
+        host_bound = floor >= noise.HOST_BOUND_FLOOR  # call times not judged: None below
+        in_bin = bins == index
+        # the noisier pipe among the traced cases of this bin: what the gate can promise for all
+        kinds = {noise.kernel_kind(str(mode)) for mode in timed["mode"][in_bin & traced]}
+        kernel_floor = max((model.floors_of(kind)[index] for kind in kinds), default=0.0)
+        rows.append(
+            {
+                "up_to_ms": model.edges_ms[index],
+                "cases": int(in_bin.sum()),
+                "floor_pct": None if host_bound else floor * 100,
+                "detectable_pct": None
+                if host_bound
+                else detectable_slowdown(floor, threshold) * 100,
+                "kernel_cases": int((in_bin & traced).sum()),
+                "kernel_floor_pct": kernel_floor * 100,
+                "kernel_detectable_pct": detectable_slowdown(kernel_floor, threshold) * 100,
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def _traced(rows: pd.DataFrame) -> np.ndarray:
+    """Which rows carry the kernels' time on both sides."""
+    if "kernel_time_ms_a" not in rows.columns or "kernel_time_ms_b" not in rows.columns:
+        return np.zeros(len(rows), dtype=bool)
+    both = rows["kernel_time_ms_a"].notna() & rows["kernel_time_ms_b"].notna()
+    return both.to_numpy(dtype=bool)
+
+
+def env_differences(a: Dataset, b: Dataset) -> list[EnvRow]:
+    env_a, env_b = _env(a), _env(b)
+    missing = "not recorded"
+    return [
+        EnvRow(key, env_a.get(key, missing), env_b.get(key, missing))
+        for key in ENV_KEYS
+        if key in env_a or key in env_b
+    ]
+
+
+def _env(dataset: Dataset) -> dict[str, str]:
+    values: dict[str, Any] = {"gpu_label": dataset.gpu_label}
+    for column in TABLE_ENV_COLUMNS:
+        if column in dataset.frame.columns and dataset.frame[column].notna().any():
+            values[column] = dataset.frame[column].dropna().iloc[0]
+    values.update({k: v for k, v in dataset.env.items() if k in ENV_KEYS and v not in (None, "")})
+    return {k: env_value(v) for k, v in values.items()}
+
+
+# ----- output -----------------------------------------------------------------------------------
+
+LISTED_MAX = 200
+_CASE_COLUMNS = ("api", "routine", "mode", "shape", "batch")
+
+
+def to_json(diff: Diff) -> dict[str, Any]:
+    return {
+        "a": diff.a,
+        "b": diff.b,
+        "differs": [{"key": r.key, "a": r.a, "b": r.b} for r in diff.env if r.differs],
+        "regressions": _records(diff.rows("regression")),
+        "improvements": _records(diff.rows("improvement")),
+        "unsure": _records(diff.rows("unsure")),
+        "detectable": _records(diff.floors),
+        "kernel_changes": _records(diff.kernel_changes),
+        "host_slower": _records(diff.host_slower),
+        "only_a": _records(diff.only_a),
+        "only_b": _records(diff.only_b),
+        "matched": len(diff.matched),
+    }
+
+
+def _records(rows: pd.DataFrame) -> list[dict[str, Any]]:
+    keep = [c for c in rows.columns if c not in ("_merge", "size")]
+    return [
+        {str(k): plain(v) for k, v in record.items()} for record in rows[keep].to_dict("records")
+    ]
+
+
+def to_markdown(diff: Diff) -> str:
+    differs = [r for r in diff.env if r.differs]
+    same = [r.key for r in diff.env if not r.differs]
+    return template("diff.md.j2").render(
+        a=md_code(diff.a, in_table=False),
+        b=md_code(diff.b, in_table=False),
+        env=md_table(["", "A", "B"], [(r.key, md_text(r.a), md_text(r.b)) for r in differs]),
+        same=", ".join(same),
+        matched=len(diff.matched),
+        detectable=_detectable_table(diff.floors),
+        model=noise.load().source,
+        sections=[
+            _section("Regressions", diff.rows("regression"), _delta_table),
+            _section("Improvements", diff.rows("improvement"), _delta_table),
+            _section(
+                "Unsure: changes the noise floor cannot tell from noise",
+                diff.rows("unsure"),
+                _delta_table,
+            ),
+            _section("Kernel changes", diff.kernel_changes, _delta_table),
+            _section(
+                "Call slower, kernels not: the host's share (informational unless --fail-on host)",
+                diff.host_slower,
+                _delta_table,
+            ),
+            _section("Only in A", diff.only_a, lambda rows: _case_table(rows, "_a")),
+            _section("Only in B", diff.only_b, lambda rows: _case_table(rows, "_b")),
+        ],
+        counts={
+            "regression": len(diff.rows("regression")),
+            "improvement": len(diff.rows("improvement")),
+            "unsure": len(diff.rows("unsure")),
+            "kernel": len(diff.kernel_changes),
+            "host": len(diff.host_slower),
+        },
+    )
+
+
+def _section(
+    title: str, rows: pd.DataFrame, table: Callable[[pd.DataFrame], str]
+) -> dict[str, Any]:
+    """A titled table of at most LISTED_MAX cases: the JSON output lists them all."""
+    return {"title": title, "table": table(rows.head(LISTED_MAX)), "more": len(rows) - LISTED_MAX}
+
+
+def _case_cells(record: Mapping[Hashable, Any]) -> list[str]:
+    return [md_text(plain(record.get(c)) or "—") for c in _CASE_COLUMNS]
+
+
+def _cell(value: Any, fmt: str) -> str:
+    value = plain(value)
+    return "—" if value is None else fmt.format(value)
+
+
+def _delta_table(rows: pd.DataFrame) -> str:
+    if rows.empty:
+        return ""
+    body = [
+        [
+            *_case_cells(r),
+            _kernel(r["kernel_short_a"], r.get("status_a")),
+            _kernel(r["kernel_short_b"], r.get("status_b")),
+            _cell(r["util_a"], "{:.0f}"),
+            _cell(r["util_b"], "{:.0f}"),
+            _cell(r["time_ms_a"], "{:.4g}"),
+            _cell(r["time_ms_b"], "{:.4g}"),
+            md_text(r.get("evidence") or _cell(r["time_delta_pct"], "{:+.1f} %")),
+            md_text(r.get("note") or ""),
+        ]
+        for r in rows.to_dict("records")
+    ]
+    headers = [*_CASE_COLUMNS, "kernel A", "kernel B", "pipe % A", "pipe % B", "ms A", "ms B"]
+    return md_table([*headers, "time change (how sure)", "note"], body)
+
+
+def _detectable_table(floors: pd.DataFrame) -> str:
+    if floors.empty:
+        return ""
+    records = floors.to_dict("records")
+    traced = any(r.get("kernel_cases") for r in records)
+    body = []
+    for r in records:
+        scale = "longer" if not math.isfinite(r["up_to_ms"]) else f"up to {r['up_to_ms']:g} ms"
+        host_bound = plain(r["floor_pct"]) is None
+        call = (
+            ("host-bound", "none")
+            if host_bound
+            else (f"{r['floor_pct']:.1f} %", f"{r['detectable_pct']:.1f} %")
+        )
+        row = [scale, str(r["cases"]), *call]
+        if traced:
+            row += [
+                str(r["kernel_cases"]),
+                f"{r['kernel_floor_pct']:.1f} %",
+                f"{r['kernel_detectable_pct']:.1f} %",
+            ]
+        body.append(row)
+    headers = ["time per launch", "cases", "call: noise floor", "call: smallest slowdown caught"]
+    if traced:
+        headers += ["kernels traced", "kernels: noise floor", "kernels: smallest slowdown caught"]
+    return md_table(headers, body)
+
+
+def _kernel(kernel: Any, status: Any) -> str:
+    if plain(status) not in (None, "ok"):
+        return md_text(status)
+    return "—" if plain(kernel) is None else md_code(kernel)
+
+
+def _case_table(rows: pd.DataFrame, side: str) -> str:
+    if rows.empty:
+        return ""
+    body: Sequence[list[str]] = [
+        [
+            *_case_cells(r),
+            _kernel(r[f"kernel_short{side}"], r.get(f"status{side}")),
+            _cell(r[f"time_ms{side}"], "{:.4g}"),
+        ]
+        for r in rows.to_dict("records")
+    ]
+    return md_table([*_CASE_COLUMNS, "kernel", "ms"], body)

@@ -1,0 +1,1 @@
+"""Observing: ncu's command line and exports, kernel names, the machine, PyTorch traces."""

@@ -1,0 +1,1 @@
+"""Rendering what was judged: Markdown, terminal, plots, reports of each kind."""

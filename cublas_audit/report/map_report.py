@@ -1,0 +1,266 @@
+"""The dispatch map's report (report.md of a map run): what was mapped and how fast, the kernels
+and where they switch, the pictures, the map rules' findings, and the follow-up's evidence for
+each finding it took deep. findings.json beside it holds every finding, not only those shown.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from cublas_audit.judge import candidates, findings
+from cublas_audit.judge.thresholds import Thresholds
+from cublas_audit.planning.cases import Case
+from cublas_audit.report import map_plots
+from cublas_audit.report.markdown import md_code, md_number, md_table, md_text, shorten
+from cublas_audit.report.render import env_rows
+from cublas_audit.run.dispatch_map import FOLLOW_UP_DIR, map_findings
+from cublas_audit.table.dispatch import json_ready
+from cublas_audit.table.inputs import Dataset, load_run
+from cublas_audit.table.rundir import PLOTS_DIR, REPORT_FILE, TABLE_FILE, write_text_atomic
+
+FINDINGS_FILE = "findings.json"
+FINDINGS_SHOWN = 40  # per rule; findings.json has them all
+KERNELS_SHOWN = 25
+
+
+def write_map_report(
+    run_dir: Path,
+    thresholds: Thresholds | None = None,
+    found: Sequence[findings.Finding] | None = None,
+) -> Path:
+    """run_dir/report.md, its pictures under plots/ and every finding in findings.json (the
+    map's findings as given, where its caller has them already)."""
+    run_dir = Path(run_dir)
+    thresholds = thresholds or Thresholds()
+    dataset = load_run(run_dir)
+    if found is None:
+        found = map_findings(dataset.frame, thresholds)
+    deep = run_dir / FOLLOW_UP_DIR
+    follow_up = load_run(deep) if (deep / TABLE_FILE).exists() else None
+    text = render(dataset, found, thresholds, run_dir / PLOTS_DIR, follow_up)
+    records = [finding.to_json() for finding in found]
+    write_text_atomic(run_dir / FINDINGS_FILE, json.dumps(json_ready(records), indent=1) + "\n")
+    return write_text_atomic(run_dir / REPORT_FILE, text)
+
+
+def render(
+    dataset: Dataset,
+    found: Sequence[findings.Finding],
+    thresholds: Thresholds,
+    plots: Path | None,
+    follow_up: Dataset | None = None,
+) -> str:
+    rows = findings.prepare(dataset.frame)
+    parts = [
+        f"# Dispatch map: {md_text(dataset.title)}",
+        md_table(["", ""], env_rows(dataset)),
+        "## Summary",
+        _summary(rows, dataset.env),
+        "## Kernels",
+        _kernels(rows),
+        "## Kernel switches along the size axis",
+        _switches(rows),
+    ]
+    if plots is not None:
+        flagged = {label for f in found for label in f.rows}
+        pictures = map_plots.draw(rows, plots, flagged)
+        parts += ["## Pictures", *(f"![{md_text(p.caption)}]({p.path})" for p in pictures)]
+    parts += ["## Findings", _findings(rows, found, thresholds)]
+    if follow_up is not None:
+        parts += ["## Follow-up", _follow_up(rows, found, follow_up, thresholds)]
+    return "\n\n".join(part for part in parts if part) + "\n"
+
+
+def _summary(rows: pd.DataFrame, env: Mapping[str, Any]) -> str:
+    status = rows["status"].fillna("not-run").value_counts()
+    seconds = (env.get("phase_seconds") or {}).get("time")
+    done = int(status.drop("not-run", errors="ignore").sum())
+    rate = f"{done / seconds:.1f}" if seconds else "not recorded"
+    calls = rows["time_n"].dropna() if "time_n" in rows.columns else pd.Series(dtype=float)
+    items = [
+        ("cases", ", ".join(f"{count} {name}" for name, count in status.items())),
+        ("observer", str(env.get("observer") or "not recorded")),
+        ("timed calls per case", str(int(calls.median())) if len(calls) else "none"),
+        ("kernels dispatched", str(rows["kernel_short"].dropna().nunique())),
+        ("map time", f"{seconds:.1f} s" if seconds else "not recorded"),
+        ("cases per second", rate),
+    ]
+    return md_table(["", ""], [(name, md_text(value)) for name, value in items])
+
+
+def _kernels(rows: pd.DataFrame) -> str:
+    """Each kernel: how many cases chose it, over which problems, at what throughput."""
+    timed = rows[~rows["is_loop"]].assign(rate=map_plots.throughput(rows))
+    timed = timed.dropna(subset=["kernel_short"])
+    if timed.empty:
+        return "No kernel was observed (an events-only map times calls, it names no kernel)."
+    table = []
+    for kernel, group in timed.groupby("kernel_short", sort=False):
+        ordered = group.sort_values("size")["shape"]
+        smallest, largest = ordered.iloc[0], ordered.iloc[-1]
+        table.append(
+            (len(group), md_code(shorten(str(kernel))), md_text(f"{smallest} .. {largest}"),
+             md_number(group["rate"].median(), 1), md_number(group["rate"].max(), 1))
+        )  # fmt: skip
+    table.sort(key=lambda row: -int(row[0]))
+    shown = md_table(
+        ["cases", "kernel", "problems (smallest .. largest)", "median TFLOP/s", "best TFLOP/s"],
+        table[:KERNELS_SHOWN],
+    )
+    more = len(table) - KERNELS_SHOWN
+    return shown + (f"\n\n{more} more kernels in dispatch.csv." if more > 0 else "")
+
+
+def _switches(rows: pd.DataFrame) -> str:
+    """Per square series, every size where the kernel changes, with the throughput each side."""
+    timed = rows[~rows["is_loop"]].assign(rate=map_plots.throughput(rows))
+    squares = timed[(timed["m"] == timed["n"]) & (timed["n"] == timed["k"])]
+    table = []
+    for key, series in squares.groupby(findings.MAP_SERIES, dropna=False, sort=True):
+        rate = series.set_index("m")["rate"]
+        for switch in map_plots.switches(series).itertuples():
+            before, after = rate.get(switch.from_size), rate.get(switch.to_size)
+            table.append(
+                (md_text(map_plots.series_name(key)), f"{switch.from_size} -> {switch.to_size}",
+                 md_code(shorten(str(switch.from_kernel))), md_code(shorten(str(switch.to_kernel))),
+                 md_number(before, 1), md_number(after, 1))
+            )  # fmt: skip
+    if not table:
+        return "No square series with a kernel switch."
+    headers = ["series", "sizes", "kernel before", "kernel after", "TFLOP/s before", "after"]
+    return md_table(headers, table)
+
+
+def _findings(rows: pd.DataFrame, found: Sequence[findings.Finding], thresholds: Thresholds) -> str:
+    if not found:
+        return (
+            "No size inversion beyond the noise model and no dispatch cliff of "
+            f"{thresholds.cliff_drop_pct:g} % or more."
+        )
+    parts = []
+    for rule in dispatch_rules(found):
+        listed = [f for f in found if f.rule == rule]
+        table = [
+            (md_text(_where(f)), md_text(f.message), md_text(f.workaround))
+            for f in listed[:FINDINGS_SHOWN]
+        ]
+        parts.append(f"### {rule} ({len(listed)})")
+        parts.append(md_table(["series", "finding", "workaround"], table))
+        if len(listed) > FINDINGS_SHOWN:
+            parts.append(f"The {len(listed) - FINDINGS_SHOWN} smaller ones are in findings.json.")
+    return "\n\n".join(parts)
+
+
+def dispatch_rules(found: Sequence[findings.Finding]) -> list[str]:
+    return list(dict.fromkeys(f.rule for f in found))
+
+
+def _where(finding: findings.Finding) -> str:
+    return f"{finding.api} {finding.routine} {finding.mode} b{finding.batch}"
+
+
+# ----- follow-up --------------------------------------------------------------------------------
+
+_FOLLOW_UP_HEADERS = [
+    "problem", "role", "map kernel", "map kernel ms", "follow-up kernel", "pipe %",
+    "kernel ms", "call ms", "reference ms", "cuBLASLt default ms", "best candidate ms",
+]  # fmt: skip
+
+
+def _follow_up(
+    rows: pd.DataFrame,
+    found: Sequence[findings.Finding],
+    follow_up: Dataset,
+    thresholds: Thresholds,
+) -> str:
+    """For each finding the follow-up measured: both cases as the map saw them and as the deep
+    tier did, whether the finding holds on the full-length measurement, and what cuBLASLt's
+    candidates offered."""
+    deep = findings.prepare(follow_up.frame).set_index("case_id", drop=False)
+    confirmed = {(f.rule, tuple(f.sizes)) for f in map_findings(follow_up.frame, thresholds)}
+    offered = _candidates(follow_up)
+    gap = thresholds.candidate_gap_pct / 100
+    observer = follow_up.env.get("observer") or "not recorded"
+    parts = [
+        f"The cases below were measured again in {md_code(FOLLOW_UP_DIR, in_table=False)} "
+        f"(observer {md_text(observer)}; full-length timing, the reference kernel, cuBLASLt's "
+        "candidates; its own report.md has the counters and stalls)."
+    ]
+    for finding in found:
+        labels = [*finding.rows, *finding.compared]
+        ids = [str(rows.loc[label, "case_id"]) for label in labels]
+        if not all(case_id in deep.index for case_id in ids):
+            continue
+        holds = (finding.rule, tuple(finding.sizes)) in confirmed
+        verdict = "holds on the full-length measurement" if holds else "not confirmed there"
+        parts.append(f"### {md_text(finding.rule)}: {md_text(finding.sizes[0])}, {verdict}")
+        parts.append(md_text(finding.message))
+        table = [
+            _follow_up_row(_row(rows, label), _row(deep, case_id), role, offered, gap)
+            for label, case_id, role in zip(labels, ids, ("flagged", "compared"), strict=False)
+        ]
+        parts.append(md_table(_FOLLOW_UP_HEADERS, table))
+    return "\n\n".join(parts)
+
+
+def _row(frame: pd.DataFrame, label: Any) -> pd.Series:
+    found = frame.loc[label]
+    return found.iloc[0] if isinstance(found, pd.DataFrame) else found
+
+
+def _follow_up_row(
+    mapped: pd.Series,
+    deep: pd.Series,
+    role: str,
+    offered: Mapping[str, pd.Series],
+    gap: float,
+) -> tuple[str, ...]:
+    problem = Case("cublasLt", str(mapped["mode"]), int(mapped["m"]), int(mapped["n"]),
+                   int(mapped["k"]), int(mapped["batch"])).case_id  # fmt: skip
+    audit = offered.get(problem)
+    return (
+        md_text(mapped["shape"]),
+        role,
+        md_code(shorten(str(mapped["kernel_short"]))),
+        md_number(mapped.get("kernel_time_ms"), 4),
+        md_code(shorten(str(deep["kernel_short"]))),
+        md_number(deep.get("util"), 0),
+        md_number(deep.get("kernel_time_ms"), 4),
+        md_number(deep.get("time_ms"), 4),
+        md_number(deep.get("ref_time_ms"), 4),
+        md_number(audit["default_ms"], 4) if audit is not None else "",
+        _best_candidate(audit, gap),
+    )
+
+
+def _best_candidate(audit: pd.Series | None, threshold: float) -> str:
+    """The best candidate's time, its speedup over the default, and where both rounds of the
+    audit call it faster by the better-candidate threshold, 'better' and what it is."""
+    if audit is None or pd.isna(audit["best_ms"]):
+        return ""
+    gap = audit["left_on_table"]
+    better = candidates.is_better(gap, audit["confirm_left_on_table"], threshold)
+    said = f"{float(gap):.2f}x" if pd.notna(gap) else ""
+    if better:
+        said += f", better: #{int(audit['best_candidate'])} {audit['best_described']}"
+    return md_number(audit["best_ms"], 4) + md_text(f" ({said})" if said else "")
+
+
+def _candidates(follow_up: Dataset) -> dict[str, pd.Series]:
+    """The follow-up's candidate audit per problem, with the best candidate described."""
+    audited = follow_up.candidates
+    if audited is None or audited.empty:
+        return {}
+    summary = candidates.case_summary(audited)
+    rows = audited.set_index(["case_id", "candidate"])
+    found = {}
+    for _, row in summary.iterrows():
+        key = (row["case_id"], row["best_candidate"])
+        described = candidates.describe(rows.loc[key]) if key in rows.index else ""
+        found[str(row["case_id"])] = pd.concat([row, pd.Series({"best_described": described})])
+    return found

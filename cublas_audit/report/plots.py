@@ -1,0 +1,57 @@
+"""The report's pictures: TFLOP/s and pipe utilization against size per call kind, a PNG a GPU."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from cublas_audit.judge.findings import CALL_KIND
+from cublas_audit.table.rundir import PLOTS_DIR
+
+
+def plot(title: str, rows: pd.DataFrame, plots: Path) -> str | None:
+    """TFLOP/s and pipe % against size per call kind, cuBLAS solid and reference dashed."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only: no display on CPU machines and CI
+    from matplotlib import pyplot as plt
+
+    rows = rows.sort_values("size")
+    if rows["tflops_shown"].isna().all() and rows["util"].isna().all():
+        return None
+    figure, (speed, util) = plt.subplots(1, 2, figsize=(11, 4))
+    for key, group in rows.groupby(CALL_KIND, sort=True):
+        if group[["tflops_shown", "util"]].isna().all(axis=None):
+            continue  # skipped or failed calls: nothing to draw
+        label = " ".join(str(p) for p in key[1:3]) + f" b{key[3]}"
+        (line,) = speed.plot(group["size"], group["tflops_shown"], marker="o", label=label)
+        util.plot(group["size"], group["util"], marker="o", color=line.get_color(), label=label)
+        _reference_lines(group, speed, util, line.get_color())
+    for axis, axis_title in ((speed, "TFLOP/s"), (util, "pipe utilization %")):
+        axis.set_xscale("log", base=2)
+        axis.set_xlabel("linear size (m·n·k)^(1/3)")
+        axis.set_title(axis_title)
+        axis.grid(alpha=0.3)
+    for axis, column in ((speed, "tflops_shown"), (util, "util")):
+        if rows[column].isna().all():
+            axis.text(0.5, 0.5, "not measured", transform=axis.transAxes, ha="center")
+    speed.legend(fontsize="small")
+    figure.suptitle(f"{title} (dashed: reference kernel)")
+    figure.tight_layout()
+    plots.mkdir(parents=True, exist_ok=True)
+    name = re.sub(r"[^A-Za-z0-9._-]+", "-", title).strip("-") + ".png"
+    figure.savefig(plots / name, dpi=90)
+    plt.close(figure)
+    return f"{PLOTS_DIR}/{name}"
+
+
+def _reference_lines(group: pd.DataFrame, speed: Any, util: Any, color: str) -> None:
+    if "ref_time_ms" not in group.columns or group["ref_time_ms"].isna().all():
+        return
+    flops = 2.0 * group["m"] * group["n"] * group["k"] * group["batch"]
+    speed.plot(group["size"], flops / group["ref_time_ms"] / 1e9, ls="--", color=color)
+    if "ref_fma_pct" in group.columns:
+        util.plot(group["size"], group["ref_fma_pct"], ls="--", color=color)

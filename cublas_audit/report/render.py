@@ -1,0 +1,379 @@
+"""The Markdown report: inputs (run directories or tables) -> one section per GPU, plots beside it.
+
+Pure table-to-text functions feed a jinja2 template (templates/report.md.j2); the only I/O is
+reading the inputs and writing the report and its PNG plots. Every cell that holds user or kernel
+text goes through `md_text` or `md_code`, so names with `<`, `>`, `|` and `::` render on GitHub.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections import Counter
+from collections.abc import Hashable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from cublas_audit.judge.findings import CALL_KIND, SEVERITIES, Finding, audit, plain, prepare
+from cublas_audit.judge.thresholds import Thresholds
+from cublas_audit.planning.modes import pipe_name
+from cublas_audit.report import candidates_report, repro
+from cublas_audit.report.markdown import md_code, md_number, md_table, md_text, shorten, template
+from cublas_audit.report.plots import plot
+from cublas_audit.table.inputs import Dataset, first_value, load_inputs
+from cublas_audit.table.rundir import PLOTS_DIR, REPORT_FILE
+
+STALLS_SHOWN = 8
+
+
+# ----- report -----------------------------------------------------------------------------------
+
+
+def findings_of(datasets: Sequence[Dataset], thresholds: Thresholds) -> list[list[Finding]]:
+    return [audit(d.frame, thresholds, d.candidates) for d in datasets]
+
+
+def findings_json(datasets: Sequence[Dataset], thresholds: Thresholds) -> list[dict[str, Any]]:
+    return [f.to_json() for found in findings_of(datasets, thresholds) for f in found]
+
+
+def render_report(
+    datasets: Sequence[Dataset], thresholds: Thresholds, plots: Path | None = None
+) -> str:
+    """The whole report; with `plots` (a directory), one PNG per GPU is written there and linked."""
+    all_findings = findings_of(datasets, thresholds)
+    sections = [
+        _section(dataset, found, thresholds, plots)
+        for dataset, found in zip(datasets, all_findings, strict=True)
+    ]
+    counts = {s: sum(f.severity == s for found in all_findings for f in found) for s in SEVERITIES}
+    return template("report.md.j2").render(
+        inputs=[md_code(_shown(path), in_table=False) for path in _unique_paths(datasets)],
+        counts=counts,
+        side_by_side=side_by_side(datasets) if len(datasets) > 1 else [],
+        sections=sections,
+        kernel_names=_kernel_names(datasets),
+    )
+
+
+def write_report(
+    datasets: Sequence[Dataset], out: Path, thresholds: Thresholds | None = None
+) -> Path:
+    """Writes the report to `out` and its plots to plots/ beside it."""
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    text = render_report(datasets, thresholds or Thresholds(), out.parent / PLOTS_DIR)
+    out.write_text(text)
+    return out
+
+
+def write_run_report(run_dir: Path) -> Path:
+    """What the sweep calls when it finishes: run_dir/report.md and run_dir/plots/."""
+    return write_report(load_inputs([Path(run_dir)]), Path(run_dir) / REPORT_FILE)
+
+
+def _unique_paths(datasets: Sequence[Dataset]) -> list[Path]:
+    return list(dict.fromkeys(d.path for d in datasets))
+
+
+def _shown(path: Path) -> Path:
+    """A path as the reader would type it: relative to the working directory when under it."""
+    try:
+        return path.resolve().relative_to(Path.cwd())
+    except ValueError:
+        return path
+
+
+def _section(
+    dataset: Dataset, found: list[Finding], thresholds: Thresholds, plots: Path | None
+) -> dict[str, Any]:
+    rows = prepare(dataset.frame)
+    flags = _flags(found)
+    return {
+        "title": md_text(dataset.title),
+        "env": md_table(["", ""], env_rows(dataset)),
+        "findings": {s: [_finding_view(f) for f in found if f.severity == s] for s in SEVERITIES},
+        "dispatch": _dispatch_tables(rows, flags),
+        "efficiency": _efficiency_table(rows),
+        "stalls": _stall_tables(rows, found),
+        "command": _command(dataset.env),
+        "scripts": [repro.script(f) for f in found if f.severity == "high"],
+        "candidates": _candidates_section(dataset, thresholds),
+        "plot": plot(dataset.title, rows, plots) if plots is not None else None,
+    }
+
+
+def _finding_view(finding: Finding) -> dict[str, str]:
+    where = (
+        " ".join(part for part in (finding.api, finding.routine, finding.mode) if part)
+        + f", batch {finding.batch}"
+    )
+    return {
+        "rule": finding.rule,
+        "where": md_text(where),
+        "message": md_text(finding.message),
+        "workaround": md_text(finding.workaround),
+    }
+
+
+def _flags(found: Sequence[Finding]) -> dict[int, list[str]]:
+    flags: dict[int, list[str]] = {}
+    for finding in found:
+        for row in finding.rows:
+            flags.setdefault(row, []).append(finding.rule)
+    return flags
+
+
+# ----- environment header -----------------------------------------------------------------------
+
+_ENV_ROWS = (
+    ("GPU", ("gpu_name", "cc", "sm_count", "memory_gb"), "{} (cc {}, {} SMs, {} GB)"),
+    ("SM clock", ("sm_clock_mhz", "sm_clock_max_mhz"), "{} MHz (max {} MHz)"),
+    ("driver", ("driver_version",), "{}"),
+    ("CUDA runtime", ("cuda_runtime",), "{}"),
+    ("cuBLAS", ("cublas_version",), "{}"),
+    ("ncu", ("ncu_version", "ncu_clock_control"), "{} (clock control {})"),
+    ("probe environment", ("probe_env",), "{}"),
+    ("run", ("started", "finished"), "{} to {}"),
+    ("tool", ("tool_version",), "cublas-audit {}"),
+)
+
+
+def env_rows(dataset: Dataset) -> list[tuple[str, str]]:
+    """Header rows from env.json; a bare table falls back on its own provenance columns."""
+    env = dataset.env or {
+        key: first_value(dataset.frame, key)
+        for key in ("gpu_name", "cc", "driver_version", "cublas_version")
+    }
+    rows = [("GPU label", md_text(dataset.gpu_label))]
+    for title, keys, pattern in _ENV_ROWS:
+        values = [env.get(key) for key in keys]
+        if values[0] in (None, ""):
+            continue
+        complete = all(v not in (None, "") for v in values)
+        # The details in the pattern only when all are known: a bare table has the name alone.
+        text = pattern.format(*map(env_value, values)) if complete else env_value(values[0])
+        rows.append((title, md_text(text)))
+    if not dataset.env:
+        rows.append(("source", md_text("a bare table: no env.json, environment not recorded")))
+    return rows
+
+
+def env_value(value: Any) -> str:
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={v}" for k, v in sorted(value.items())) or "none"
+    return str(value)
+
+
+def _command(env: Mapping[str, Any]) -> str:
+    command = env.get("command")
+    if isinstance(command, list) and command:
+        return shlex.join(str(arg) for arg in command)
+    return ""
+
+
+# ----- tables -----------------------------------------------------------------------------------
+
+
+def _heading(key: Sequence[Any]) -> str:
+    api, routine, mode, batch = key
+    return md_text(" · ".join(str(p) for p in (api, routine, mode, f"batch {batch}") if p))
+
+
+# The columns table cells are made of: converting only these to records keeps 10,000-row
+# tables fast (a run's table has 60 columns).
+_CELL_COLUMNS = (
+    "shape",
+    "status",
+    "kernel_short",
+    "util",
+    "tflops_shown",
+    "time_ms",
+    "ref_time_ms",
+)
+
+
+def _records(rows: pd.DataFrame) -> list[dict[Hashable, Any]]:
+    return rows[[c for c in _CELL_COLUMNS if c in rows.columns]].to_dict("records")
+
+
+def _pipe_header(mode: str) -> str:
+    return pipe_name(mode).replace("-pipe", " %")
+
+
+def _kernel_cell(row: Mapping[Hashable, Any]) -> str:
+    status = plain(row.get("status"))
+    if status not in (None, "ok"):
+        return md_text(status)
+    kernel = plain(row.get("kernel_short"))
+    return "—" if kernel is None else md_code(shorten(str(kernel)))
+
+
+def _dispatch_tables(rows: pd.DataFrame, flags: Mapping[int, list[str]]) -> list[dict[str, str]]:
+    tables = []
+    for key, group in rows.groupby(CALL_KIND, sort=True):
+        group = group.sort_values(["size", "shape"])
+        pipe = _pipe_header(str(key[2]))
+        body = [
+            (
+                record["shape"],
+                _kernel_cell(record),
+                md_number(record["util"], 0),
+                md_number(record["tflops_shown"], 1),
+                ", ".join(flags.get(int(index), [])),
+            )
+            for index, record in zip(group.index, _records(group), strict=True)
+        ]
+        table = md_table(["size", "kernel", pipe, "TFLOP/s", "findings"], body)
+        tables.append({"heading": _heading(key), "table": table})
+    return tables
+
+
+def _efficiency_table(rows: pd.DataFrame) -> str:
+    if "ref_time_ms" not in rows.columns:
+        return ""
+    timed = rows.dropna(subset=["time_ms", "ref_time_ms"]).sort_values([*CALL_KIND, "size"])
+    if timed.empty:
+        return ""
+    ref_fma = timed["ref_fma_pct"] if "ref_fma_pct" in timed.columns else [None] * len(timed)
+    body = [
+        (
+            _heading(key),
+            record["shape"],
+            _kernel_cell(record),
+            md_number(record["time_ms"], 3),
+            md_number(record["ref_time_ms"], 3),
+            f"{record['time_ms'] / record['ref_time_ms']:.0%}",
+            md_number(record["util"], 0),
+            md_number(ref, 0),
+        )
+        for key, record, ref in zip(
+            timed[CALL_KIND].itertuples(index=False, name=None),
+            _records(timed),
+            ref_fma,
+            strict=True,
+        )
+    ]
+    headers = ["call", "size", "cuBLAS kernel", "cuBLAS ms", "reference ms", "reference eff"]
+    return md_table([*headers, "cuBLAS FMA %", "reference FMA %"], body)
+
+
+def side_by_side(datasets: Sequence[Dataset]) -> list[dict[str, str]]:
+    """Per call kind present on two or more GPUs: size | A kernel | A % | B kernel | B % ..."""
+    prepared = [prepare(d.frame) for d in datasets]
+    prepared = [rows[~rows["is_loop"]] for rows in prepared]
+    # Column names as short as the article's ("5090 kernel"): the label, unless two share it.
+    labels = [d.gpu_label for d in datasets]
+    names = [d.gpu_label if labels.count(d.gpu_label) == 1 else d.title for d in datasets]
+    shared = Counter(
+        key for rows in prepared for key in set(rows[CALL_KIND].itertuples(index=False, name=None))
+    )
+    tables = []
+    for key in sorted(k for k, count in shared.items() if count > 1):
+        columns = [_gpu_column(rows, key) for rows in prepared]
+        present = [(name, c) for name, c in zip(names, columns, strict=True) if c is not None]
+        merged = pd.concat([c for _, c in present], axis=1).sort_index()
+        headers = ["size"]
+        for name, _ in present:
+            headers += [f"{md_text(name)} kernel", _pipe_header(str(key[2]))]
+        body = [
+            [shape, *values]
+            for (_, shape), values in zip(
+                merged.index, merged.fillna("").values.tolist(), strict=True
+            )
+        ]
+        tables.append({"heading": _heading(key), "table": md_table(headers, body)})
+    return tables
+
+
+def _gpu_column(rows: pd.DataFrame, key: tuple[Any, ...]) -> pd.DataFrame | None:
+    mask = pd.Series(True, index=rows.index)
+    for column, value in zip(CALL_KIND, key, strict=True):
+        mask &= rows[column] == value
+    group = rows[mask]
+    if group.empty:
+        return None
+    cells = pd.DataFrame(
+        {
+            "kernel": [_kernel_cell(r) for r in _records(group)],
+            "util": [md_number(u, 0) for u in group["util"]],
+        },
+        index=pd.MultiIndex.from_arrays([group["size"], group["shape"]]),
+    )
+    return cells[~cells.index.duplicated()]
+
+
+def _candidates_section(dataset: Dataset, thresholds: Thresholds) -> str:
+    """The candidate audit's summary, flagged cases and repros, under the GPU's section."""
+    if dataset.candidates is None:
+        return ""
+    gap = thresholds.candidate_gap_pct / 100
+    return candidates_report.render_markdown(dataset.candidates, gap, level=3).rstrip()
+
+
+# ----- stall breakdown --------------------------------------------------------------------------
+
+
+def _stall_tables(rows: pd.DataFrame, found: Sequence[Finding]) -> list[dict[str, str]]:
+    """Each flagged case (its largest size) beside the best-utilized unflagged case of its mode."""
+    stalls = [c for c in rows.columns if c.startswith("stall_")]
+    if not stalls:
+        return []
+    measured = rows.dropna(subset=[*stalls[:1], "util"])
+    flagged_rows = {row for f in found for row in f.rows}
+    healthy_pool = measured[~measured.index.isin(list(flagged_rows))]
+    tables = []
+    for finding in found:
+        flagged = measured[measured.index.isin(finding.rows)]
+        healthy = healthy_pool[healthy_pool["mode"] == finding.mode]
+        if flagged.empty or healthy.empty:
+            continue
+        case = flagged.sort_values("size").iloc[-1]
+        good = healthy.sort_values("util", kind="stable").iloc[-1]
+        tables.append(
+            {
+                "heading": md_text(f"{finding.rule}: {_case_name(case)}"),
+                "table": _stall_table(case, good, stalls),
+            }
+        )
+    return tables
+
+
+def _case_name(row: pd.Series) -> str:
+    return f"{row['kernel_short']} at {row['shape']}, batch {row['batch']}"
+
+
+def _stall_table(flagged: pd.Series, healthy: pd.Series, stalls: Sequence[str]) -> str:
+    pair = pd.DataFrame({"flagged": flagged[list(stalls)], "healthy": healthy[list(stalls)]})
+    pair = pair.astype("Float64").fillna(0.0).astype(float)  # an unmeasured reason (NA) is 0
+    top = pair.loc[pair.max(axis=1).sort_values(ascending=False).index[:STALLS_SHOWN]]
+    body = [
+        (md_text(str(reason).removeprefix("stall_")), f"{flagged_pct:.1f}", f"{healthy_pct:.1f}")
+        for reason, flagged_pct, healthy_pct in top.itertuples(name=None)
+    ]
+    utilization = (md_number(flagged["util"], 0), md_number(healthy["util"], 0))
+    body.insert(0, ("pipe utilization %", *utilization))
+    headers = [
+        "stall reason (% of issue-active cycles)",
+        f"flagged: {md_text(_case_name(flagged))}",
+        f"healthy: {md_text(_case_name(healthy))}",
+    ]
+    return md_table(headers, body)
+
+
+# ----- kernel names and plots -------------------------------------------------------------------
+
+
+def _kernel_names(datasets: Sequence[Dataset]) -> str:
+    """Each full kernel name once, next to the short name the tables use."""
+    pairs: dict[str, str] = {}
+    for dataset in datasets:
+        rows = prepare(dataset.frame).dropna(subset=["kernel"])
+        for short, full in zip(rows["kernel_short"], rows["kernel"], strict=True):
+            if str(full) != str(short):
+                pairs.setdefault(str(full), str(short))
+    if not pairs:
+        return ""
+    body = sorted((md_code(shorten(short)), md_code(full)) for full, short in pairs.items())
+    return md_table(["short", "full name as ncu prints it"], body)

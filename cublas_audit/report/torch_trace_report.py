@@ -1,0 +1,97 @@
+"""Markdown for the GEMMs of a PyTorch trace (`cublas-audit shapes`): every text through
+cublas_audit.report.markdown's escaping."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+
+from cublas_audit.judge.findings import Finding, audit
+from cublas_audit.judge.thresholds import Thresholds
+from cublas_audit.observe.torch_trace import Trace, problems, problems_markdown
+from cublas_audit.planning.cases import label_from_gpu_name
+from cublas_audit.report.markdown import md_code, md_text
+from cublas_audit.table.dispatch import from_records
+
+
+def dispatch_table(trace: Trace, table: pd.DataFrame | None = None) -> pd.DataFrame:
+    """A dispatch table (the sweep's schema) from the trace alone: one row per distinct problem,
+    in cuBLAS's terms, its first kernel as the dispatched one and the mean kernel time per call
+    as both its time and its kernel time (the profiler recorded kernels, not calls); no counters,
+    so utilization is empty. `share` carries each problem's part of the trace's GEMM time."""
+    table = problems(trace) if table is None else table
+    label = label_from_gpu_name(trace.gpu_name) if trace.gpu_name else "trace"
+    records: list[dict[str, Any]] = []
+    for r in table.to_dict("records"):
+        batched = r["batch"] > 1 or r["op"] in ("aten::bmm", "aten::baddbmm")
+        first_kernel = str(r["kernels"]).split(" + ")[0]
+        records.append(
+            {
+                "gpu_label": label,
+                "gpu_name": trace.gpu_name or None,
+                "sm_count": trace.sm_count,
+                "api": "cublas",
+                "routine": r["op"],  # what PyTorch called: an addmm (bias) is not an mm
+                "mode": r["mode"],
+                "m": r["cublas_m"],
+                "n": r["cublas_n"],
+                "k": r["cublas_k"],
+                "batch": r["batch"],
+                "transa": r["cublas_transa"],
+                "transb": r["cublas_transb"],
+                "broadcast": r["cublas_broadcast"],
+                "beta": r["cublas_beta"],
+                "strided": int(batched and r["batch"] == 1),
+                "kernel": first_kernel,
+                "fma_pct": None,
+                "time_ms": r["mean_gpu_ms"],
+                "kernel_time_ms": r["mean_gpu_ms"],
+                "traced_ctas": r["ctas"] or None,
+                "traced_kernels": str(r["kernels"]),
+                "status": "ok",
+                "case_id": f"trace.{r['op'].removeprefix('aten::')}.{len(records)}",
+                "share": r["share"],
+                "calls": r["calls"],
+            }
+        )
+    return from_records(records)
+
+
+def report_markdown(trace: Trace, thresholds: Thresholds | None = None) -> str:
+    """The trace's GEMMs audited with the same rules, each finding weighted by the share of the
+    trace's GEMM time its problems took, largest first; then the problem table."""
+    table = problems(trace)
+    frame = dispatch_table(trace, table)
+    findings = sorted(
+        ((_share(frame, f), f) for f in audit(frame, thresholds)),
+        key=lambda item: -item[0],
+    )
+    lines = [
+        "# cublas-audit: a PyTorch trace",
+        "",
+        f"Trace: {md_code(str(trace.path), in_table=False)}"
+        + (f" ({md_text(trace.gpu_name)})" if trace.gpu_name else ""),
+        "",
+        "Kernel names and durations as the profiler recorded them; no counters (utilization "
+        "rules need `cublas-audit sweep --torch-trace` on the GPU). Each finding carries the "
+        "share of the trace's GEMM time of the problems it concerns.",
+        "",
+        f"## Findings ({len(findings)})",
+        "",
+    ]
+    if not findings:
+        lines.append("None: no rule fired on what the trace records.")
+    for share, finding in findings:
+        lines.append(
+            f"- **{md_text(finding.severity)}** · `{md_text(finding.rule)}` · "
+            f"{100 * share:.1f} % of GEMM time · {md_text(finding.message)}"
+        )
+    gemms = problems_markdown(trace, table).split("\n", 1)[1].lstrip("\n")  # without its title
+    lines += ["", "## GEMMs", "", gemms]
+    return "\n".join(lines)
+
+
+def _share(frame: pd.DataFrame, finding: Finding) -> float:
+    rows = [r for r in finding.rows if r in frame.index]
+    return float(frame.loc[rows, "share"].astype(float).sum()) if rows else 0.0

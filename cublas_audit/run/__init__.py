@@ -1,0 +1,1 @@
+"""Running the probe: sweep, map and candidate drivers, the probe process, sharding."""

@@ -1,0 +1,370 @@
+"""Every GPU of a host: a run's cases sharded across them, or replicated on each.
+
+    reports/<label>/<timestamp>/
+      env.json, plan.json       the whole run: its devices, sharded or replicated, every case
+      shards/gpu<index>/        one complete run directory per GPU (its own plan, env.json with
+                                the GPU's index and UUID, timing.jsonl, ncu/, report.md)
+      dispatch.csv, report.md   sharded: the shards' tables as one (device_index, gpu_uuid
+                                columns) and its report (a map's report for a map)
+      candidates.csv            `candidates --devices`: the shards' candidate audits as one
+      units.md, units.json      replicated: the unit comparison (unit-mismatch findings, the
+                                spread of unit speed, clocks and power beside it)
+
+Each shard is a sweep (or a map) of its own, started in a thread of this process: its probe (and
+its ncu, where ncu observes) runs pinned to its GPU with CUDA_VISIBLE_DEVICES=<UUID>, so the
+shards run at the same time without sharing a device. A shard streams its results into its own
+directory as a single-GPU run does, so `--resume` of the run resumes every shard where it
+stopped. Shards are balanced by estimated work (FLOPs plus a per-case cost), largest first.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import heapq
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from cublas_audit import __version__
+from cublas_audit.errors import AuditError, InterruptedSweepError
+from cublas_audit.judge import candidates
+from cublas_audit.observe.environment import Gpu, list_gpus
+from cublas_audit.planning.cases import (
+    Case,
+    check_label,
+    label_from_gpu_name,
+    read_plan,
+    write_plan,
+)
+from cublas_audit.run.sweep import Progress
+from cublas_audit.run.sweep_setup import SweepOptions, check_new_run_dir, default_run_dir, sweep
+from cublas_audit.table import dispatch as table
+from cublas_audit.table import rundir
+
+SHARDS_DIR = "shards"
+UNITS_REPORT = "units.md"
+UNITS_JSON = "units.json"
+# A case's cost for balancing: its FLOPs plus what the probe spends on any case (operands, the
+# check, the record): about 6 ms on the H100's map, 5e10 FLOPs of work at its ~50 TFLOP/s x 6
+# calls. The sweep's per-case cost is larger, and scales alike on every shard.
+CASE_FLOPS = 5e10
+
+
+@dataclass(frozen=True)
+class Spread:
+    """Over which GPUs a sweep or map runs: --devices, --replicate, --allow-mixed."""
+
+    devices: str | None = None
+    replicate: bool = False
+    allow_mixed: bool = False
+
+
+@dataclass(frozen=True)
+class MultiResult:
+    run_dir: Path
+    shards: list[Path]
+    frame: pd.DataFrame | None  # sharded: the merged table; replicated: None (see units.md)
+    report: Path
+
+
+# ----- which GPUs -------------------------------------------------------------------------------
+
+
+def parse_devices(text: str, gpus: Sequence[Gpu]) -> list[Gpu]:
+    """`all` or indices `0,1,...` of this host's GPUs (nvidia-smi's numbering)."""
+    if not gpus:
+        raise AuditError("--devices: nvidia-smi lists no GPU on this machine")
+    if text.strip() == "all":
+        return list(gpus)
+    by_index = {gpu.index: gpu for gpu in gpus}
+    picked = []
+    for item in text.split(","):
+        item = item.strip()
+        if not item.isdigit() or int(item) not in by_index:
+            known = ", ".join(str(i) for i in by_index)
+            raise AuditError(f"--devices: {item!r} is not a GPU of this host (it has {known})")
+        if by_index[int(item)] in picked:
+            raise AuditError(f"--devices: GPU {item} is named twice")
+        picked.append(by_index[int(item)])
+    return picked
+
+
+def check_models(devices: Sequence[Gpu], allow_mixed: bool) -> None:
+    """One model unless --allow-mixed: a table of two models is two audits, not one."""
+    models = sorted({gpu.name for gpu in devices})
+    if len(models) > 1 and not allow_mixed:
+        raise AuditError(
+            f"--devices: the GPUs are of different models ({', '.join(models)}); give "
+            "--allow-mixed to run on all of them, reported per model"
+        )
+
+
+# ----- which cases where ----------------------------------------------------------------------
+
+
+def shard(cases: Sequence[Case], count: int) -> list[list[Case]]:
+    """`count` shards of about equal work (largest cases first onto the least loaded shard),
+    each in plan order."""
+    loads = [(0.0, i) for i in range(count)]
+    owner: dict[int, int] = {}
+    for position in sorted(range(len(cases)), key=lambda p: -cases[p].flops):
+        load, index = heapq.heappop(loads)
+        owner[position] = index
+        heapq.heappush(loads, (load + CASE_FLOPS + cases[position].flops, index))
+    shards: list[list[Case]] = [[] for _ in range(count)]
+    for position, case in enumerate(cases):
+        shards[owner[position]].append(case)
+    return shards
+
+
+def shard_dir(run_dir: Path, gpu: Gpu | int) -> Path:
+    index = gpu.index if isinstance(gpu, Gpu) else gpu
+    return Path(run_dir) / SHARDS_DIR / f"gpu{index}"
+
+
+def unit_label(label: str, gpu: Gpu, replicate: bool, mixed: bool) -> str:
+    """A shard's gpu_label: the run's; per unit where replicated; per model where mixed."""
+    if replicate:
+        return check_label(f"{label}-gpu{gpu.index}")
+    if mixed:
+        return label_from_gpu_name(gpu.name)
+    return label
+
+
+# ----- the run ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A multi-GPU run as recorded in its env.json."""
+
+    run_dir: Path
+    label: str
+    devices: list[Gpu]
+    replicate: bool
+    mixed: bool
+    cases: list[Case]
+
+
+def start(options: SweepOptions, devices: Sequence[Gpu], replicate: bool) -> Plan:
+    """A new run directory holding the whole plan and the devices it runs on."""
+    label = options.gpu_label or label_from_gpu_name(devices[0].name)
+    run_dir = (options.out or default_run_dir(label)).absolute()
+    check_new_run_dir(run_dir)
+    if not options.cases:
+        raise AuditError("nothing to run: the plan has no case")
+    mixed = len({gpu.name for gpu in devices}) > 1
+    run_dir.mkdir(parents=True, exist_ok=True)
+    write_plan(options.cases, run_dir / rundir.PLAN_FILE)
+    rundir.write_env(
+        run_dir,
+        {
+            "gpu_label": label,
+            "gpu_name": devices[0].name if not mixed else "mixed",
+            "devices": [gpu.to_json() for gpu in devices],
+            "replicate": replicate,
+            "allow_mixed": mixed,
+            "phase": options.phase or "time",
+            "command": options.command,
+            "tool_version": __version__,
+            "started": datetime.now(UTC).isoformat(timespec="seconds"),
+        },
+    )
+    return Plan(run_dir, label, list(devices), replicate, mixed, list(options.cases))
+
+
+def recorded(run_dir: Path) -> Plan | None:
+    """The multi-GPU plan a run directory records, or None for a single-GPU run."""
+    env = rundir.read_env(run_dir)
+    if not isinstance(env.get("devices"), list):
+        return None
+    try:
+        devices = [Gpu(int(d["index"]), str(d["uuid"]), str(d["name"])) for d in env["devices"]]
+    except (KeyError, TypeError, ValueError) as exc:
+        raise AuditError(f"{run_dir / rundir.ENV_FILE}: its devices are not readable") from exc
+    return Plan(
+        Path(run_dir).absolute(),
+        str(env.get("gpu_label") or "gpu"),
+        devices,
+        bool(env.get("replicate")),
+        bool(env.get("allow_mixed")),
+        read_plan(Path(run_dir) / rundir.PLAN_FILE),
+    )
+
+
+def check_devices_present(plan: Plan) -> None:
+    """A resumed run finds each of its GPUs (by UUID) where it was: the shards stay pinned."""
+    here = {gpu.uuid: gpu for gpu in list_gpus()}
+    for gpu in plan.devices:
+        if gpu.uuid not in here:
+            raise AuditError(
+                f"--resume: GPU {gpu.index} ({gpu.uuid}) of {plan.run_dir} is not on this host"
+            )
+
+
+def shard_options(options: SweepOptions, plan: Plan, gpu: Gpu, cases: list[Case]) -> SweepOptions:
+    """The sweep of one GPU: a new shard, or the recorded one resumed (its own record then
+    restores its settings, the pinning to its GPU included)."""
+    where = shard_dir(plan.run_dir, gpu)
+    if (where / rundir.PLAN_FILE).exists():
+        return SweepOptions(resume=where, phase=options.phase)
+    pinned = {**options.probe_env, "CUDA_VISIBLE_DEVICES": gpu.uuid}
+    return replace(
+        options,
+        cases=cases,
+        out=where,
+        resume=None,
+        gpu_label=unit_label(plan.label, gpu, plan.replicate, plan.mixed),
+        device=gpu.index,
+        probe_env=pinned,
+        command=[*options.command, f"(shard: GPU {gpu.index})"],
+    )
+
+
+def run(
+    options: SweepOptions,
+    plan: Plan,
+    progress_for: Callable[[Gpu], Progress] | None = None,
+) -> list[Path]:
+    """Every shard at once, one thread each (the work is in their child processes). Ctrl-C
+    stops them all; each keeps what it finished, and --resume of the run goes on."""
+    shards = (
+        [list(plan.cases) for _ in plan.devices]
+        if plan.replicate
+        else shard(plan.cases, len(plan.devices))
+    )
+    jobs = [
+        (gpu, shard_options(options, plan, gpu, cases))
+        for gpu, cases in zip(plan.devices, shards, strict=True)
+        if cases
+    ]
+    with concurrent.futures.ThreadPoolExecutor(max_workers=len(jobs)) as pool:
+        futures = {
+            pool.submit(sweep, job, progress_for(gpu) if progress_for else None, report=False): gpu
+            for gpu, job in jobs
+        }
+        failures = []
+        for future in concurrent.futures.as_completed(futures):
+            error = future.exception()
+            if error is not None:
+                failures.append((futures[future], error))
+    interrupted = [gpu for gpu, error in failures if isinstance(error, InterruptedSweepError)]
+    if interrupted:
+        raise InterruptedSweepError(
+            f"interrupted: what the shards finished is saved in {plan.run_dir}; finish with: "
+            f"--resume {plan.run_dir}"
+        )
+    if failures:
+        gpu, error = failures[0]
+        if not isinstance(error, AuditError):
+            raise error
+        kept = f"what the shards finished is kept: --resume {plan.run_dir} goes on"
+        raise type(error)(f"GPU {gpu.index}: {error}; {kept}")
+    return [shard_dir(plan.run_dir, gpu) for gpu, _job in jobs]
+
+
+def merged_table(plan: Plan, shards: Sequence[Path]) -> pd.DataFrame:
+    """The shards' tables as one, in plan order, written to the run's dispatch.csv."""
+    frame = _in_plan_order(plan, [table.read_table(path) for path in shards])
+    table.write_table(frame, plan.run_dir / rundir.TABLE_FILE)
+    return frame
+
+
+def merged_candidates(plan: Plan, shards: Sequence[Path]) -> pd.DataFrame:
+    """The shards' candidate audits as one, in plan order, written to the run's candidates.csv
+    (each problem was audited whole on one GPU: its ranks and gaps stand as they are)."""
+    frame = _in_plan_order(plan, [candidates.read_candidates(path) for path in shards])
+    candidates.write_candidates(frame, plan.run_dir / rundir.CANDIDATES_FILE)
+    return frame
+
+
+def _in_plan_order(plan: Plan, frames: Sequence[pd.DataFrame]) -> pd.DataFrame:
+    order = {case.case_id: i for i, case in enumerate(plan.cases)}
+    frame = pd.concat(frames, ignore_index=True)
+    frame = frame.sort_values("case_id", key=lambda ids: ids.map(order), kind="stable")
+    return frame.reset_index(drop=True)
+
+
+def finish(plan: Plan, shards: Sequence[Path], seconds: float) -> dict[str, Any]:
+    """env.json of the run with its wall time, and each shard's own (what ran in parallel)."""
+    env = rundir.read_env(plan.run_dir)
+    env["finished"] = datetime.now(UTC).isoformat(timespec="seconds")
+    env["sweep_seconds"] = round(seconds, 2)
+    env["shard_seconds"] = {
+        path.name: rundir.read_env(path).get("sweep_seconds") for path in shards
+    }
+    first = rundir.read_env(shards[0]) if shards else {}
+    shared = ("driver_version", "cublas_version", "cuda_runtime", "cc", "sm_count", "observer")
+    for key in (*shared, "candidate_limit", "candidate_threshold", "candidate_min_reps"):
+        env.setdefault(key, first.get(key))
+    env.setdefault("phase_seconds", {str(env.get("phase") or "time"): round(seconds, 2)})
+    rundir.write_env(plan.run_dir, env)
+    return env
+
+
+def on_devices(
+    options: SweepOptions,
+    spread: Spread,
+    progress_for: Callable[[Gpu], Progress] | None = None,
+) -> tuple[Plan, list[Path]]:
+    """A new run on the GPUs `spread` names, or the recorded multi-GPU run options.resume is,
+    to the end of its shards; the run's env.json then says how long it took."""
+    if options.resume is not None:
+        plan = recorded(options.resume)
+        if plan is None:
+            raise AuditError(f"--resume: {options.resume} is a single-GPU run: leave out --devices")
+        check_devices_present(plan)
+    else:
+        if spread.devices is None:
+            raise AuditError("--replicate and --allow-mixed go with --devices")
+        picked = parse_devices(spread.devices, list_gpus())
+        check_models(picked, spread.allow_mixed)
+        if spread.replicate and len(picked) < 2:
+            raise AuditError("--replicate compares units: give --devices with two GPUs or more")
+        plan = start(options, picked, spread.replicate)
+    started = time.perf_counter()
+    shards = run(options, plan, progress_for)
+    finish(plan, shards, time.perf_counter() - started)
+    return plan, shards
+
+
+def sweep_on_devices(
+    options: SweepOptions,
+    spread: Spread,
+    progress_for: Callable[[Gpu], Progress] | None = None,
+) -> MultiResult:
+    """`sweep --devices`: the shards, then the merged table and its report (sharded) or the
+    unit comparison (replicated)."""
+    from cublas_audit.judge.units import write_units_report
+    from cublas_audit.report.render import write_run_report
+
+    plan, shards = on_devices(options, spread, progress_for)
+    if plan.replicate:  # each unit's own report, and their comparison
+        for shard in shards:
+            write_run_report(shard)
+        return MultiResult(plan.run_dir, shards, None, write_units_report(plan.run_dir, shards))
+    frame = merged_table(plan, shards)
+    return MultiResult(plan.run_dir, shards, frame, write_run_report(plan.run_dir))
+
+
+def candidates_on_devices(
+    options: SweepOptions,
+    spread: Spread,
+    progress_for: Callable[[Gpu], Progress] | None = None,
+) -> MultiResult:
+    """`candidates --devices`: the plan's problems sharded across the GPUs, each shard's audit in
+    its probe pinned to its GPU, then the merged candidates.csv and its report."""
+    from cublas_audit.run.sweep_setup import write_candidates_report
+
+    if spread.replicate:
+        raise AuditError("--replicate: the candidate audit shards its problems; leave it out")
+    # (a resumed run gives no cases: its record holds the plan)
+    options = replace(options, cases=candidates.problems(options.cases), phase="candidates")
+    plan, shards = on_devices(options, spread, progress_for)
+    frame = merged_candidates(plan, shards)
+    return MultiResult(plan.run_dir, shards, frame, write_candidates_report(plan.run_dir, frame))

@@ -1,0 +1,381 @@
+"""The sweep: plan -> probe under ncu -> timing -> candidates -> dispatch table, resumable.
+
+The run directory is the sweep's only state (table.rundir names its files). Profiling runs
+in chunks, each an ncu report of its own (ncu/chunk-NNN.ncu-rep and its CSV export): a finished
+chunk is never redone. Timing appends one JSON line per finished case to timing.jsonl. `--resume
+DIR` reads both back and runs only what is missing, so an interrupted or crashed sweep loses at
+most the case in flight. Every measurement (profiling, timing, the candidate audit) runs in the
+probe's child process, under one interpreter, one cuBLAS and one probe environment.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from cublas_audit.errors import AuditError, InterruptedSweepError
+from cublas_audit.judge import candidates
+from cublas_audit.observe import ncu_command as profile
+from cublas_audit.observe import ncu_export as ncu_parse
+from cublas_audit.observe.environment import format_cublas_version
+from cublas_audit.planning.cases import DEFAULT_WORKSPACE_BYTES, Case, read_plan
+from cublas_audit.run.probe_process import (
+    DONE_LINE,
+    START_LINE,
+    ProbeCommand,
+    check_loaded_cublas,
+    run_streaming,
+)
+from cublas_audit.table import assemble, rundir
+from cublas_audit.table import dispatch as table
+from cublas_audit.table.rundir import (
+    CANDIDATE_RESULTS,
+    CANDIDATES_FILE,
+    NCU_DIR,
+    PLAN_FILE,
+    PROFILE_RESULTS,
+    TIME_RESULTS,
+)
+
+# Cases per ncu process: each start costs seconds (interpreter, CUDA context, ncu attach), so
+# the default batched grid (36 profiled cases) runs in one; resume redoes at most one chunk.
+CHUNK_SIZE = 40
+PROBE_LOG_LINES = 3  # lines of probe.log quoted when the probe fails before any case
+# A comparison left unsure is timed again with this many times the repetitions (its interval
+# narrows by about the square root), the two sides interleaved.
+RECHECK_REPS_FACTOR = 5
+# A probe stopped by Ctrl-C (SIGINT: Python's exit status -2, or 130 through a shell). The
+# terminal sends SIGINT to every process of the foreground group: a probe may stop before the
+# sweep sees the signal, and its case in flight is then still to do, not an error.
+INTERRUPTED_CODES = (-2, 130)
+
+
+@dataclass
+class SweepConfig:
+    """Everything a started sweep needs; `plan.prepare_sweep` makes it from the user's options."""
+
+    cases: list[Case]
+    run_dir: Path
+    gpu_label: str
+    ncu: str | None
+    clock_control: str = "none"
+    probe: ProbeCommand = field(default_factory=ProbeCommand)
+    reference: bool = True
+    min_reps: int = 20
+    candidate_limit: int | None = None
+    candidate_threshold: float = candidates.DEFAULT_THRESHOLD
+    candidate_min_reps: int = candidates.DEFAULT_MIN_REPS
+    workspace_bytes: int = DEFAULT_WORKSPACE_BYTES
+    cublas_lib: Path | None = None
+    # "time": the sweep's timing (full check, event timing, then CUPTI); "map": the dispatch
+    # map's fast pass (quick check, min_reps calls timed and traced at once, no recheck);
+    # "candidates": the cuBLASLt candidate audit of the plan's problems and nothing else.
+    phase: str = "time"
+
+    @property
+    def measures_calls(self) -> bool:
+        """Whether the run profiles and times the planned calls (every phase but candidates)."""
+        return self.phase != "candidates"
+
+
+@dataclass
+class Progress:
+    """What the sweep reports as it goes; the CLI draws it (rich), tests can record it."""
+
+    start: Callable[[int], None] = lambda total: None
+    current: Callable[[str], None] = lambda case_id: None
+    advance: Callable[[str], None] = lambda case_id: None
+    note: Callable[[str], None] = lambda message: None
+
+
+def run(config: SweepConfig, progress: Progress | None = None) -> pd.DataFrame:
+    """Profiles and times every case not yet done, then writes the table (a candidates run:
+    audits every problem not yet done, then writes candidates.csv). Ctrl-C keeps progress."""
+    progress = progress or Progress()
+    measured = config.cases if config.measures_calls else []
+    profiled = [c for c in measured if c.profiled] if config.ncu else []
+    chunks = _chunks(profiled)
+    pending_chunks = [
+        (i, chunk) for i, chunk in enumerate(chunks) if not _chunk_done(config.run_dir, i)
+    ]
+    done = rundir.read_results(config.run_dir / TIME_RESULTS)
+    pending_time = [c for c in measured if c.case_id not in done]
+    progress.start(sum(len(chunk) for _, chunk in pending_chunks) + len(pending_time))
+    started = time.perf_counter()
+    phase_seconds: dict[str, float] = {}
+    try:
+        with _timed(phase_seconds, "profile"):
+            for index, chunk in pending_chunks:
+                _profile_chunk(config, index, chunk, progress)
+        with _timed(phase_seconds, "time"):
+            _time_cases(config, pending_time, progress)
+        if config.phase == "time":
+            with _timed(phase_seconds, "recheck"):
+                _recheck_unsure(config, progress)
+        if config.candidate_limit is not None:
+            with _timed(phase_seconds, "candidates"):
+                _audit_candidates(config, progress)
+    except KeyboardInterrupt:
+        frame = write_outputs(config)
+        if config.measures_calls:
+            finished, total = frame["status"].ne("not-run").sum(), len(config.cases)
+        else:
+            finished, total = frame["case_id"].nunique(), len(candidates.problems(config.cases))
+        command = {"candidates": "candidates", "map": "map"}.get(config.phase, "sweep")
+        raise InterruptedSweepError(
+            f"interrupted: {finished} of {total} cases are saved in {config.run_dir}; "
+            f"finish with: cublas-audit {command} --resume {config.run_dir}"
+        ) from None
+    frame = write_outputs(config)
+    _record_finish(config.run_dir, time.perf_counter() - started, phase_seconds)
+    return frame
+
+
+def write_outputs(config: SweepConfig) -> pd.DataFrame:
+    """The run's table as its directory holds it now: dispatch.csv written, or a candidates run's
+    candidates.csv (an interrupted audit's rows from its journal: candidates.csv is written only
+    by a whole audit, which is how a resumed run knows it is done)."""
+    if config.measures_calls:
+        return write_table(config)
+    path = config.run_dir / CANDIDATES_FILE
+    if path.exists():
+        return candidates.read_candidates(path)
+    finished = candidates.read_journal(config.run_dir / CANDIDATE_RESULTS)
+    problems = candidates.problems(config.cases)
+    return candidates.from_records(row for p in problems for row in finished.get(p.case_id, []))
+
+
+@contextmanager
+def _timed(seconds: dict[str, float], name: str) -> Iterator[None]:
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        seconds[name] = round(time.perf_counter() - start, 2)
+
+
+def _chunks(cases: Sequence[Case]) -> list[list[Case]]:
+    return [list(cases[i : i + CHUNK_SIZE]) for i in range(0, len(cases), CHUNK_SIZE)]
+
+
+def _chunk_paths(run_dir: Path, index: int) -> tuple[Path, Path, Path]:
+    stem = run_dir / NCU_DIR / f"chunk-{index:03d}"
+    return stem.with_suffix(".ncu-rep"), stem.with_suffix(".csv"), stem.with_suffix(".log")
+
+
+def _chunk_done(run_dir: Path, index: int) -> bool:
+    return _chunk_paths(run_dir, index)[1].exists()
+
+
+def _probe_args(config: SweepConfig, phase: str, only: Path | None) -> list[str]:
+    results = {"profile": PROFILE_RESULTS}.get(phase, TIME_RESULTS)
+    args = ["--plan", str(config.run_dir / PLAN_FILE), "--phase", phase]
+    args += ["--results", str(config.run_dir / results), "--min-reps", str(config.min_reps)]
+    args += ["--gpu-label", config.gpu_label]
+    if only is not None:
+        args += ["--only", str(only)]
+    if config.candidate_limit is not None:
+        args += ["--limit", str(config.candidate_limit)]
+        args += ["--threshold", str(config.candidate_threshold)]
+        args += ["--candidate-min-reps", str(config.candidate_min_reps)]
+        args += ["--workspace-bytes", str(config.workspace_bytes)]
+    return args + (["--reference"] if config.reference else [])
+
+
+def _write_only(config: SweepConfig, name: str, cases: Sequence[Case]) -> Path:
+    return rundir.write_text_atomic(
+        config.run_dir / NCU_DIR / name, "".join(c.case_id + "\n" for c in cases)
+    )
+
+
+def _run_probe(config: SweepConfig, argv: list[str], progress: Progress) -> int:
+    on_line = _on_probe_line(progress, config.run_dir)
+    code = run_streaming(argv, config.probe.env, on_line, config.probe.cwd)
+    check_loaded_cublas(probe_versions(config.run_dir), config.cublas_lib)
+    return code
+
+
+def _profile_chunk(config: SweepConfig, index: int, chunk: list[Case], progress: Progress) -> None:
+    assert config.ncu is not None
+    report, csv_path, log = _chunk_paths(config.run_dir, index)
+    only = _write_only(config, f"chunk-{index:03d}.cases", chunk)
+    argv = profile.ncu_argv(config.ncu, report, log, config.clock_control)
+    argv += config.probe.argv(_probe_args(config, "profile", only))
+    code = _run_probe(config, argv, progress)
+    profile.check_ncu_log(log, code)
+    if not report.exists():
+        raise AuditError(
+            f"ncu wrote no report for chunk {index} (exit code {code}; log: {log})"
+            + _probe_log_tail(config.run_dir)
+        )
+    profile.export_csv(config.ncu, report, csv_path)
+
+
+def _time_cases(config: SweepConfig, cases: list[Case], progress: Progress) -> None:
+    """Runs the probe until every case has a result; a case that kills it is an error row. A probe
+    that finishes no case and names no culprit is an error, never a retry."""
+    results_path = config.run_dir / TIME_RESULTS
+    remaining = cases
+    while remaining:
+        only = _write_only(config, "timing.cases", remaining)
+        argv = config.probe.argv(_probe_args(config, config.phase, only))
+        code = _run_probe(config, argv, progress)
+        if code in INTERRUPTED_CODES:  # Ctrl-C reached the probe first: stop, never an error row
+            raise KeyboardInterrupt
+        done = rundir.read_results(results_path)
+        culprit = crashed_case(results_path, done)
+        if culprit is None and not any(c.case_id in done for c in remaining):
+            raise AuditError(
+                f"the probe finished no case (exit code {code}; log: "
+                f"{config.run_dir / rundir.PROBE_LOG})" + _probe_log_tail(config.run_dir)
+            )
+        if culprit is not None:
+            detail = f"the probe died during this case (exit code {code})"
+            rundir.append_record(
+                results_path,
+                {"event": "done", "case_id": culprit, "phase": config.phase, "status": "error",
+                 "detail": detail},
+            )  # fmt: skip
+            progress.note(f"probe died during {culprit} (exit code {code}); continuing")
+        done = rundir.read_results(results_path)
+        remaining = [c for c in remaining if c.case_id not in done]
+
+
+def _recheck_unsure(config: SweepConfig, progress: Progress) -> None:
+    """Times again, longer and interleaved, the cases of every timing comparison the first pass
+    left unsure (findings.unsure_case_ids), so that the report's verdict rests on the longer
+    measurement; the new results supersede the first ones. Once per run: a resumed sweep that
+    finds the record of a recheck does not repeat it."""
+    from cublas_audit.judge.findings import unsure_case_ids
+
+    record = config.run_dir / rundir.RECHECKED
+    if record.exists():
+        return
+    wanted = set(unsure_case_ids(write_table(config)))
+    cases = [c for c in config.cases if c.case_id in wanted]
+    if cases:
+        progress.note(f"re-measuring {len(cases)} cases of unsure comparisons, interleaved")
+        only = _write_only(config, "recheck.cases", cases)
+        args = _probe_args(config, "recheck", only)
+        reps = args.index("--min-reps") + 1
+        args[reps] = str(config.min_reps * RECHECK_REPS_FACTOR)
+        _run_probe(config, config.probe.argv(args), progress)
+    rundir.write_text_atomic(record, "".join(c.case_id + "\n" for c in cases))
+
+
+def _probe_log_tail(run_dir: Path) -> str:
+    """': <last lines of probe.log>' (the real cause: a missing module, a CUDA error), or ''."""
+    path = run_dir / rundir.PROBE_LOG
+    lines = path.read_text(errors="replace").strip().splitlines() if path.exists() else []
+    return (": " + " | ".join(lines[-PROBE_LOG_LINES:])) if lines else ""
+
+
+def _audit_candidates(config: SweepConfig, progress: Progress) -> None:
+    """cuBLASLt's alternative algorithms for every problem, in the probe's child; once per run.
+    The problems an interrupted audit finished (its journal) are not measured again."""
+    path = config.run_dir / CANDIDATES_FILE
+    if path.exists():
+        return
+    finished = candidates.read_journal(config.run_dir / CANDIDATE_RESULTS)
+    progress.start(sum(p.case_id not in finished for p in candidates.problems(config.cases)))
+    code = _run_probe(config, config.probe.argv(_probe_args(config, "candidates", None)), progress)
+    if code in INTERRUPTED_CODES:
+        raise KeyboardInterrupt
+    if code != 0 or not path.exists():
+        raise AuditError(
+            f"the candidate audit failed (exit code {code}; log: "
+            f"{config.run_dir / rundir.CANDIDATES_LOG})"
+        )
+    env = rundir.read_env(config.run_dir)
+    candidates.write_candidates(candidates.measured_on(candidates.read_candidates(path), env), path)
+
+
+def _on_probe_line(progress: Progress, run_dir: Path) -> Callable[[str], None]:
+    def on_line(line: str) -> None:
+        if line.startswith(START_LINE):
+            progress.current(line.removeprefix(START_LINE))
+        elif line.startswith(DONE_LINE):
+            progress.advance(line.removeprefix(DONE_LINE))
+        else:
+            with (run_dir / rundir.PROBE_LOG).open("a") as log:
+                log.write(line + "\n")
+
+    return on_line
+
+
+def probe_versions(run_dir: Path) -> dict[str, Any]:
+    """The last `probe` record: what the child really loaded (cuBLAS version and paths)."""
+    versions: dict[str, Any] = {}
+    for name in (PROFILE_RESULTS, TIME_RESULTS):
+        for record in rundir.records(run_dir / name):
+            if record.get("event") == "probe":
+                versions = record
+    return versions
+
+
+def crashed_case(path: Path, done: Mapping[str, Any]) -> str | None:
+    """The case the probe started last and never finished, if any."""
+    started = [r.get("case_id") for r in rundir.records(path) if r.get("event") == "start"]
+    return next((c for c in reversed(started) if c and c not in done), None)
+
+
+def collect_launches(run_dir: Path) -> list[ncu_parse.Launch]:
+    launches: list[ncu_parse.Launch] = []
+    for csv_path in sorted((run_dir / NCU_DIR).glob("chunk-*.csv")):
+        launches.extend(ncu_parse.parse_csv_file(csv_path))
+    return launches
+
+
+def write_table(config: SweepConfig) -> pd.DataFrame:
+    """The dispatch table of what the run directory holds now, written to dispatch.csv."""
+    return write_run_table(config.run_dir, config.cases, config.gpu_label)
+
+
+def write_run_table(
+    run_dir: Path, cases: Sequence[Case] | None = None, label: str = ""
+) -> pd.DataFrame:
+    env = rundir.read_env(run_dir)
+    versions = probe_versions(run_dir)
+    cublas = versions.get("cublas_version_int")
+    context = {
+        "gpu_label": label or env.get("gpu_label"),
+        "gpu_name": env.get("gpu_name"),
+        "cc": env.get("cc"),
+        "sm_count": env.get("sm_count"),
+        "device_index": env.get("device_index"),
+        "gpu_uuid": env.get("gpu_uuid"),
+        "driver_version": env.get("driver_version"),
+        "cublas_version": format_cublas_version(cublas) if cublas else env.get("cublas_version"),
+    }
+    frame = assemble.build_table(
+        list(cases) if cases is not None else read_plan(run_dir / PLAN_FILE),
+        collect_launches(run_dir),
+        rundir.read_results(run_dir / PROFILE_RESULTS),
+        rundir.read_results(run_dir / TIME_RESULTS),
+        context,
+    )
+    table.write_table(frame, run_dir / rundir.TABLE_FILE)
+    return frame
+
+
+def _record_finish(run_dir: Path, seconds: float, phases: Mapping[str, float]) -> None:
+    env = rundir.read_env(run_dir)
+    versions = probe_versions(run_dir)
+    if versions.get("cublas_version_int"):
+        env["cublas_version"] = format_cublas_version(versions["cublas_version_int"])
+    env.update(
+        finished=_now(), sweep_seconds=round(seconds, 2), phase_seconds=dict(phases), probe=versions
+    )
+    rundir.write_env(run_dir, env)
+
+
+def _now() -> str:
+    from datetime import UTC, datetime
+
+    return datetime.now(UTC).isoformat(timespec="seconds")

@@ -1,0 +1,336 @@
+"""From what the user asked to a started sweep: every argument checked before the GPU is touched,
+the environment found, a new run directory started or a recorded one resumed, then the run.
+
+`--resume DIR` finishes the run DIR was: every recorded setting that decides what is measured
+(interpreter, cuBLAS library, probe environment, clock control, profiling, reference, candidates,
+repetitions) is restored from its env.json, and an explicit option that contradicts the record is
+refused.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from cublas_audit import __version__
+from cublas_audit.errors import AuditError, ToolMissingError
+from cublas_audit.judge import candidates
+from cublas_audit.observe import environment
+from cublas_audit.observe.ncu_command import CLOCK_CONTROLS
+from cublas_audit.planning.cases import (
+    DEFAULT_WORKSPACE_BYTES,
+    Case,
+    check_label,
+    label_from_gpu_name,
+    read_plan,
+    write_plan,
+)
+from cublas_audit.resources import package_view
+from cublas_audit.run import probe_process
+from cublas_audit.run.sweep import Progress, SweepConfig, run
+from cublas_audit.table import rundir
+from cublas_audit.table.validation import check_env
+
+DEFAULT_MIN_REPS = 20
+
+
+@dataclass(frozen=True)
+class SweepOptions:
+    """What the user asked for. None means "not given": the default, or on resume the record."""
+
+    cases: list[Case] = field(default_factory=list)
+    gpu_label: str | None = None
+    out: Path | None = None
+    resume: Path | None = None
+    profile: bool | None = None
+    reference: bool | None = None
+    ncu: str | None = None
+    clock_control: str | None = None
+    probe_python: str | None = None
+    cublas_lib: Path | None = None
+    probe_env: Mapping[str, str] = field(default_factory=dict)
+    min_reps: int | None = None
+    # The cuBLASLt candidate audit (sweep --candidates, the `candidates` phase): candidates per
+    # problem, the gap a confirmation round checks, timed calls per candidate, workspace.
+    candidate_limit: int | None = None
+    candidate_threshold: float | None = None
+    candidate_min_reps: int | None = None
+    workspace_bytes: int | None = None
+    command: list[str] = field(default_factory=list)
+    # How the launches are observed: "ncu" (counters, stalls), "cupti" (kernel names, times and
+    # geometry; no counter permission needed), "events" (call times only); None: ncu where it
+    # can run, else CUPTI with a notice (--no-profile means CUPTI).
+    observer: str | None = None
+    # "time" (a sweep), "map" (the dispatch map's fast pass: cupti or events, never ncu) or
+    # "candidates" (the cuBLASLt candidate audit alone: `candidates --devices`).
+    phase: str | None = None
+    # The GPU (nvidia-smi's index) a shard of a sharded run measures on; its probe is pinned to
+    # it through CUDA_VISIBLE_DEVICES in probe_env (cublas_audit.run.multi_gpu).
+    device: int | None = None
+
+
+OBSERVERS = ("ncu", "cupti", "events")
+PHASES = ("time", "map", "candidates")
+
+
+@dataclass(frozen=True)
+class SweepResult:
+    run_dir: Path
+    frame: pd.DataFrame
+    report: Path
+
+
+# option -> (env.json key, default): the settings a resumed sweep takes from its record.
+RECORDED: dict[str, tuple[str, Any]] = {
+    "profile": ("profiled", True),
+    "reference": ("reference", True),
+    "clock_control": ("ncu_clock_control", "none"),
+    "probe_python": ("probe_python", None),
+    "cublas_lib": ("cublas_lib", None),
+    "min_reps": ("min_reps", DEFAULT_MIN_REPS),
+    "candidate_limit": ("candidate_limit", None),
+    "candidate_threshold": ("candidate_threshold", candidates.DEFAULT_THRESHOLD),
+    "candidate_min_reps": ("candidate_min_reps", candidates.DEFAULT_MIN_REPS),
+    "workspace_bytes": ("workspace_bytes", DEFAULT_WORKSPACE_BYTES),
+    "phase": ("phase", "time"),
+    "device": ("device_index", None),
+}
+
+
+def sweep(
+    options: SweepOptions, progress: Progress | None = None, *, report: bool = True
+) -> SweepResult:
+    """Checks, starts or resumes, runs, and writes dispatch.csv and (unless told not to, by a
+    caller that writes its own) report.md."""
+    from cublas_audit.report.render import write_run_report
+
+    options = checked(options)
+    env = environment.collect(options.ncu, options.device)
+    environment.require_gpu(env)
+    options = _observer_here(options, env, progress or Progress())
+    ncu = environment.require_profiler(env) if options.profile else None
+    with package_view() as view:
+        config = _config(options, env, ncu, view)
+        probe_process.check_probe_imports(config.probe)
+        if options.resume is None:
+            start_run(config, env, options)
+        frame = run(config, progress)
+    if not report:
+        return SweepResult(config.run_dir, frame, config.run_dir / rundir.REPORT_FILE)
+    if config.phase == "map":
+        from cublas_audit.report.map_report import write_map_report
+
+        return SweepResult(config.run_dir, frame, write_map_report(config.run_dir))
+    if config.phase == "candidates":
+        return SweepResult(config.run_dir, frame, write_candidates_report(config.run_dir, frame))
+    return SweepResult(config.run_dir, frame, write_run_report(config.run_dir))
+
+
+def write_candidates_report(run_dir: Path, frame: pd.DataFrame) -> Path:
+    """report.md of a candidates run: the candidate audit's section at the threshold the run
+    confirmed gaps at."""
+    from cublas_audit.report.candidates_report import render_markdown
+
+    env = rundir.read_env(run_dir)
+    threshold = float(env.get("candidate_threshold") or candidates.DEFAULT_THRESHOLD)
+    text = f"# cuBLASLt candidate audit: {env.get('gpu_label')}\n\n" + render_markdown(
+        frame, threshold
+    )
+    return rundir.write_text_atomic(run_dir / rundir.REPORT_FILE, text)
+
+
+def _observer_here(
+    options: SweepOptions, env: environment.Environment, progress: Progress
+) -> SweepOptions:
+    """The observer this sweep uses. Asked for ncu (or a resumed profiled run): ncu or exit 3.
+    Not asked: ncu where it can run, else CUPTI, said in one line, never a stop."""
+    if options.observer in ("cupti", "events") or options.phase in ("map", "candidates"):
+        return replace(options, profile=False)
+    if options.observer == "ncu" or not options.profile or options.resume is not None:
+        return options
+    try:
+        environment.require_profiler(env)
+    except ToolMissingError as exc:
+        why = str(exc).split(":")[0]
+        progress.note(f"{why}: observing with CUPTI instead (kernel names and times, no counters)")
+        return replace(options, profile=False)
+    return options
+
+
+def checked(options: SweepOptions) -> SweepOptions:
+    """Every check that needs no GPU, and the resume record applied: one AuditError or options
+    whose every setting is decided."""
+    if options.resume is not None:
+        options = resumed(options)
+    elif options.out is not None:
+        check_new_run_dir(options.out)
+    if not options.cases:
+        raise AuditError("nothing to run: the plan has no case")
+    decided = {
+        name: getattr(options, name) if getattr(options, name) is not None else default
+        for name, (_key, default) in RECORDED.items()
+    }
+    options = replace(options, **decided)
+    if options.observer is not None and options.observer not in OBSERVERS:
+        raise AuditError(f"--observer: {options.observer!r} is not one of {', '.join(OBSERVERS)}")
+    if options.phase not in PHASES:
+        raise AuditError(f"phase {options.phase!r} is not one of {', '.join(PHASES)}")
+    if options.phase == "map" and options.observer == "ncu":
+        raise AuditError(
+            "--observer ncu: a map observes with cupti or events; --follow-up takes the cases it "
+            "flags to ncu"
+        )
+    if options.phase == "candidates":  # the audit of cuBLASLt's algorithms and nothing else
+        limit = options.candidate_limit or candidates.DEFAULT_LIMIT
+        options = replace(options, candidate_limit=limit, profile=False, reference=False)
+    if options.observer == "events":  # the probe then times with CUDA events alone
+        no_cupti = {probe_process.NO_CUPTI_ENV: "1"}
+        options = replace(options, probe_env={**options.probe_env, **no_cupti})
+    if options.clock_control not in CLOCK_CONTROLS:
+        raise AuditError(
+            f"--clock-control: {options.clock_control!r} is not one of {', '.join(CLOCK_CONTROLS)}"
+        )
+    python = probe_process.check_python(options.probe_python or sys.executable)
+    if options.cublas_lib is not None:
+        probe_process.cublas_preload(options.cublas_lib)
+    if options.gpu_label:
+        check_label(options.gpu_label)
+    return replace(options, probe_python=python)
+
+
+def resumed(options: SweepOptions) -> SweepOptions:
+    """The options of the recorded run, or an error naming the option that contradicts it."""
+    assert options.resume is not None
+    run_dir = options.resume
+    if not (run_dir / rundir.PLAN_FILE).is_file() or not (run_dir / rundir.ENV_FILE).is_file():
+        raise AuditError(
+            f"--resume: {run_dir} is not a cublas-audit run directory (no plan.json/env.json)"
+        )
+    record = rundir.read_env(run_dir)
+    check_env(record, run_dir / rundir.ENV_FILE)
+    restored: dict[str, Any] = {}
+    for name, (key, _default) in RECORDED.items():
+        recorded = record.get(key)
+        if name == "cublas_lib" and recorded is not None:
+            recorded = Path(recorded)
+        given = getattr(options, name)
+        # A recorded null is a setting too (the system's cuBLAS, no candidate audit); only a run
+        # recorded before the key existed leaves the option free.
+        if given is not None and key in record and given != recorded:
+            raise AuditError(
+                f"--resume: {run_dir} was recorded with {name.replace('_', '-')} {recorded!r}; "
+                f"the command line says {given!r} (leave it out to resume)"
+            )
+        restored[name] = given if given is not None else recorded
+    probe_env = dict(record.get("probe_env") or {})
+    clashing = {k: v for k, v in options.probe_env.items() if probe_env.get(k) != v}
+    if clashing:
+        raise AuditError(
+            f"--resume: {run_dir} was recorded with another --probe-env for "
+            f"{', '.join(sorted(clashing))}"
+        )
+    return replace(
+        options,
+        **restored,
+        cases=read_plan(run_dir / rundir.PLAN_FILE),
+        gpu_label=str(record.get("gpu_label") or "gpu"),
+        probe_env={**probe_env, **options.probe_env},
+    )
+
+
+def check_new_run_dir(run_dir: Path) -> None:
+    """A new sweep starts in an empty or absent directory: one holding an earlier run would have
+    its plan and env.json overwritten and its finished cases counted as this sweep's."""
+    if run_dir.exists() and not run_dir.is_dir():
+        raise AuditError(f"--out: {run_dir} is a file, not a directory")
+    if run_dir.is_dir() and any(run_dir.iterdir()):
+        raise AuditError(
+            f"--out: {run_dir} is not empty; finish an earlier sweep there with "
+            f"--resume {run_dir}, or pick a new directory"
+        )
+    parent = next((p for p in (run_dir, *run_dir.parents) if p.exists()), Path("."))
+    if not os.access(parent, os.W_OK):
+        raise AuditError(f"--out: cannot write under {parent}")
+
+
+def _config(
+    options: SweepOptions, env: environment.Environment, ncu: str | None, view: Path
+) -> SweepConfig:
+    label = options.gpu_label or label_from_gpu_name(env.gpu_name or "")
+    # Absolute: the probe and ncu run in the package view, not in the user's directory.
+    run_dir = (options.resume or options.out or default_run_dir(label)).absolute()
+    child_env = probe_process.probe_environment(
+        os.environ, options.probe_env, options.cublas_lib, view
+    )
+    return SweepConfig(
+        cases=options.cases,
+        run_dir=run_dir,
+        gpu_label=label,
+        ncu=ncu,
+        clock_control=options.clock_control or "none",
+        probe=probe_process.ProbeCommand(options.probe_python or sys.executable, child_env, view),
+        reference=bool(options.reference),
+        min_reps=options.min_reps or DEFAULT_MIN_REPS,
+        candidate_limit=options.candidate_limit,
+        candidate_threshold=_setting(options, "candidate_threshold"),
+        candidate_min_reps=_setting(options, "candidate_min_reps"),
+        workspace_bytes=_setting(options, "workspace_bytes"),
+        cublas_lib=options.cublas_lib,
+        phase=options.phase or "time",
+    )
+
+
+def _observer_name(config: SweepConfig, options: SweepOptions) -> str | None:
+    """How the run observes the planned calls; a candidates run observes none (it times
+    cuBLASLt's algorithms with CUDA events)."""
+    if not config.measures_calls:
+        return None
+    return "ncu" if config.ncu is not None else (options.observer or "cupti")
+
+
+def _setting(options: SweepOptions, name: str) -> Any:
+    """An option as given, or its default (`checked` has filled in every RECORDED one)."""
+    value = getattr(options, name)
+    return value if value is not None else RECORDED[name][1]
+
+
+def start_run(config: SweepConfig, env: environment.Environment, options: SweepOptions) -> None:
+    """plan.json and env.json of a new run: the environment and every setting that decides what
+    is measured, so that the run describes itself and --resume restores it."""
+    config.run_dir.mkdir(parents=True, exist_ok=True)
+    (config.run_dir / rundir.NCU_DIR).mkdir(exist_ok=True)
+    write_plan(config.cases, config.run_dir / rundir.PLAN_FILE)
+    rundir.write_env(
+        config.run_dir,
+        {
+            "gpu_label": config.gpu_label,
+            **env.to_json(),
+            "probe_env": dict(options.probe_env),
+            "probe_python": config.probe.python,
+            "cublas_lib": str(config.cublas_lib) if config.cublas_lib else None,
+            "ncu_clock_control": config.clock_control,
+            "profiled": config.ncu is not None,
+            "observer": _observer_name(config, options),
+            "reference": config.reference,
+            "min_reps": config.min_reps,
+            "candidate_limit": config.candidate_limit,
+            "candidate_threshold": config.candidate_threshold,
+            "candidate_min_reps": config.candidate_min_reps,
+            "workspace_bytes": config.workspace_bytes,
+            "phase": config.phase,
+            "command": options.command,
+            "tool_version": __version__,
+            "started": datetime.now(UTC).isoformat(timespec="seconds"),
+        },
+    )
+
+
+def default_run_dir(label: str) -> Path:
+    return Path("reports") / label / datetime.now(UTC).strftime("%Y%m%d-%H%M%S")

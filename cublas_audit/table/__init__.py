@@ -1,0 +1,1 @@
+"""The dispatch table: schema, validation, run directories, assembling and loading tables."""

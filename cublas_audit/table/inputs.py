@@ -1,0 +1,126 @@
+"""What `report` and `diff` read: run directories and bare dispatch tables, one `Dataset` per GPU;
+with no input, the real audits bundled with the tool.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from cublas_audit.errors import AuditError
+from cublas_audit.judge.candidates import read_candidates
+from cublas_audit.planning.cases import read_plan
+from cublas_audit.resources import shipped
+from cublas_audit.table.dispatch import TableSource, read_table, row_number
+from cublas_audit.table.rundir import CANDIDATES_FILE, ENV_FILE, PLAN_FILE, TABLE_FILE, read_env
+from cublas_audit.table.validation import check_against_plan, check_env
+
+
+@dataclass
+class Dataset:
+    """One GPU's rows from one input, with the run's env.json when the input is a run directory."""
+
+    title: str
+    gpu_label: str
+    path: Path
+    frame: pd.DataFrame
+    env: dict[str, Any] = field(default_factory=dict)
+    # The run's cuBLASLt candidate audit (candidates.csv), when it has one.
+    candidates: pd.DataFrame | None = None
+
+
+# ----- inputs -----------------------------------------------------------------------------------
+
+
+def bundled_runs(root: Path | None = None) -> list[Path]:
+    """The embedded default input: each GPU's newest run of the default batched grid."""
+    root = shipped("bundled") if root is None else root
+    labels = sorted(d for d in root.iterdir() if d.is_dir()) if root.is_dir() else []
+    runs = [
+        max(tables).parent for d in labels if (tables := list(d.glob("*-batched/" + TABLE_FILE)))
+    ]
+    if not runs:
+        raise AuditError(f"no input given, and no bundled audits under {root}: name a run")
+    return runs
+
+
+def load_inputs(paths: Sequence[Path]) -> list[Dataset]:
+    """Run directories give one GPU each; a table file gives one dataset per gpu_label it holds."""
+    datasets = [dataset for path in paths for dataset in _load(Path(path))]
+    titles = [d.title for d in datasets]
+    for dataset in datasets:
+        if titles.count(dataset.title) > 1:
+            dataset.title = f"{dataset.title} ({dataset.path})"
+    return datasets
+
+
+def load_one_gpu(path: Path) -> Dataset:
+    """The input of one side of a diff: a table that mixes GPUs is refused."""
+    path = Path(path)
+    if path.is_dir():
+        return load_run(path)
+    frame = read_table(path)
+    require_one_gpu(frame, path)
+    return _dataset(path, frame, {})
+
+
+def load_run(run_dir: Path) -> Dataset:
+    """A run directory: its table (one GPU, agreeing with plan.json) and its env.json."""
+    frame = read_table(run_dir)
+    source = TableSource(run_dir / TABLE_FILE)
+    env = read_env(run_dir)
+    if not env.get("allow_mixed"):  # a run over GPUs of several models is one table per model
+        require_one_gpu(frame, source.path)
+    plan = run_dir / PLAN_FILE
+    if plan.is_file():
+        check_against_plan(frame, [case.case_id for case in read_plan(plan)], source)
+    check_env(env, run_dir / ENV_FILE)
+    if "sm_count" not in frame.columns and isinstance(env.get("sm_count"), int):
+        # tables written before the column existed: the GPU's SMs, as env.json recorded them
+        frame = frame.assign(sm_count=pd.array([env["sm_count"]] * len(frame), dtype="Int64"))
+    return _dataset(run_dir, frame, env)
+
+
+def _load(path: Path) -> list[Dataset]:
+    if path.is_dir():
+        run = load_run(path)
+        if not run.env.get("allow_mixed"):
+            return [run]
+        frame, env = run.frame, run.env
+    else:
+        frame, env = read_table(path), {}
+    labels = frame["gpu_label"].fillna("").unique()
+    return [_dataset(path, frame[frame["gpu_label"].fillna("") == label], env) for label in labels]
+
+
+def _dataset(path: Path, frame: pd.DataFrame, env: dict[str, Any]) -> Dataset:
+    label = str(frame["gpu_label"].iloc[0])
+    name = env.get("gpu_name") or first_value(frame, "gpu_name")
+    title = f"{label}: {name}" if name and name != label else label
+    found = path / CANDIDATES_FILE if path.is_dir() else None
+    audited = read_candidates(found) if found and found.exists() else None
+    return Dataset(title, label, path, frame, env, audited)
+
+
+def require_one_gpu(frame: pd.DataFrame, path: Path) -> None:
+    """A table mixing gpu_label values is refused where one GPU is expected."""
+    labels = frame["gpu_label"].fillna("")
+    other = labels.index[labels != labels.iloc[0]]
+    if len(other):
+        raise TableSource(path).error(
+            f"mixes GPUs ({labels[other[0]]!r} here, {labels.iloc[0]!r} in row 1); "
+            "one GPU is expected",
+            row_number(frame, other[0]),
+            "gpu_label",
+        )
+
+
+def first_value(frame: pd.DataFrame, column: str) -> str:
+    if column not in frame.columns:
+        return ""
+    values = frame[column].dropna()
+    return str(values.iloc[0]) if len(values) else ""

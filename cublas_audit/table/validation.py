@@ -1,0 +1,181 @@
+"""One validation layer for what `report`, `diff` and `--resume` read: every value in its physical
+range, every case once, a run directory's table in agreement with its own plan.
+
+A bad table is a one-line AuditError naming the file, the row and the column, never a finding: a
+percentage above 100, a zero or infinite time, an unknown API, a case recorded twice with
+different times, or a table cut off mid-row would otherwise come out as "regressions" and "kernel
+changes" that never happened.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from cublas_audit.table.dispatch import (
+    APIS,
+    CASE_KEY,
+    STALL_REASONS,
+    TIMED,
+    TableSource,
+    check_values,
+    distribution_columns,
+    plain,
+    row_number,
+)
+
+# cuBLAS takes m, n, k and the batch count as 32-bit ints.
+MAX_DIMENSION = 2**31 - 1
+ROLES = ("main", "aux")
+STATUSES = ("ok", "skipped", "error", "wrong", "not-run")
+
+
+@dataclass(frozen=True)
+class Range:
+    low: float
+    high: float = math.inf
+    low_open: bool = False  # low itself is out of range (a time of 0)
+    infinite_ok: bool = False  # an infinite value is meaningful (an output that is not finite)
+    message: str = ""  # what the error says instead of the range
+
+    def bad(self, values: pd.Series) -> np.ndarray:
+        """True where a present value is out of range (missing values are not judged here)."""
+        numbers = pd.to_numeric(values, errors="coerce").astype(float).to_numpy()
+        below = numbers <= self.low if self.low_open else numbers < self.low
+        outside = np.isnan(numbers) | below | (numbers > self.high)
+        if not self.infinite_ok:
+            outside |= np.isinf(numbers)
+        return values.notna().to_numpy() & outside
+
+    def describe(self, value: object) -> str:
+        if self.message:
+            return self.message
+        low = f"{'above' if self.low_open else 'at least'} {self.low:g}"
+        high = "" if self.high == math.inf else f" and at most {self.high:g}"
+        return f"{plain(value)} is out of range: expected a finite number {low}{high}"
+
+
+PERCENT = Range(0.0, 100.0)
+TIME = Range(0.0, low_open=True)
+NON_NEGATIVE = Range(0.0)
+DIMENSION = Range(
+    1, MAX_DIMENSION, message=f"size must be a positive integer, at most {MAX_DIMENSION} (int32)"
+)
+RANGES: dict[str, Range] = {
+    "m": DIMENSION,
+    "n": DIMENSION,
+    "k": DIMENSION,
+    "batch": DIMENSION,
+    "fma_pct": PERCENT,
+    "fma_inst_pct": PERCENT,
+    "tensor_pct": PERCENT,
+    "issue_active_pct": PERCENT,
+    "warps_active_pct": PERCENT,
+    "dram_pct": PERCENT,
+    "ref_fma_pct": PERCENT,
+    "time_ms": TIME,
+    "ref_time_ms": TIME,
+    "duration_us": TIME,
+    "tflops": TIME,
+    "ipc": NON_NEGATIVE,
+    "cycles_active": NON_NEGATIVE,
+    "registers": Range(0, 255),
+    "smem_bytes": NON_NEGATIVE,
+    "launch": NON_NEGATIVE,
+    "max_rel_err": Range(0.0, infinite_ok=True),
+    **{
+        column: Range(1) if column.endswith("_n") else TIME
+        for prefix in TIMED
+        for column in distribution_columns(prefix)
+    },
+    "sm_clock_before_mhz": TIME,
+    "sm_clock_mhz": TIME,
+    "power_w": NON_NEGATIVE,
+    "clock_reasons": NON_NEGATIVE,
+    # Warps per issue-active cycle x 100: several warps can wait on one reason, so >100 is real.
+    **{f"stall_{reason}": NON_NEGATIVE for reason in STALL_REASONS},
+}
+CHOICES: dict[str, tuple[str, ...]] = {"api": APIS, "role": ROLES, "status": STATUSES}
+
+
+def check_frame(frame: pd.DataFrame, source: TableSource) -> None:
+    """Ranges, known values and uniqueness of a typed dispatch table."""
+    for column, allowed in RANGES.items():
+        if column in frame.columns:
+            bad = frame.index[allowed.bad(frame[column])]
+            if len(bad):
+                raise source.error(
+                    allowed.describe(frame.at[bad[0], column]),
+                    row_number(frame, bad[0]),
+                    column,
+                )
+    for column, choices in CHOICES.items():
+        if column in frame.columns:
+            present = frame[frame[column].notna()]
+            check_values(present, column, choices, source)
+    check_unique(frame, source)
+
+
+def check_unique(frame: pd.DataFrame, source: TableSource) -> None:
+    """Each launch of each case once: a case recorded twice (two GPUs in one table are two
+    cases) is refused, since which of its times is true cannot be known."""
+    key = [c for c in ("gpu_label", *CASE_KEY, "launch") if c in frame.columns]
+    if "launch" not in frame.columns and "role" in frame.columns:
+        frame = frame[frame["role"].fillna("main") == "main"]
+    cells = frame[key].astype(object).where(frame[key].notna(), None)
+    first_row: dict[tuple[object, ...], object] = {}
+    for index, values in zip(frame.index, cells.itertuples(index=False, name=None), strict=True):
+        if values in first_row:
+            shown = ", ".join(f"{c}={v}" for c, v in zip(key, values, strict=True))
+            raise source.error(
+                f"the case of row {row_number(frame, first_row[values])} appears again ({shown})",
+                row_number(frame, index),
+            )
+        first_row[values] = index
+
+
+def check_complete_file(path: Path) -> None:
+    """A CSV must end with a line break: one that does not was cut off mid-row."""
+    if path.suffix == ".parquet" or not path.is_file() or path.stat().st_size == 0:
+        return
+    with path.open("rb") as raw:
+        raw.seek(-1, 2)
+        if raw.read(1) != b"\n":
+            raise TableSource(path).error("the file ends mid-row (cut off while being written?)")
+
+
+def check_against_plan(frame: pd.DataFrame, plan_ids: list[str], source: TableSource) -> None:
+    """A run directory's table holds exactly its plan's cases (every case gets a row, even one
+    that never ran): a case missing from the table means the table is incomplete."""
+    if "case_id" not in frame.columns:
+        raise source.error("a run directory's table needs the case_id column")
+    in_table = set(frame["case_id"].dropna())
+    missing = [case_id for case_id in plan_ids if case_id not in in_table]
+    if missing:
+        raise source.error(
+            f"{len(missing)} case(s) of plan.json have no row (first: {missing[0]}); "
+            "the table is incomplete: rebuild it with cublas-audit sweep --resume"
+        )
+    planned = set(plan_ids)
+    extra = frame.index[~frame["case_id"].isin(planned)]
+    if len(extra):
+        raise source.error(
+            f"case {frame.at[extra[0], 'case_id']!r} is not in plan.json",
+            row_number(frame, extra[0]),
+            "case_id",
+        )
+
+
+def check_env(env: Mapping[str, object], path: Path) -> None:
+    """env.json fields the tool reads back must have their types."""
+    from cublas_audit.errors import AuditError
+
+    for key, kind in (("probe_env", dict), ("command", list), ("gpu_label", str)):
+        value = env.get(key)
+        if value is not None and not isinstance(value, kind):
+            raise AuditError(f"{path}: {key} must be a {kind.__name__}, got {value!r}")
