@@ -30,6 +30,7 @@ from cublas_audit.judge import diff
 from cublas_audit.report import render
 from cublas_audit.table import dispatch as table
 from cublas_audit.table.inputs import load_inputs, load_one_gpu
+from cublas_audit.table.validation import read_table
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "tests" / "fixtures"
@@ -40,7 +41,7 @@ LIMIT_S = 3.0
 
 def tiled(run: Path, rows: int, path: Path) -> Path:
     """Writes `rows` rows made of the recorded run's rows, sizes offset per tile."""
-    recorded = table.read_table(run)
+    recorded = read_table(run)
     tiles = -(-rows // len(recorded))
     frames = [recorded.assign(m=recorded["m"] + i, n=recorded["n"] + 2 * i) for i in range(tiles)]
     return table.write_table(pd.concat(frames, ignore_index=True).head(rows), path)

@@ -11,6 +11,7 @@ from cublas_audit.planning.cases import read_plan
 from cublas_audit.run.sweep import SweepConfig, collect_launches, write_table
 from cublas_audit.table import dispatch as table
 from cublas_audit.table.rundir import read_results
+from cublas_audit.table.validation import read_table
 
 from .conftest import FIXTURES
 
@@ -23,7 +24,7 @@ def test_rebuilt_table_matches_the_recorded_one(tmp_path: Path) -> None:
     shutil.copytree(RUN, run)
     config = SweepConfig(read_plan(run / "plan.json"), run, "h100", None)
     rebuilt = write_table(config)
-    recorded = table.read_table(RUN)
+    recorded = read_table(RUN)
     columns = ["case_id", "kernel", "role", "fma_pct", "time_ms", "status", "cublas_version"]
     pd.testing.assert_frame_equal(
         rebuilt[columns].reset_index(drop=True),
@@ -34,7 +35,7 @@ def test_rebuilt_table_matches_the_recorded_one(tmp_path: Path) -> None:
 
 
 def test_split_k_reduction_is_kept_as_an_aux_row() -> None:
-    frame = table.read_table(FIXTURES / "h100-smoke")
+    frame = read_table(FIXTURES / "h100-smoke")
     small = frame[frame["case_id"] == "cublas.fp32.256x256x256.b1.nn"]
     assert list(small["role"]) == ["main", "aux"]
     assert list(small["family"]) == ["xmma", "splitk-reduce"]
@@ -43,7 +44,7 @@ def test_split_k_reduction_is_kept_as_an_aux_row() -> None:
 
 
 def test_h100_escalates_like_the_published_h200() -> None:
-    frame = table.main_launches(table.read_table(RUN))
+    frame = table.main_launches(read_table(RUN))
     batched = frame[(frame["routine"] == "cublasSgemmStridedBatched") & (frame["batch"] == 8)]
     shorts = dict(zip(batched["m"], batched["kernel_short"], strict=True))
     assert shorts[256] == "xmma_32x32x8"

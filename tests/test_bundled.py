@@ -27,9 +27,9 @@ from cublas_audit.cli import app
 from cublas_audit.judge.diff import compare
 from cublas_audit.judge.findings import audit, prepare
 from cublas_audit.judge.thresholds import Thresholds
-from cublas_audit.table.dispatch import read_table
 from cublas_audit.table.inputs import bundled_runs, load_inputs, load_one_gpu
 from cublas_audit.table.rundir import REPORT_FILE, TABLE_FILE
+from cublas_audit.table.validation import read_table
 from tests.conftest import (
     ARTICLE_B8,
     FIXTURES,

@@ -20,8 +20,9 @@ from cublas_audit.errors import AuditError
 from cublas_audit.judge import noise
 from cublas_audit.judge.diff import compare, to_json, to_markdown
 from cublas_audit.judge.thresholds import Thresholds
-from cublas_audit.table.dispatch import read_table, write_table
+from cublas_audit.table.dispatch import write_table
 from cublas_audit.table.inputs import load_one_gpu
+from cublas_audit.table.validation import read_table
 from tests.conftest import FIXTURES, ZERO_NOISE
 
 SMOKE = FIXTURES / "h100-smoke"

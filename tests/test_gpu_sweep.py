@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from cublas_audit.table import dispatch as table
+from cublas_audit.table.validation import read_table
 
 from .conftest import REPO
 
@@ -29,7 +30,7 @@ def test_tiny_sweep_profiles_every_call(tmp_path: Path) -> None:
         "--sizes", "256,1024", "--batches", "8", "--modes", "fp32,tf32", "--out", str(tmp_path)
     )
     assert done.returncode == 0, done.stderr
-    frame = table.main_launches(table.read_table(tmp_path))
+    frame = table.main_launches(read_table(tmp_path))
     classic = frame[frame["api"] == "cublas"]
     profiled = classic[classic["routine"] != "sgemm-loop"]
     assert (profiled["status"] == "ok").all()
@@ -53,7 +54,7 @@ def test_out_of_memory_case_is_skipped_and_the_sweep_goes_on(tmp_path: Path) -> 
         str(tmp_path),
     )
     assert done.returncode == 0, done.stderr
-    frame = table.main_launches(table.read_table(tmp_path)).set_index("m")
+    frame = table.main_launches(read_table(tmp_path)).set_index("m")
     assert frame.loc[200000, "status"] == "skipped"
     assert "out of memory" in str(frame.loc[200000, "status_detail"])
     assert frame.loc[256, "status"] == "ok"
@@ -95,11 +96,11 @@ def test_interrupted_sweep_keeps_finished_cases_and_resumes(tmp_path: Path) -> N
     _, err = child.communicate(timeout=120)
     assert child.returncode == 130, err
     assert "finish with: cublas-audit sweep --resume" in err
-    partial = table.read_table(tmp_path)
+    partial = read_table(tmp_path)
     assert (partial["status"] == "ok").sum() >= 1
     assert (partial["status"] == "not-run").any()
     done = sweep("--resume", str(tmp_path))
     assert done.returncode == 0, done.stderr
-    final = table.read_table(tmp_path)
+    final = read_table(tmp_path)
     assert (final["status"] == "ok").all()
     assert json.loads((tmp_path / "env.json").read_text())["gpu_label"] == "test"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from cublas_audit.observe.kernels import normalize
-from cublas_audit.table.dispatch import read_table
+from cublas_audit.table.validation import read_table
 
 from .conftest import FIXTURES
 

@@ -24,8 +24,9 @@ from cublas_audit.errors import AuditError
 from cublas_audit.judge.thresholds import Thresholds
 from cublas_audit.report.markdown import md_code, md_text, shorten
 from cublas_audit.report.render import render_report, write_run_report
-from cublas_audit.table.dispatch import read_table, write_table
+from cublas_audit.table.dispatch import write_table
 from cublas_audit.table.inputs import load_inputs
+from cublas_audit.table.validation import read_table
 from tests.conftest import ARTICLE_B8, FIXTURES, REPO, cell, table_under
 from tests.regenerate_golden import GOLDEN, GOLDEN_INPUTS, fixture_report
 

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from cublas_audit.report import summary
-from cublas_audit.table import dispatch as table
+from cublas_audit.table.validation import read_table
 
 from .conftest import FIXTURES
 
 
 def test_summary_shows_kernel_fma_and_throughput_per_size_and_batch() -> None:
-    text = summary.summary(table.read_table(FIXTURES / "h100-batched-cublas"))
+    text = summary.summary(read_table(FIXTURES / "h100-batched-cublas"))
     block = text.split("\n\n")[0].splitlines()
     assert block[0].startswith("cublas cublasSgemmStridedBatched fp32")
     assert block[1].split() == ["size", "batch", "4", "batch", "8", "batch", "16"]

@@ -10,6 +10,7 @@ import pytest
 from cublas_audit.errors import AuditError
 from cublas_audit.table import dispatch as table
 from cublas_audit.table.rundir import TABLE_FILE
+from cublas_audit.table.validation import read_table
 
 from .conftest import FIXTURES
 
@@ -31,7 +32,7 @@ def required_only() -> pd.DataFrame:
 
 
 def test_a_table_with_only_the_required_columns_is_accepted(tmp_path: Path) -> None:
-    frame = table.read_table(write(tmp_path, required_only()))
+    frame = read_table(write(tmp_path, required_only()))
     assert list(frame.columns) == list(table.REQUIRED_COLUMNS)
     assert frame["m"].dtype == "Int64"
     assert table.main_launches(frame).equals(frame)
@@ -41,13 +42,13 @@ def test_a_case_twice_is_refused_naming_both_rows(tmp_path: Path) -> None:
     # With the loop rows, row 3 (the 256 batch-4 loop) is row 1's case again once routine is gone.
     recorded = pd.read_csv(RUN / TABLE_FILE)[list(table.REQUIRED_COLUMNS)]
     with pytest.raises(AuditError, match=r"t\.csv, row 3: the case of row 1 appears again"):
-        table.read_table(write(tmp_path, recorded))
+        read_table(write(tmp_path, recorded))
 
 
 def test_missing_column_names_the_file(tmp_path: Path) -> None:
     path = write(tmp_path, required_only().drop(columns=["kernel"]))
     with pytest.raises(AuditError, match=r"t\.csv: missing required column\(s\) kernel"):
-        table.read_table(path)
+        read_table(path)
 
 
 def test_non_numeric_size_names_row_and_column(tmp_path: Path) -> None:
@@ -56,30 +57,30 @@ def test_non_numeric_size_names_row_and_column(tmp_path: Path) -> None:
     with pytest.raises(
         AuditError, match=r"t\.csv, row 4, column 'm': expected an integer, got 'big'"
     ):
-        table.read_table(write(tmp_path, frame))
+        read_table(write(tmp_path, frame))
 
 
 def test_unknown_mode_and_zero_size_are_refused(tmp_path: Path) -> None:
     frame = required_only()
     frame.loc[0, "mode"] = "fp64"
     with pytest.raises(AuditError, match="row 1, column 'mode': unknown mode 'fp64'"):
-        table.read_table(write(tmp_path, frame))
+        read_table(write(tmp_path, frame))
     frame = required_only()
     frame.loc[2, "batch"] = 0
     with pytest.raises(AuditError, match="row 3, column 'batch': size must be a positive integer"):
-        table.read_table(write(tmp_path, frame))
+        read_table(write(tmp_path, frame))
 
 
 def test_garbage_file_is_a_one_line_error(tmp_path: Path) -> None:
     path = tmp_path / "t.parquet"
     path.write_text("not parquet")
     with pytest.raises(AuditError, match="cannot be read as a table"):
-        table.read_table(path)
+        read_table(path)
 
 
 def test_csv_and_parquet_round_trip(tmp_path: Path) -> None:
-    frame = table.read_table(RUN)
+    frame = read_table(RUN)
     for name in ("copy.csv", "copy.parquet"):
         table.write_table(frame, tmp_path / name)
-        again = table.read_table(tmp_path / name)
+        again = read_table(tmp_path / name)
         pd.testing.assert_frame_equal(again, frame, check_exact=False, rtol=1e-5)

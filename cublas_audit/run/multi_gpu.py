@@ -45,6 +45,7 @@ from cublas_audit.run.sweep import Progress
 from cublas_audit.run.sweep_setup import SweepOptions, check_new_run_dir, default_run_dir, sweep
 from cublas_audit.table import dispatch as table
 from cublas_audit.table import rundir
+from cublas_audit.table.validation import read_table
 
 SHARDS_DIR = "shards"
 UNITS_REPORT = "units.md"
@@ -270,7 +271,7 @@ def run(
 
 def merged_table(plan: Plan, shards: Sequence[Path]) -> pd.DataFrame:
     """The shards' tables as one, in plan order, written to the run's dispatch.csv."""
-    frame = _in_plan_order(plan, [table.read_table(path) for path in shards])
+    frame = _in_plan_order(plan, [read_table(path) for path in shards])
     table.write_table(frame, plan.run_dir / rundir.TABLE_FILE)
     return frame
 

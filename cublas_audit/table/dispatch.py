@@ -18,7 +18,7 @@ import pandas as pd
 
 from cublas_audit.errors import AuditError
 from cublas_audit.planning.modes import MODE_NAMES as MODES
-from cublas_audit.table.rundir import TABLE_FILE, write_csv_atomic
+from cublas_audit.table.rundir import write_csv_atomic
 
 # 2: the timed distributions and the GPU's clocks and power; 3: kernel-only times (CUPTI) beside
 # the call times, and the traced launch geometry (older tables stay readable: every added column
@@ -326,30 +326,6 @@ def _check_numeric(frame: pd.DataFrame, column: str, kind: str, source: TableSou
 def row_number(frame: pd.DataFrame, index: Any) -> int:
     """1-based data row number as a user sees it in the file (header is row 0)."""
     return list(frame.index).index(index) + 1
-
-
-def read_table(path: Path) -> pd.DataFrame:
-    """Reads a dispatch table from a CSV or Parquet file, or from a run directory."""
-    path = Path(path)
-    if path.is_dir():
-        path = path / TABLE_FILE
-    source = TableSource(path)
-    if not path.exists():
-        raise AuditError(f"{path}: no such file")
-    try:
-        if path.suffix == ".parquet":
-            raw = pd.read_parquet(path)
-        else:
-            raw = pd.read_csv(path, dtype=str, keep_default_na=False, na_values=[""])
-    except (ValueError, OSError, ImportError, pd.errors.ParserError) as exc:
-        raise source.error(f"cannot be read as a table ({str(exc).splitlines()[0]})") from exc
-    # validation builds on this module's schema, so it is imported here, not at the top.
-    from cublas_audit.table.validation import check_complete_file, check_frame
-
-    check_complete_file(path)
-    frame = validate(raw, source)
-    check_frame(frame, source)
-    return frame
 
 
 def write_table(frame: pd.DataFrame, path: Path) -> Path:

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from cublas_audit.errors import AuditError
 from cublas_audit.table.dispatch import (
     APIS,
     CASE_KEY,
@@ -27,7 +28,9 @@ from cublas_audit.table.dispatch import (
     distribution_columns,
     plain,
     row_number,
+    validate,
 )
+from cublas_audit.table.rundir import TABLE_FILE
 
 # cuBLAS takes m, n, k and the batch count as 32-bit ints.
 MAX_DIMENSION = 2**31 - 1
@@ -179,3 +182,24 @@ def check_env(env: Mapping[str, object], path: Path) -> None:
         value = env.get(key)
         if value is not None and not isinstance(value, kind):
             raise AuditError(f"{path}: {key} must be a {kind.__name__}, got {value!r}")
+
+
+def read_table(path: Path) -> pd.DataFrame:
+    """Reads a dispatch table from a CSV or Parquet file, or from a run directory."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / TABLE_FILE
+    source = TableSource(path)
+    if not path.exists():
+        raise AuditError(f"{path}: no such file")
+    try:
+        if path.suffix == ".parquet":
+            raw = pd.read_parquet(path)
+        else:
+            raw = pd.read_csv(path, dtype=str, keep_default_na=False, na_values=[""])
+    except (ValueError, OSError, ImportError, pd.errors.ParserError) as exc:
+        raise source.error(f"cannot be read as a table ({str(exc).splitlines()[0]})") from exc
+    check_complete_file(path)
+    frame = validate(raw, source)
+    check_frame(frame, source)
+    return frame
