@@ -22,14 +22,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-__version__ = "0.1.0"
+from cublas_audit.version import __version__ as __version__
 
 if TYPE_CHECKING:
+    from cublas_audit.jobs import SweepResult
     from cublas_audit.judge.diff import Diff
     from cublas_audit.judge.findings import Finding
     from cublas_audit.judge.thresholds import Thresholds
     from cublas_audit.planning.cases import Case
-    from cublas_audit.run.sweep_setup import SweepOptions, SweepResult
+    from cublas_audit.run.sweep_setup import SweepOptions
     from cublas_audit.table.inputs import Dataset
 
 __all__ = [
@@ -107,9 +108,9 @@ def plan(
 
 def run_sweep(options: SweepOptions) -> SweepResult:
     """Runs a sweep on this machine's GPU (ncu, CuPy and a GPU needed) into a run directory."""
-    from cublas_audit.run.sweep_setup import sweep as run_sweep
+    from cublas_audit.jobs import sweep
 
-    return run_sweep(options)
+    return sweep(options)
 
 
 def __getattr__(name: str) -> object:

@@ -348,10 +348,11 @@ def sweep_command(
     allow_mixed: AllowMixed = False,
 ) -> None:
     """Run cuBLAS / cuBLASLt calls across sizes under ncu and write a dispatch table."""
+    from cublas_audit.jobs import sweep
     from cublas_audit.planning import cases
     from cublas_audit.report.summary import summary
     from cublas_audit.run import probe_process
-    from cublas_audit.run.sweep_setup import SweepOptions, sweep
+    from cublas_audit.run.sweep_setup import SweepOptions
 
     if resume is not None:
         planned: list[cases.Case] = []
@@ -387,7 +388,7 @@ def sweep_command(
     )
     spread = _spread(devices, replicate, allow_mixed, resume)
     if spread is not None:
-        from cublas_audit.run.multi_gpu import sweep_on_devices
+        from cublas_audit.jobs import sweep_on_devices
 
         multi = _with_progress(lambda bars: sweep_on_devices(options, spread, bars.for_gpu))
         if multi.frame is not None:
@@ -395,7 +396,8 @@ def sweep_command(
         typer.echo(f"\nrun directory: {multi.run_dir}\nreport: {multi.report}")
         return
     result = _with_progress(lambda bars: sweep(options, bars.hooks()))
-    typer.echo(summary(result.frame))
+    if result.frame is not None:
+        typer.echo(summary(result.frame))
     typer.echo(f"\nrun directory: {result.run_dir}\nreport: {result.report}")
 
 
@@ -590,7 +592,7 @@ def _candidates_on_devices(
 ) -> tuple[pd.DataFrame, float]:
     """The candidate audit sharded across GPUs (a probe pinned to each), into a run directory;
     with the threshold its gaps were confirmed at (a resumed run's: the recorded one)."""
-    from cublas_audit.run.multi_gpu import candidates_on_devices
+    from cublas_audit.jobs import candidates_on_devices
     from cublas_audit.run.probe_process import parse_probe_env
     from cublas_audit.run.sweep_setup import SweepOptions
     from cublas_audit.table import rundir
@@ -826,6 +828,8 @@ def map_command(
 ) -> None:
     """Map which kernel cuBLAS dispatches over a dense grid of shapes (CUPTI, no counters needed):
     kernel switches, dispatch cliffs and size inversions, pictures; --follow-up goes deep."""
+    from cublas_audit import jobs
+    from cublas_audit.judge.map_audit import MAP_RULES
     from cublas_audit.judge.thresholds import with_overrides
     from cublas_audit.planning import cases
     from cublas_audit.run import dispatch_map, probe_process
@@ -862,7 +866,7 @@ def map_command(
     limit = follow_up_limit if follow_up else None
     spread = _spread(devices, replicate, allow_mixed, resume)
     result = _with_progress(
-        lambda bars: dispatch_map.run(
+        lambda bars: jobs.dispatch_map_run(
             options, limit, limits, bars.hooks(), spread, bars.for_gpu if spread else None
         )
     )
@@ -870,7 +874,7 @@ def map_command(
         typer.echo(f"\nrun directory: {result.run_dir}\nunits: {result.report}")
         return
     found = result.findings
-    counts = {rule: sum(f.rule == rule for f in found) for rule in dispatch_map.MAP_RULES}
+    counts = {rule: sum(f.rule == rule for f in found) for rule in MAP_RULES}
     typer.echo(", ".join(f"{count} {rule}" for rule, count in counts.items()))
     typer.echo(f"\nrun directory: {result.run_dir}\nreport: {result.report}")
     if result.follow_up is not None:

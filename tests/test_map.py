@@ -19,17 +19,19 @@ from pathlib import Path
 
 import pytest
 
+from cublas_audit import jobs
 from cublas_audit.errors import AuditError
 from cublas_audit.judge.findings import prepare
+from cublas_audit.judge.map_audit import map_findings
 from cublas_audit.planning.cases import Case, Variants
 from cublas_audit.report import map_plots
 from cublas_audit.report.map_plots import switches
-from cublas_audit.report.map_report import FINDINGS_FILE
 from cublas_audit.run import dispatch_map
 from cublas_audit.run.sweep import Progress
 from cublas_audit.run.sweep_setup import SweepOptions
 from cublas_audit.table import rundir
 from cublas_audit.table.inputs import load_one_gpu
+from cublas_audit.table.rundir import FINDINGS_FILE, FOLLOW_UP_DIR
 from tests.fakeprobe import H100_RUN, deadline, fake_probe, seen
 from tests.test_resume import stand_in_machine
 
@@ -119,7 +121,7 @@ def mapped(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
     )
     try:
         with deadline(DEADLINE_S):
-            result = dispatch_map.run(options, 2, None, Progress(note=notes.append))
+            result = jobs.dispatch_map_run(options, 2, None, Progress(note=notes.append))
     finally:
         monkeypatch.undo()
     return {"result": result, "seen": seen(tmp_path), "notes": notes, "tmp": tmp_path}
@@ -174,7 +176,7 @@ def test_the_report_names_the_hand_checked_inversion_and_cliff(mapped) -> None: 
 
 def test_the_follow_up_measures_the_flagged_cases_and_their_neighbours(mapped) -> None:  # type: ignore[no-untyped-def]
     result = mapped["result"]
-    assert result.follow_up == result.run_dir / dispatch_map.FOLLOW_UP_DIR
+    assert result.follow_up == result.run_dir / FOLLOW_UP_DIR
     followed = {c.case_id for c in load_plan(result.follow_up)}
     # the two largest effects, a share of time lost: the single and batch-8 cliffs at 2048 ->
     # 2112 (19 %, 18 %) before the batch-8 inversion 2112 / 2176 (1 - 1/1.155 = 13 %); each
@@ -197,7 +199,7 @@ def load_plan(run_dir: Path) -> list[Case]:
 def test_follow_up_cases_pair_each_finding_with_its_comparison() -> None:
     frame = load_one_gpu(MAP).frame
     cases = map_cases()
-    followed = dispatch_map.map_findings(frame)[:10]
+    followed = map_findings(frame)[:10]
     picked = {c.case_id for c in dispatch_map.follow_up_cases(frame, cases, followed)}
     assert {"cublas.fp32.2112x2112x2112.b8.nn", "cublas.fp32.2176x2176x2176.b8.nn"} <= picked
     assert {"cublas.fp32.2048x2048x2048.b1.nn", "cublas.fp32.2112x2112x2112.b1.nn"} <= picked
@@ -217,7 +219,7 @@ def test_an_interrupted_map_resumes_only_the_missing_cases(
     stand_in_machine(monkeypatch)
     monkeypatch.setattr(map_plots, "draw", lambda rows, plots, flagged=(): [])  # drawn above
     with deadline(DEADLINE_S):  # the recorded probe: the fake one of the fixture's map
-        result = dispatch_map.run(SweepOptions(resume=run_dir))
+        result = jobs.dispatch_map_run(SweepOptions(resume=run_dir))
     plan = str(run_dir / rundir.PLAN_FILE)
     starts = [list(s["argv"]) for s in seen(mapped["tmp"]) if plan in s["argv"]]
     assert len(starts) == 1 and starts[0][starts[0].index("--phase") + 1] == "map"

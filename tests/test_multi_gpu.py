@@ -19,12 +19,13 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from cublas_audit import jobs
 from cublas_audit.errors import AuditError
 from cublas_audit.judge import units
 from cublas_audit.observe import environment
 from cublas_audit.observe.environment import Gpu
-from cublas_audit.report import map_plots
-from cublas_audit.run import dispatch_map, multi_gpu
+from cublas_audit.report import map_plots, units_report
+from cublas_audit.run import multi_gpu
 from cublas_audit.run.sweep_setup import SweepOptions
 from cublas_audit.table import rundir
 from cublas_audit.table.inputs import load_run
@@ -98,7 +99,7 @@ def map_options(tmp_path: Path, probe: Path) -> SweepOptions:
 def test_a_sharded_map_pins_each_probe_and_merges_one_table(tmp_path: Path, two_gpus: Path) -> None:
     spread = multi_gpu.Spread("all")
     with deadline(DEADLINE_S):
-        result = dispatch_map.run(map_options(tmp_path, two_gpus), spread=spread)
+        result = jobs.dispatch_map_run(map_options(tmp_path, two_gpus), spread=spread)
 
     starts = [s for s in seen(tmp_path) if "--only" in s["argv"]]
     pinned = {s["env"]["CUDA_VISIBLE_DEVICES"] for s in starts}
@@ -122,7 +123,7 @@ def test_a_resumed_sharded_map_redoes_only_each_shards_missing_cases(
 ) -> None:
     spread = multi_gpu.Spread("all")
     with deadline(DEADLINE_S):
-        first = dispatch_map.run(map_options(tmp_path, two_gpus), spread=spread)
+        first = jobs.dispatch_map_run(map_options(tmp_path, two_gpus), spread=spread)
     shard = multi_gpu.shard_dir(first.run_dir, 1)
     results = shard / rundir.TIME_RESULTS
     lines = results.read_text().splitlines()
@@ -131,7 +132,7 @@ def test_a_resumed_sharded_map_redoes_only_each_shards_missing_cases(
     (tmp_path / "probe-seen.jsonl").unlink()
 
     with deadline(DEADLINE_S):
-        again = dispatch_map.run(SweepOptions(resume=first.run_dir), spread=multi_gpu.Spread())
+        again = jobs.dispatch_map_run(SweepOptions(resume=first.run_dir), spread=multi_gpu.Spread())
 
     starts = [s for s in seen(tmp_path) if "--only" in s["argv"]]
     assert [s["env"]["CUDA_VISIBLE_DEVICES"] for s in starts] == ["GPU-bbbb-1"]
@@ -194,7 +195,7 @@ def test_a_slower_unit_and_another_kernel_are_unit_mismatches(tmp_path: Path) ->
         f"h100-gpu1 takes {after / before:.2f}x the time of h100" in by_severity["medium"].message
     )
     assert "MHz" in by_severity["medium"].message  # the clocks said beside it
-    report = units.render([a, b], found, _spread)
+    report = units_report.render([a, b], found, _spread)
     assert "## Kernel mismatches (1)" in report and "## Slower units (1)" in report
 
 

@@ -8,8 +8,8 @@ import pytest
 
 from cublas_audit.errors import AuditError
 from cublas_audit.observe import ncu_export as ncu_parse
+from cublas_audit.observe.ncu_export import STALL_REASONS
 from cublas_audit.planning.cases import read_plan
-from cublas_audit.table.dispatch import STALL_REASONS
 
 from .conftest import FIXTURES
 

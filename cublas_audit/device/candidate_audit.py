@@ -36,7 +36,6 @@ from cublas_audit.judge.candidates import (
     write_candidates,
 )
 from cublas_audit.planning.cases import DEFAULT_WORKSPACE_BYTES, Case
-from cublas_audit.report.markdown import md_number
 from cublas_audit.table import rundir
 from cublas_audit.table.dispatch import plain
 
@@ -115,8 +114,13 @@ def _progress_line(case: Case, rows: Sequence[Mapping[str, Any]]) -> str:
     return (
         f"{case.case_id}: {summary['candidates']} candidates, {summary['correct']} correct, "
         f"default rank {plain(summary['default_rank'])}, "
-        f"left on table {md_number(summary['left_on_table'], 3)}"
+        f"left on table {_three_decimals(summary['left_on_table'])}"
     )
+
+
+def _three_decimals(value: Any) -> str:
+    value = plain(value)
+    return "—" if value is None else f"{float(value):.3f}"
 
 
 def audit_case(case: Case, settings: Settings) -> list[dict[str, Any]]:

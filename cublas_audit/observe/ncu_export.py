@@ -15,7 +15,29 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cublas_audit.errors import AuditError
-from cublas_audit.table.dispatch import STALL_REASONS
+
+# The warp-stall reasons ncu reports on gh100 (smsp__average_warps_issue_stalled_<reason>_...).
+STALL_REASONS = (
+    "barrier",
+    "branch_resolving",
+    "dispatch_stall",
+    "drain",
+    "gmma",
+    "imc_miss",
+    "lg_throttle",
+    "long_scoreboard",
+    "math_pipe_throttle",
+    "membar",
+    "mio_throttle",
+    "misc",
+    "no_instruction",
+    "not_selected",
+    "selected",
+    "short_scoreboard",
+    "sleeping",
+    "tex_throttle",
+    "wait",
+)
 
 # The NVTX range the probe opens around each profiled call: `audit.<case_id>` for the cuBLAS /
 # cuBLASLt call, `audit-ref.<case_id>` for the bundled reference kernel on the same problem.

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -21,6 +22,7 @@ from cublas_audit.judge.candidates import (
 from cublas_audit.planning.cases import DEFAULT_WORKSPACE_BYTES
 from cublas_audit.planning.modes import mode as mode_of
 from cublas_audit.report.markdown import md_fence, md_table, md_text, visible
+from cublas_audit.table import rundir
 from cublas_audit.table.dispatch import plain
 
 TABLE_COLUMNS = {
@@ -39,6 +41,17 @@ TABLE_COLUMNS = {
     "tflops": "TFLOP/s",
     "rank": "rank",
 }
+
+
+def write_candidates_run_report(run_dir: Path, frame: pd.DataFrame) -> Path:
+    """report.md of a candidates run: the candidate audit's section at the threshold the run
+    confirmed its gaps at (its recorded one)."""
+    env = rundir.read_env(run_dir)
+    threshold = float(env.get("candidate_threshold") or DEFAULT_THRESHOLD)
+    text = f"# cuBLASLt candidate audit: {env.get('gpu_label')}\n\n" + render_markdown(
+        frame, threshold
+    )
+    return rundir.write_text_atomic(run_dir / rundir.REPORT_FILE, text)
 
 
 def render_markdown(

@@ -13,17 +13,23 @@ from typing import Any
 import pandas as pd
 
 from cublas_audit.judge import candidates, findings
+from cublas_audit.judge.map_audit import map_findings
 from cublas_audit.judge.thresholds import Thresholds
 from cublas_audit.planning.cases import Case
 from cublas_audit.report import map_plots
 from cublas_audit.report.markdown import md_code, md_number, md_table, md_text, shorten
 from cublas_audit.report.render import env_rows
-from cublas_audit.run.dispatch_map import FOLLOW_UP_DIR, map_findings
 from cublas_audit.table.dispatch import json_ready
 from cublas_audit.table.inputs import Dataset, load_run
-from cublas_audit.table.rundir import PLOTS_DIR, REPORT_FILE, TABLE_FILE, write_text_atomic
+from cublas_audit.table.rundir import (
+    FINDINGS_FILE,
+    FOLLOW_UP_DIR,
+    PLOTS_DIR,
+    REPORT_FILE,
+    TABLE_FILE,
+    write_text_atomic,
+)
 
-FINDINGS_FILE = "findings.json"
 FINDINGS_SHOWN = 40  # per rule; findings.json has them all
 KERNELS_SHOWN = 25
 

@@ -25,21 +25,19 @@ import pandas as pd
 
 from cublas_audit.errors import AuditError
 from cublas_audit.judge import findings
+from cublas_audit.judge.map_audit import map_findings
 from cublas_audit.judge.thresholds import Thresholds
-from cublas_audit.judge.units import write_units_report
 from cublas_audit.observe.environment import Gpu
 from cublas_audit.planning.cases import Case, Variants, parse_int_list, read_plan
 from cublas_audit.run import multi_gpu
 from cublas_audit.run.sweep import Progress
-from cublas_audit.run.sweep_setup import SweepOptions, SweepResult, sweep
+from cublas_audit.run.sweep_setup import Measured, SweepOptions, sweep
 from cublas_audit.table import rundir
 
 MAX_MAP_CASES = 1_000_000  # beyond this, --sample: a plan.json of millions of cases is no map
 DEFAULT_REPS = 5  # timed and traced calls per case (kernel times vary ~1 % call to call)
 DEFAULT_FOLLOW_UP = 8  # findings the follow-up takes deep, largest effect first
-FOLLOW_UP_DIR = "follow-up"
 FOLLOW_UP_CANDIDATES = 32  # cuBLASLt candidates per followed-up problem
-MAP_RULES = ("size-inversion", "dispatch-cliff")
 
 
 @dataclass(frozen=True)
@@ -127,11 +125,15 @@ def listed(cases: Sequence[Case]) -> list[Case]:
 
 @dataclass(frozen=True)
 class MapResult:
+    """A finished map: its directory and table (None for a replicated map: its units are
+    compared), the follow-up's run directory, the map's findings (judged once, here), and for a
+    spread map its shards. The caller writes the reports (cublas_audit.jobs)."""
+
     run_dir: Path
-    frame: pd.DataFrame | None  # None for a replicated map: its units are compared (units.md)
-    report: Path
+    frame: pd.DataFrame | None
     follow_up: Path | None = None
     findings: list[findings.Finding] = field(default_factory=list)
+    shards: list[Path] = field(default_factory=list)
 
 
 def run(
@@ -143,35 +145,21 @@ def run(
     progress_for: Callable[[Gpu], Progress] | None = None,
 ) -> MapResult:
     """The map (new or resumed; on one GPU, or spread over several), then with `follow_up` the
-    deep tier for that many findings (on the first GPU), then the report with both."""
-    from cublas_audit.report.map_report import write_map_report
-
+    deep tier for that many findings (on the first GPU)."""
     options = replace(options, phase="map")
     if spread is None:
-        mapped = sweep(options, progress, report=False)
+        mapped = sweep(options, progress)
     else:
         plan, shards = multi_gpu.on_devices(options, spread, progress_for)
         if plan.replicate:
-            for shard in shards:
-                write_map_report(shard, thresholds)
-            units = write_units_report(plan.run_dir, shards, thresholds)
-            return MapResult(plan.run_dir, None, units)
+            return MapResult(plan.run_dir, None, shards=shards)
         frame = multi_gpu.merged_table(plan, shards)
-        mapped = SweepResult(plan.run_dir, frame, plan.run_dir / rundir.REPORT_FILE)
+        mapped = Measured(plan.run_dir, frame, "map")
     found = map_findings(mapped.frame, thresholds)  # once: the follow-up and the report share it
     deep = None
     if follow_up:
         deep = run_follow_up(mapped, options, found[:follow_up], progress)
-    report = write_map_report(mapped.run_dir, thresholds, found)
-    return MapResult(mapped.run_dir, mapped.frame, report, deep, found)
-
-
-def map_findings(
-    frame: pd.DataFrame, thresholds: Thresholds | None = None
-) -> list[findings.Finding]:
-    """The map rules' findings, largest effect first."""
-    found = findings.audit(frame, thresholds=thresholds, rules=MAP_RULES)
-    return sorted(found, key=lambda f: (-f.effect, f.rule, f.sizes))
+    return MapResult(mapped.run_dir, mapped.frame, deep, found)
 
 
 def follow_up_cases(
@@ -188,14 +176,14 @@ def follow_up_cases(
 
 
 def run_follow_up(
-    mapped: SweepResult,
+    mapped: Measured,
     options: SweepOptions,
     followed: Sequence[findings.Finding],
     progress: Progress | None,
 ) -> Path | None:
     """The flagged cases through a sweep into follow-up/ (resumed where it was started): ncu
     where it may run (else CUPTI), the reference, cuBLASLt's candidates."""
-    out = mapped.run_dir / FOLLOW_UP_DIR
+    out = mapped.run_dir / rundir.FOLLOW_UP_DIR
     cases = follow_up_cases(mapped.frame, read_plan(mapped.run_dir / rundir.PLAN_FILE), followed)
     if not cases:
         (progress or Progress()).note("follow-up: the map flagged nothing")

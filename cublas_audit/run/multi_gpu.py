@@ -30,7 +30,6 @@ from typing import Any
 
 import pandas as pd
 
-from cublas_audit import __version__
 from cublas_audit.errors import AuditError, InterruptedSweepError
 from cublas_audit.judge import candidates
 from cublas_audit.observe.environment import Gpu, list_gpus
@@ -46,6 +45,7 @@ from cublas_audit.run.sweep_setup import SweepOptions, check_new_run_dir, defaul
 from cublas_audit.table import dispatch as table
 from cublas_audit.table import rundir
 from cublas_audit.table.validation import read_table
+from cublas_audit.version import __version__
 
 SHARDS_DIR = "shards"
 UNITS_REPORT = "units.md"
@@ -67,10 +67,12 @@ class Spread:
 
 @dataclass(frozen=True)
 class MultiResult:
+    """A run spread over GPUs: its directory, the shards' run directories and the merged table
+    (None for a replicated run, whose units are compared instead). The caller writes reports."""
+
     run_dir: Path
     shards: list[Path]
-    frame: pd.DataFrame | None  # sharded: the merged table; replicated: None (see units.md)
-    report: Path
+    frame: pd.DataFrame | None  # sharded: the merged table; replicated: None
 
 
 # ----- which GPUs -------------------------------------------------------------------------------
@@ -246,7 +248,7 @@ def run(
     ]
     with concurrent.futures.ThreadPoolExecutor(max_workers=len(jobs)) as pool:
         futures = {
-            pool.submit(sweep, job, progress_for(gpu) if progress_for else None, report=False): gpu
+            pool.submit(sweep, job, progress_for(gpu) if progress_for else None): gpu
             for gpu, job in jobs
         }
         failures = []
@@ -339,18 +341,12 @@ def sweep_on_devices(
     spread: Spread,
     progress_for: Callable[[Gpu], Progress] | None = None,
 ) -> MultiResult:
-    """`sweep --devices`: the shards, then the merged table and its report (sharded) or the
-    unit comparison (replicated)."""
-    from cublas_audit.judge.units import write_units_report
-    from cublas_audit.report.render import write_run_report
-
+    """`sweep --devices`: the shards, then the merged table (sharded) or none (replicated: the
+    units are compared)."""
     plan, shards = on_devices(options, spread, progress_for)
-    if plan.replicate:  # each unit's own report, and their comparison
-        for shard in shards:
-            write_run_report(shard)
-        return MultiResult(plan.run_dir, shards, None, write_units_report(plan.run_dir, shards))
-    frame = merged_table(plan, shards)
-    return MultiResult(plan.run_dir, shards, frame, write_run_report(plan.run_dir))
+    if plan.replicate:
+        return MultiResult(plan.run_dir, shards, None)
+    return MultiResult(plan.run_dir, shards, merged_table(plan, shards))
 
 
 def candidates_on_devices(
@@ -359,13 +355,10 @@ def candidates_on_devices(
     progress_for: Callable[[Gpu], Progress] | None = None,
 ) -> MultiResult:
     """`candidates --devices`: the plan's problems sharded across the GPUs, each shard's audit in
-    its probe pinned to its GPU, then the merged candidates.csv and its report."""
-    from cublas_audit.run.sweep_setup import write_candidates_report
-
+    its probe pinned to its GPU, then the merged candidates.csv."""
     if spread.replicate:
         raise AuditError("--replicate: the candidate audit shards its problems; leave it out")
     # (a resumed run gives no cases: its record holds the plan)
     options = replace(options, cases=candidates.problems(options.cases), phase="candidates")
     plan, shards = on_devices(options, spread, progress_for)
-    frame = merged_candidates(plan, shards)
-    return MultiResult(plan.run_dir, shards, frame, write_candidates_report(plan.run_dir, frame))
+    return MultiResult(plan.run_dir, shards, merged_candidates(plan, shards))

@@ -19,7 +19,6 @@ from typing import Any
 
 import pandas as pd
 
-from cublas_audit import __version__
 from cublas_audit.errors import AuditError, ToolMissingError
 from cublas_audit.judge import candidates
 from cublas_audit.observe import environment
@@ -37,6 +36,7 @@ from cublas_audit.run import probe_process
 from cublas_audit.run.sweep import Progress, SweepConfig, run
 from cublas_audit.table import rundir
 from cublas_audit.table.validation import check_env
+from cublas_audit.version import __version__
 
 DEFAULT_MIN_REPS = 20
 
@@ -81,10 +81,13 @@ PHASES = ("time", "map", "candidates")
 
 
 @dataclass(frozen=True)
-class SweepResult:
+class Measured:
+    """A finished run: its directory and its table (dispatch.csv; candidates.csv for a candidates
+    run). The caller writes the report (cublas_audit.jobs)."""
+
     run_dir: Path
     frame: pd.DataFrame
-    report: Path
+    phase: str
 
 
 # option -> (env.json key, default): the settings a resumed sweep takes from its record.
@@ -104,13 +107,9 @@ RECORDED: dict[str, tuple[str, Any]] = {
 }
 
 
-def sweep(
-    options: SweepOptions, progress: Progress | None = None, *, report: bool = True
-) -> SweepResult:
-    """Checks, starts or resumes, runs, and writes dispatch.csv and (unless told not to, by a
-    caller that writes its own) report.md."""
-    from cublas_audit.report.render import write_run_report
-
+def sweep(options: SweepOptions, progress: Progress | None = None) -> Measured:
+    """Checks, starts or resumes, runs, and writes the run's table; no report (that is the
+    caller's: measuring returns data)."""
     options = checked(options)
     env = environment.collect(options.ncu, options.device)
     environment.require_gpu(env)
@@ -122,28 +121,7 @@ def sweep(
         if options.resume is None:
             start_run(config, env, options)
         frame = run(config, progress)
-    if not report:
-        return SweepResult(config.run_dir, frame, config.run_dir / rundir.REPORT_FILE)
-    if config.phase == "map":
-        from cublas_audit.report.map_report import write_map_report
-
-        return SweepResult(config.run_dir, frame, write_map_report(config.run_dir))
-    if config.phase == "candidates":
-        return SweepResult(config.run_dir, frame, write_candidates_report(config.run_dir, frame))
-    return SweepResult(config.run_dir, frame, write_run_report(config.run_dir))
-
-
-def write_candidates_report(run_dir: Path, frame: pd.DataFrame) -> Path:
-    """report.md of a candidates run: the candidate audit's section at the threshold the run
-    confirmed gaps at."""
-    from cublas_audit.report.candidates_report import render_markdown
-
-    env = rundir.read_env(run_dir)
-    threshold = float(env.get("candidate_threshold") or candidates.DEFAULT_THRESHOLD)
-    text = f"# cuBLASLt candidate audit: {env.get('gpu_label')}\n\n" + render_markdown(
-        frame, threshold
-    )
-    return rundir.write_text_atomic(run_dir / rundir.REPORT_FILE, text)
+    return Measured(config.run_dir, frame, config.phase)
 
 
 def _observer_here(

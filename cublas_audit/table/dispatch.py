@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from cublas_audit.errors import AuditError
+from cublas_audit.observe.ncu_export import STALL_REASONS
 from cublas_audit.planning.modes import MODE_NAMES as MODES
 from cublas_audit.table.rundir import write_csv_atomic
 
@@ -38,28 +39,6 @@ REQUIRED_COLUMNS: dict[str, str] = {
     "fma_pct": "float",
     "time_ms": "float",
 }
-
-STALL_REASONS = (
-    "barrier",
-    "branch_resolving",
-    "dispatch_stall",
-    "drain",
-    "gmma",
-    "imc_miss",
-    "lg_throttle",
-    "long_scoreboard",
-    "math_pipe_throttle",
-    "membar",
-    "mio_throttle",
-    "misc",
-    "no_instruction",
-    "not_selected",
-    "selected",
-    "short_scoreboard",
-    "sleeping",
-    "tex_throttle",
-    "wait",
-)
 
 OPTIONAL_COLUMNS: dict[str, str] = {
     "schema_version": "int",

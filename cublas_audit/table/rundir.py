@@ -40,6 +40,10 @@ RECHECKED = "rechecked.txt"  # the cases re-measured after an unsure comparison,
 NCU_DIR = "ncu"
 REPORT_FILE = "report.md"
 PLOTS_DIR = "plots"
+FOLLOW_UP_DIR = "follow-up"  # a map's deep tier: a run directory inside the map's
+FINDINGS_FILE = "findings.json"  # a map's findings, every one (report.md shows the largest)
+UNITS_REPORT = "units.md"  # a replicated run's comparison of its units, and its data:
+UNITS_JSON = "units.json"
 
 
 def write_text_atomic(path: Path, text: str) -> Path:

@@ -18,10 +18,10 @@ import numpy as np
 import pandas as pd
 
 from cublas_audit.errors import AuditError
+from cublas_audit.observe.ncu_export import STALL_REASONS
 from cublas_audit.table.dispatch import (
     APIS,
     CASE_KEY,
-    STALL_REASONS,
     TIMED,
     TableSource,
     check_values,

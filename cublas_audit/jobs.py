@@ -1,0 +1,102 @@
+"""Each measuring command's whole job: measure (cublas_audit.run returns data), then write the
+reports of what it measured (cublas_audit.report). The CLI and the Python API call these; the
+run stage never picks or imports a report writer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from cublas_audit.judge.findings import Finding
+from cublas_audit.judge.thresholds import Thresholds
+from cublas_audit.observe.environment import Gpu
+from cublas_audit.report.candidates_report import write_candidates_run_report
+from cublas_audit.report.map_report import write_map_report
+from cublas_audit.report.render import write_run_report
+from cublas_audit.report.units_report import write_units_report
+from cublas_audit.run import dispatch_map, multi_gpu
+from cublas_audit.run.sweep import Progress
+from cublas_audit.run.sweep_setup import Measured, SweepOptions
+from cublas_audit.run.sweep_setup import sweep as measure
+
+ProgressFor = Callable[[Gpu], Progress]
+
+
+@dataclass(frozen=True)
+class SweepResult:
+    """A finished run: its directory, its table, and the report written for it (units.md for a
+    replicated run, whose table is None)."""
+
+    run_dir: Path
+    frame: pd.DataFrame | None
+    report: Path
+    shards: list[Path] = field(default_factory=list)
+    follow_up: Path | None = None
+    findings: list[Finding] = field(default_factory=list)
+
+
+def sweep(options: SweepOptions, progress: Progress | None = None) -> SweepResult:
+    """A sweep (or a map pass, or a candidates run) on this machine's GPU and its report."""
+    measured = measure(options, progress)
+    return SweepResult(measured.run_dir, measured.frame, _report_of(measured))
+
+
+def _report_of(measured: Measured, thresholds: Thresholds | None = None) -> Path:
+    if measured.phase == "map":
+        return write_map_report(measured.run_dir, thresholds)
+    if measured.phase == "candidates":
+        return write_candidates_run_report(measured.run_dir, measured.frame)
+    return write_run_report(measured.run_dir)
+
+
+def sweep_on_devices(
+    options: SweepOptions, spread: multi_gpu.Spread, progress_for: ProgressFor | None = None
+) -> SweepResult:
+    """`sweep --devices`: the merged table's report, or (replicated) each unit's report and
+    their comparison."""
+    multi = multi_gpu.sweep_on_devices(options, spread, progress_for)
+    if multi.frame is None:
+        for shard in multi.shards:
+            write_run_report(shard)
+        units = write_units_report(multi.run_dir, multi.shards)
+        return SweepResult(multi.run_dir, None, units, multi.shards)
+    return SweepResult(multi.run_dir, multi.frame, write_run_report(multi.run_dir), multi.shards)
+
+
+def candidates_on_devices(
+    options: SweepOptions, spread: multi_gpu.Spread, progress_for: ProgressFor | None = None
+) -> SweepResult:
+    """`candidates --devices`: the merged candidates.csv and its report."""
+    multi = multi_gpu.candidates_on_devices(options, spread, progress_for)
+    assert multi.frame is not None  # a sharded run's merged table
+    report = write_candidates_run_report(multi.run_dir, multi.frame)
+    return SweepResult(multi.run_dir, multi.frame, report, multi.shards)
+
+
+def dispatch_map_run(
+    options: SweepOptions,
+    follow_up: int | None = None,
+    thresholds: Thresholds | None = None,
+    progress: Progress | None = None,
+    spread: multi_gpu.Spread | None = None,
+    progress_for: ProgressFor | None = None,
+) -> SweepResult:
+    """`map`: the map (and its follow-up), then the follow-up's run report and the map's report
+    with the map's findings as judged once; a replicated map: each unit's map report and their
+    comparison."""
+    mapped = dispatch_map.run(options, follow_up, thresholds, progress, spread, progress_for)
+    if mapped.frame is None:
+        for shard in mapped.shards:
+            write_map_report(shard, thresholds)
+        units = write_units_report(mapped.run_dir, mapped.shards, thresholds)
+        return SweepResult(mapped.run_dir, None, units, mapped.shards)
+    if mapped.follow_up is not None:
+        write_run_report(mapped.follow_up)
+    report = write_map_report(mapped.run_dir, thresholds, mapped.findings)
+    return SweepResult(
+        mapped.run_dir, mapped.frame, report, mapped.shards, mapped.follow_up, mapped.findings
+    )

@@ -1,0 +1,19 @@
+"""The dispatch map's own rules (size-inversion, dispatch-cliff), judged once per map: the
+follow-up, the report and the CLI's summary all take these findings."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from cublas_audit.judge import findings
+from cublas_audit.judge.thresholds import Thresholds
+
+MAP_RULES = ("size-inversion", "dispatch-cliff")
+
+
+def map_findings(
+    frame: pd.DataFrame, thresholds: Thresholds | None = None
+) -> list[findings.Finding]:
+    """The map rules' findings, largest effect first."""
+    found = findings.audit(frame, thresholds=thresholds, rules=MAP_RULES)
+    return sorted(found, key=lambda f: (-f.effect, f.rule, f.sizes))
