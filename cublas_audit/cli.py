@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Annotated, Any, ParamSpec, TypeVar
 import typer
 
 from cublas_audit.errors import AuditError
+from cublas_audit.observe.observer import MAP_OBSERVERS, Observer
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -384,7 +385,7 @@ def sweep_command(
         min_reps=min_reps,
         candidate_limit=limit if candidates else None,
         command=["cublas-audit", *sys.argv[1:]],
-        observer=observer,
+        observer=Observer.parse(observer),
     )
     spread = _spread(devices, replicate, allow_mixed, resume)
     if spread is not None:
@@ -836,8 +837,7 @@ def map_command(
     from cublas_audit.run.sweep_setup import SweepOptions
 
     limits = with_overrides(threshold or [])
-    if observer not in (None, "cupti", "events"):
-        raise AuditError(f"--observer: {observer!r} is not cupti or events (a map never runs ncu)")
+    observed = Observer.parse(observer, MAP_OBSERVERS)  # a map never runs ncu
     planned: list[cases.Case] = []
     if resume is None and (shapes_file is not None or torch_trace is not None):
         planned = dispatch_map.listed(_listed_cases(shapes_file, torch_trace, modes, api))
@@ -861,7 +861,7 @@ def map_command(
         min_reps=None if resume is not None else reps,
         reference=False,
         command=["cublas-audit", *sys.argv[1:]],
-        observer=observer,
+        observer=observed,
     )
     limit = follow_up_limit if follow_up else None
     spread = _spread(devices, replicate, allow_mixed, resume)

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from cublas_audit.errors import AuditError, ToolMissingError
+from cublas_audit.observe.observer import MAP_OBSERVERS, Observer
 from cublas_audit.run import probe_process, sweep_setup
 from cublas_audit.run.sweep import Progress
 from cublas_audit.run.sweep_setup import SweepOptions
@@ -51,11 +52,17 @@ def test_asking_for_ncu_without_it_is_exit_3(
 ) -> None:
     stand_in_machine(monkeypatch, ncu=None)
     with pytest.raises(ToolMissingError, match="ncu"):
-        sweep_setup.sweep(options(tmp_path, observer="ncu"))
+        sweep_setup.sweep(options(tmp_path, observer=Observer.ncu))
 
 
 def test_events_observer_turns_cupti_off_in_the_probe(tmp_path: Path) -> None:
-    decided = sweep_setup.checked(options(tmp_path, observer="events"))
+    decided = sweep_setup.checked(options(tmp_path, observer=Observer.events))
     assert decided.probe_env[probe_process.NO_CUPTI_ENV] == "1"
+
+
+def test_an_unknown_observer_is_refused_in_one_line() -> None:
     with pytest.raises(AuditError, match="--observer: 'nvprof' is not one of ncu, cupti, events"):
-        sweep_setup.checked(options(tmp_path, observer="nvprof"))
+        Observer.parse("nvprof")
+    with pytest.raises(AuditError, match="--observer: 'ncu' is not one of cupti, events"):
+        Observer.parse("ncu", MAP_OBSERVERS)  # a map never runs ncu
+    assert Observer.parse(None) is None and Observer.parse("cupti") is Observer.cupti

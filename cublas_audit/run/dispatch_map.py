@@ -28,6 +28,7 @@ from cublas_audit.judge import findings
 from cublas_audit.judge.map_audit import map_findings
 from cublas_audit.judge.thresholds import Thresholds
 from cublas_audit.observe.environment import Gpu
+from cublas_audit.observe.observer import Observer
 from cublas_audit.planning.cases import Case, Variants, parse_int_list, read_plan
 from cublas_audit.run import multi_gpu
 from cublas_audit.run.sweep import Progress
@@ -203,7 +204,9 @@ def run_follow_up(
         command=[*options.command, f"(follow-up of {len(cases)} cases)"],
         phase=None if started else "time",
         # ncu where it can run (the sweep's default); events where the map was told not to trace
-        observer="events" if record.get("observer") == "events" and not started else None,
+        observer=Observer.events
+        if record.get("observer") == Observer.events and not started
+        else None,
     )
     (progress or Progress()).note(f"follow-up: {len(cases)} cases to the deep tier")
     return sweep(deep, progress).run_dir

@@ -23,6 +23,7 @@ from cublas_audit.errors import AuditError, ToolMissingError
 from cublas_audit.judge import candidates
 from cublas_audit.observe import environment
 from cublas_audit.observe.ncu_command import CLOCK_CONTROLS
+from cublas_audit.observe.observer import MAP_OBSERVERS, Observer
 from cublas_audit.planning.cases import (
     DEFAULT_WORKSPACE_BYTES,
     Case,
@@ -64,10 +65,9 @@ class SweepOptions:
     candidate_min_reps: int | None = None
     workspace_bytes: int | None = None
     command: list[str] = field(default_factory=list)
-    # How the launches are observed: "ncu" (counters, stalls), "cupti" (kernel names, times and
-    # geometry; no counter permission needed), "events" (call times only); None: ncu where it
-    # can run, else CUPTI with a notice (--no-profile means CUPTI).
-    observer: str | None = None
+    # How the launches are observed (observe.observer); None: ncu where it can run, else CUPTI
+    # with a notice (--no-profile means CUPTI).
+    observer: Observer | None = None
     # "time" (a sweep), "map" (the dispatch map's fast pass: cupti or events, never ncu) or
     # "candidates" (the cuBLASLt candidate audit alone: `candidates --devices`).
     phase: str | None = None
@@ -76,7 +76,6 @@ class SweepOptions:
     device: int | None = None
 
 
-OBSERVERS = ("ncu", "cupti", "events")
 PHASES = ("time", "map", "candidates")
 
 
@@ -129,9 +128,9 @@ def _observer_here(
 ) -> SweepOptions:
     """The observer this sweep uses. Asked for ncu (or a resumed profiled run): ncu or exit 3.
     Not asked: ncu where it can run, else CUPTI, said in one line, never a stop."""
-    if options.observer in ("cupti", "events") or options.phase in ("map", "candidates"):
+    if options.observer in MAP_OBSERVERS or options.phase in ("map", "candidates"):
         return replace(options, profile=False)
-    if options.observer == "ncu" or not options.profile or options.resume is not None:
+    if options.observer is Observer.ncu or not options.profile or options.resume is not None:
         return options
     try:
         environment.require_profiler(env)
@@ -156,11 +155,9 @@ def checked(options: SweepOptions) -> SweepOptions:
         for name, (_key, default) in RECORDED.items()
     }
     options = replace(options, **decided)
-    if options.observer is not None and options.observer not in OBSERVERS:
-        raise AuditError(f"--observer: {options.observer!r} is not one of {', '.join(OBSERVERS)}")
     if options.phase not in PHASES:
         raise AuditError(f"phase {options.phase!r} is not one of {', '.join(PHASES)}")
-    if options.phase == "map" and options.observer == "ncu":
+    if options.phase == "map" and options.observer is Observer.ncu:
         raise AuditError(
             "--observer ncu: a map observes with cupti or events; --follow-up takes the cases it "
             "flags to ncu"
@@ -168,7 +165,7 @@ def checked(options: SweepOptions) -> SweepOptions:
     if options.phase == "candidates":  # the audit of cuBLASLt's algorithms and nothing else
         limit = options.candidate_limit or candidates.DEFAULT_LIMIT
         options = replace(options, candidate_limit=limit, profile=False, reference=False)
-    if options.observer == "events":  # the probe then times with CUDA events alone
+    if options.observer is Observer.events:  # the probe then times with CUDA events alone
         no_cupti = {probe_process.NO_CUPTI_ENV: "1"}
         options = replace(options, probe_env={**options.probe_env, **no_cupti})
     if options.clock_control not in CLOCK_CONTROLS:
@@ -265,12 +262,12 @@ def _config(
     )
 
 
-def _observer_name(config: SweepConfig, options: SweepOptions) -> str | None:
+def _observer_used(config: SweepConfig, options: SweepOptions) -> Observer | None:
     """How the run observes the planned calls; a candidates run observes none (it times
     cuBLASLt's algorithms with CUDA events)."""
     if not config.measures_calls:
         return None
-    return "ncu" if config.ncu is not None else (options.observer or "cupti")
+    return Observer.ncu if config.ncu is not None else (options.observer or Observer.cupti)
 
 
 def _setting(options: SweepOptions, name: str) -> Any:
@@ -295,7 +292,7 @@ def start_run(config: SweepConfig, env: environment.Environment, options: SweepO
             "cublas_lib": str(config.cublas_lib) if config.cublas_lib else None,
             "ncu_clock_control": config.clock_control,
             "profiled": config.ncu is not None,
-            "observer": _observer_name(config, options),
+            "observer": _observer_used(config, options),
             "reference": config.reference,
             "min_reps": config.min_reps,
             "candidate_limit": config.candidate_limit,
