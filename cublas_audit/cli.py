@@ -832,23 +832,24 @@ def map_command(
     from cublas_audit import jobs
     from cublas_audit.judge.map_audit import MAP_RULES
     from cublas_audit.judge.thresholds import with_overrides
-    from cublas_audit.planning import cases
-    from cublas_audit.run import dispatch_map, probe_process
+    from cublas_audit.planning import cases, map_grid
+    from cublas_audit.run import probe_process
     from cublas_audit.run.sweep_setup import SweepOptions
 
     limits = with_overrides(threshold or [])
     observed = Observer.parse(observer, MAP_OBSERVERS)  # a map never runs ncu
     planned: list[cases.Case] = []
     if resume is None and (shapes_file is not None or torch_trace is not None):
-        planned = dispatch_map.listed(_listed_cases(shapes_file, torch_trace, modes, api))
+        planned = map_grid.listed(_listed_cases(shapes_file, torch_trace, modes, api))
     elif resume is None:
-        grid = dispatch_map.Grid.parse(sizes, m, n, k)
-        planned = dispatch_map.plan(
-            grid.problems(sample, seed),
+        planned = map_grid.grid_plan(
+            map_grid.Grid.parse(sizes, m, n, k),
             cases.parse_int_list(batches, "--batches"),
             cases.parse_modes(modes),
             cases.parse_apis(api),
             _variants(layouts, ld_pad, broadcast, beta, False, -1),
+            sample,
+            seed,
         )
     options = SweepOptions(
         cases=planned,

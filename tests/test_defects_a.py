@@ -242,7 +242,6 @@ def test_terminal_report_prints_no_escape_sequence_from_a_table(
 # ----- map counts its cases before building them --------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="issue 25: map builds the whole grid before the case limit")
 def test_map_refuses_a_grid_over_the_case_limit_at_once(tmp_path: Path) -> None:
     # Warm up: the map command's imports, so the deadline times only the grid.
     assert runner.invoke(app, ["map"]).exit_code == 2

@@ -23,6 +23,7 @@ from cublas_audit import jobs
 from cublas_audit.errors import AuditError
 from cublas_audit.judge.findings import prepare
 from cublas_audit.judge.map_audit import map_findings
+from cublas_audit.planning import map_grid
 from cublas_audit.planning.cases import Case, Variants
 from cublas_audit.report import map_plots
 from cublas_audit.report.map_plots import switches
@@ -43,7 +44,7 @@ DEADLINE_S = 60
 
 
 def test_the_grid_is_squares_then_the_cross_product() -> None:
-    grid = dispatch_map.Grid.parse("64:192:64", "1,2", "3", "4:6:1")
+    grid = map_grid.Grid.parse("64:192:64", "1,2", "3", "4:6:1")
     assert grid.count == 3 + 2 * 1 * 3
     assert grid.problems() == sorted(
         [(64, 64, 64), (128, 128, 128), (192, 192, 192)]
@@ -62,12 +63,12 @@ def test_the_grid_is_squares_then_the_cross_product() -> None:
 )
 def test_a_bad_grid_is_one_error_naming_it(sizes: str, m: str, n: str, k: str, said: str) -> None:
     with pytest.raises(AuditError, match=said):
-        dispatch_map.Grid.parse(sizes, m, n, k)
+        map_grid.Grid.parse(sizes, m, n, k)
 
 
 def test_a_sample_is_drawn_from_the_grid_without_building_it() -> None:
     axis = "64:4096:64"
-    grid = dispatch_map.Grid.parse("", axis, axis, axis)
+    grid = map_grid.Grid.parse("", axis, axis, axis)
     assert grid.count == 64**3
     picked = grid.problems(sample=10_000, seed=7)
     assert len(picked) == 10_000 and picked == sorted(set(picked))
@@ -80,26 +81,26 @@ def test_a_sample_is_drawn_from_the_grid_without_building_it() -> None:
 
 
 def test_the_plan_has_no_loop_companions_and_batch_1_is_the_single_call() -> None:
-    cases = dispatch_map.plan([(64, 64, 64), (128, 64, 32)], [1, 8], ["fp32"], ["cublas"])
+    cases = map_grid.plan([(64, 64, 64), (128, 64, 32)], [1, 8], ["fp32"], ["cublas"])
     assert len(cases) == 4
     assert not any(c.loop for c in cases)
     assert {c.routine for c in cases} == {"cublasSgemm", "cublasSgemmStridedBatched"}
-    layouts = dispatch_map.plan([(64, 64, 64)], [1], ["fp32"], ["cublas"], Variants(("nn", "tn")))
+    layouts = map_grid.plan([(64, 64, 64)], [1], ["fp32"], ["cublas"], Variants(("nn", "tn")))
     assert [c.layout for c in layouts] == ["nn", "tn"]
 
 
 def test_a_map_too_large_to_plan_asks_for_a_sample() -> None:
     problems = [(64, 64, 64)] * 600_000
     with pytest.raises(AuditError, match="take --sample N"):
-        dispatch_map.plan(problems, [1, 8], ["fp32"], ["cublas"])
+        map_grid.plan(problems, [1, 8], ["fp32"], ["cublas"])
 
 
 # ----- end to end, on the H100's recorded map -----------------------------------------------------
 
 
 def map_cases() -> list[Case]:
-    problems = dispatch_map.Grid.parse("64:4096:64", "", "", "").problems()
-    return dispatch_map.plan(problems, [1, 8], ["fp32"], ["cublas"])
+    problems = map_grid.Grid.parse("64:4096:64", "", "", "").problems()
+    return map_grid.plan(problems, [1, 8], ["fp32"], ["cublas"])
 
 
 @pytest.fixture(scope="module")
@@ -241,3 +242,15 @@ def test_switches_along_the_size_axis_match_the_table() -> None:
     # a switch is where the kernel differs from the size before, never elsewhere
     kernels = single.sort_values("m")["kernel_short"].tolist()
     assert len(found) == sum(a != b for a, b in itertools.pairwise(kernels))
+
+
+def test_a_huge_grid_is_counted_not_built_and_a_sample_of_it_is_planned() -> None:
+    grid = map_grid.Grid.parse("", "1:1000:1", "1:1000:1", "1:1000:1")  # 10^9 problems
+    with pytest.raises(AuditError, match=r"the map has 2,000,000,000 cases .*--sample"):
+        map_grid.grid_plan(grid, [1, 8], ["fp32"], ["cublas"])
+    sampled = map_grid.grid_plan(grid, [1, 8], ["fp32"], ["cublas"], sample=50, seed=3)
+    assert len(sampled) == 100  # 50 problems x batch 1 and 8, each problem drawn once
+    # the limit counts the cases, not the problems: 500,010 problems x 2 batches is over it
+    over = map_grid.Grid.parse("", "1:50001:1", "1:10:1", "1")
+    with pytest.raises(AuditError, match="1,000,020 cases"):
+        map_grid.grid_plan(over, [1, 8], ["fp32"], ["cublas"])
