@@ -215,7 +215,6 @@ CLEAR_SCREEN = "\x1b[2J"
 SET_TITLE = "\x1b]2;owned\x1b\\"
 
 
-@pytest.mark.xfail(strict=True, reason="issue 25: terminal escape injection")
 def test_terminal_report_prints_no_escape_sequence_from_a_table(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

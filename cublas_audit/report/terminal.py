@@ -1,6 +1,8 @@
 """The report as a person reads it in a terminal (rich): the findings first, then each GPU's
 dispatch grid, size by batch, a cell the dispatched kernel with its pipe utilization and TFLOP/s.
-Text from tables is printed as text, never as rich markup.
+Text from tables is printed as text, never as rich markup, and through `safe_text` alone: a
+table's label or kernel name holding escape sequences (clear the screen, set the window title)
+reaches the terminal written out, as Markdown gets it (markdown.visible).
 """
 
 from __future__ import annotations
@@ -15,12 +17,17 @@ from rich.text import Text
 from cublas_audit.judge.findings import SEVERITIES, Finding, audit, prepare
 from cublas_audit.judge.thresholds import Thresholds
 from cublas_audit.planning.modes import pipe_name
-from cublas_audit.report.markdown import shorten
+from cublas_audit.report.markdown import shorten, visible
 from cublas_audit.table.dispatch import plain
 from cublas_audit.table.inputs import Dataset
 
 SEVERITY_STYLE = {"high": "bold red", "medium": "yellow", "info": "cyan"}
 GRID_KEY = ["api", "routine", "mode"]
+
+
+def safe_text(value: object, style: str = "") -> Text:
+    """The one way table text reaches the terminal: control characters written out."""
+    return Text(visible(value), style=style)
 
 
 def show(
@@ -44,11 +51,11 @@ def findings_table(datasets: Sequence[Dataset], found: Sequence[list[Finding]]) 
     for dataset, f in sorted(pairs, key=lambda pair: SEVERITIES.index(pair[1].severity)):
         where = " ".join(p for p in (f.api, f.routine, f.mode) if p) + f", batch {f.batch}"
         table.add_row(
-            Text(f.severity, style=SEVERITY_STYLE[f.severity]),
-            Text(dataset.gpu_label),
-            Text(f.rule),
-            Text(where),
-            Text(f.message),
+            safe_text(f.severity, SEVERITY_STYLE[f.severity]),
+            safe_text(dataset.gpu_label),
+            safe_text(f.rule),
+            safe_text(where),
+            safe_text(f.message),
         )
     return table
 
@@ -61,14 +68,14 @@ def dispatch_grids(dataset: Dataset) -> list[Table]:
     for (api, routine, mode), group in rows.groupby(GRID_KEY, sort=True):
         pipe = pipe_name(str(mode)).replace("-pipe", " %")
         title = f"{dataset.title} · {api} {routine} {mode} (kernel, {pipe}, TFLOP/s)"
-        table = Table(title=Text(title), title_justify="left")
+        table = Table(title=safe_text(title), title_justify="left")
         batches = sorted(group["batch"].unique())
         table.add_column("size")
         for batch in batches:
             table.add_column(f"batch {batch}", overflow="fold")
         for (_size, shape), cells in group.groupby(["size", "shape"], sort=True):
             by_batch = {row["batch"]: cell(row) for _, row in cells.iterrows()}
-            table.add_row(Text(str(shape)), *(Text(by_batch.get(b, "")) for b in batches))
+            table.add_row(safe_text(shape), *(safe_text(by_batch.get(b, "")) for b in batches))
         tables.append(table)
     return tables
 
