@@ -69,7 +69,8 @@ def collect(ncu: str | None = None, device: int | None = None) -> Environment:
     env.ncu_path = find_ncu(ncu)
     if env.ncu_path:
         env.ncu_version = _ncu_version(env.ncu_path)
-    env.counters_permitted = counters_permitted()
+    # counters are a GPU's: with none, the question has no answer (not 'yes' for root)
+    env.counters_permitted = counters_permitted() if env.has_gpu else None
     return env
 
 

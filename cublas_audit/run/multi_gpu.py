@@ -30,7 +30,7 @@ from typing import Any
 
 import pandas as pd
 
-from cublas_audit.errors import AuditError, InterruptedSweepError
+from cublas_audit.errors import AuditError, InterruptedSweepError, ToolMissingError
 from cublas_audit.judge import candidates
 from cublas_audit.observe.environment import Gpu, list_gpus
 from cublas_audit.planning.cases import (
@@ -81,7 +81,7 @@ class MultiResult:
 def parse_devices(text: str, gpus: Sequence[Gpu]) -> list[Gpu]:
     """`all` or indices `0,1,...` of this host's GPUs (nvidia-smi's numbering)."""
     if not gpus:
-        raise AuditError("--devices: nvidia-smi lists no GPU on this machine")
+        raise ToolMissingError("--devices: no NVIDIA GPU found here (nvidia-smi lists none)")
     if text.strip() == "all":
         return list(gpus)
     by_index = {gpu.index: gpu for gpu in gpus}
@@ -90,7 +90,8 @@ def parse_devices(text: str, gpus: Sequence[Gpu]) -> list[Gpu]:
         item = item.strip()
         if not item.isdigit() or int(item) not in by_index:
             known = ", ".join(str(i) for i in by_index)
-            raise AuditError(f"--devices: {item!r} is not a GPU of this host (it has {known})")
+            has = f"{len(by_index)} GPU{'s' if len(by_index) > 1 else ''}, index {known}"
+            raise AuditError(f"--devices: {item!r} is not a GPU of this host (it has {has})")
         if by_index[int(item)] in picked:
             raise AuditError(f"--devices: GPU {item} is named twice")
         picked.append(by_index[int(item)])

@@ -169,3 +169,19 @@ def run_streaming(
             child.kill()
             raise
         return child.wait()
+
+
+def check_visible_devices(probe_env: Mapping[str, str]) -> None:
+    """A --probe-env CUDA_VISIBLE_DEVICES that hides every GPU from the probe (empty, `none`,
+    `-1`, or a first entry that is neither an index nor a UUID: CUDA stops at the first invalid
+    entry) is refused before the probe starts: the probe would fail with no GPU, ncu with "error
+    code (1)"."""
+    if "CUDA_VISIBLE_DEVICES" not in probe_env:
+        return
+    value = probe_env["CUDA_VISIBLE_DEVICES"]
+    first = value.split(",")[0].strip()
+    if not (first.isdigit() or first.startswith(("GPU-", "MIG-"))):
+        raise ToolMissingError(
+            f"--probe-env CUDA_VISIBLE_DEVICES={value!r} leaves the probe no GPU: name one "
+            "(an index or a UUID, as nvidia-smi -L lists them)"
+        )

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -112,6 +112,7 @@ def sweep(options: SweepOptions, progress: Progress | None = None) -> Measured:
     options = checked(options)
     env = environment.collect(options.ncu, options.device)
     environment.require_gpu(env)
+    check_fits_memory(options.cases, env.memory_gb)
     options = _observer_here(options, env, progress or Progress())
     ncu = environment.require_profiler(env) if options.profile else None
     with package_view() as view:
@@ -121,6 +122,19 @@ def sweep(options: SweepOptions, progress: Progress | None = None) -> Measured:
             start_run(config, env, options)
         frame = run(config, progress)
     return Measured(config.run_dir, frame, config.phase)
+
+
+def check_fits_memory(cases: Sequence[Case], memory_gb: float | None) -> None:
+    """Every case's operands fit the GPU (its memory as nvidia-smi reports it): one that cannot
+    is refused before any GPU work, naming the bytes, instead of failing inside the probe."""
+    if memory_gb is None:
+        return
+    largest = max(cases, key=lambda case: case.bytes_needed, default=None)
+    if largest is not None and largest.bytes_needed > memory_gb * 1e9:
+        raise AuditError(
+            f"{largest.case_id} needs {largest.bytes_needed / 1e9:,.1f} GB of operands; the GPU "
+            f"has {memory_gb:g} GB of memory: leave that size out"
+        )
 
 
 def _observer_here(
@@ -172,6 +186,7 @@ def checked(options: SweepOptions) -> SweepOptions:
         raise AuditError(
             f"--clock-control: {options.clock_control!r} is not one of {', '.join(CLOCK_CONTROLS)}"
         )
+    probe_process.check_visible_devices(options.probe_env)
     python = probe_process.check_python(options.probe_python or sys.executable)
     if options.cublas_lib is not None:
         probe_process.cublas_preload(options.cublas_lib)
