@@ -238,7 +238,7 @@ def validate(frame: pd.DataFrame, source: TableSource) -> pd.DataFrame:
 
 
 # What names a case: a row without one of these cannot be matched, judged or reported.
-IDENTIFYING_COLUMNS = ("api", "mode", "m", "n", "k", "batch")
+IDENTIFYING_COLUMNS = ("gpu_label", "api", "mode", "m", "n", "k", "batch")
 
 
 def with_layout_defaults(frame: pd.DataFrame) -> pd.DataFrame:

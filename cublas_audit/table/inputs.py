@@ -49,13 +49,25 @@ def bundled_runs(root: Path | None = None) -> list[Path]:
 
 
 def load_inputs(paths: Sequence[Path]) -> list[Dataset]:
-    """Run directories give one GPU each; a table file gives one dataset per gpu_label it holds."""
+    """Run directories give one GPU each; a table file gives one dataset per gpu_label it holds.
+    The same table given twice (also as a run and its dispatch.csv) is refused: its findings
+    would count twice."""
+    check_distinct(paths)
     datasets = [dataset for path in paths for dataset in _load(Path(path))]
     titles = [d.title for d in datasets]
     for dataset in datasets:
         if titles.count(dataset.title) > 1:
             dataset.title = f"{dataset.title} ({dataset.path})"
     return datasets
+
+
+def check_distinct(paths: Sequence[Path]) -> None:
+    seen: dict[Path, Path] = {}
+    for path in map(Path, paths):
+        table = (path / TABLE_FILE if path.is_dir() else path).resolve()
+        if table in seen:
+            raise AuditError(f"{path}: the same table as {seen[table]}; give each input once")
+        seen[table] = path
 
 
 def load_one_gpu(path: Path) -> Dataset:

@@ -9,6 +9,7 @@ changes" that never happened.
 
 from __future__ import annotations
 
+import csv
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -200,6 +201,19 @@ def read_table(path: Path) -> pd.DataFrame:
     except (ValueError, OSError, ImportError, pd.errors.ParserError) as exc:
         raise source.error(f"cannot be read as a table ({str(exc).splitlines()[0]})") from exc
     check_complete_file(path)
+    check_header(raw, source)
     frame = validate(raw, source)
     check_frame(frame, source)
     return frame
+
+
+def check_header(raw: pd.DataFrame, source: TableSource) -> None:
+    """Each column once: pandas renames a second `kernel` to `kernel.1` and would use the first
+    silently, whichever of the two is true."""
+    if source.path.suffix == ".parquet":
+        return
+    with source.path.open(newline="") as text:
+        header = next(csv.reader(text), [])
+    twice = sorted({name for name in header if header.count(name) > 1})
+    if twice:
+        raise source.error(f"column(s) {', '.join(twice)} appear more than once")
