@@ -416,7 +416,6 @@ def test_a_table_without_kernel_times_says_the_map_rules_judge_them(tmp_path: Pa
     assert "kernel_time_ms" in result.stdout + result.stderr
 
 
-@pytest.mark.xfail(strict=True, reason=ISSUE + "matplotlib glyph warnings on stderr")
 def test_plots_of_a_label_the_font_lacks_warn_nothing(tmp_path: Path) -> None:
     """The H100's cuBLASLt rows (one plot), the GPU named with characters DejaVu Sans lacks."""
     frame = bundled_table()
@@ -455,7 +454,6 @@ def test_report_of_the_bundled_candidates_devices_run_the_readme_cites() -> None
     assert "256x256x256" in result.stdout
 
 
-@pytest.mark.xfail(strict=True, reason=ISSUE + "terminal table wraps words mid-word at 80 columns")
 def test_the_terminal_report_never_splits_a_word_at_80_columns() -> None:
     from rich.console import Console
 

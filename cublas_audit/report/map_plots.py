@@ -10,7 +10,6 @@ Throughput is from the kernels' own time (CUPTI) where the map traced them, else
 
 from __future__ import annotations
 
-import re
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +20,7 @@ import pandas as pd
 
 from cublas_audit.judge.findings import MAP_SERIES
 from cublas_audit.report.markdown import shorten
-from cublas_audit.table.rundir import PLOTS_DIR
+from cublas_audit.report.plots import save_figure
 
 KERNELS_NAMED = 12  # kernels with their own colour and legend entry; the rest are "other"
 K_PANELS = 4  # K slices (or bands of K) of a plane picture
@@ -193,10 +192,4 @@ def _k_slices(k: pd.Series) -> list[tuple[str, pd.Series]]:
 
 
 def _save(figure: Any, title: str, plots: Path) -> Picture:
-    from matplotlib import pyplot as plt
-
-    plots.mkdir(parents=True, exist_ok=True)
-    name = re.sub(r"[^A-Za-z0-9._-]+", "-", title).strip("-") + ".png"
-    figure.savefig(plots / name, dpi=80, bbox_inches="tight")
-    plt.close(figure)
-    return Picture(title, f"{PLOTS_DIR}/{name}")
+    return Picture(title, save_figure(figure, title, plots, dpi=80))

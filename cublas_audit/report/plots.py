@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -40,10 +41,22 @@ def plot(title: str, rows: pd.DataFrame, plots: Path) -> str | None:
             axis.text(0.5, 0.5, "not measured", transform=axis.transAxes, ha="center")
     speed.legend(fontsize="small")
     figure.suptitle(f"{title} (dashed: reference kernel)")
-    figure.tight_layout()
+    return save_figure(figure, title, plots, dpi=90, tight=True)
+
+
+def save_figure(figure: Any, title: str, plots: Path, dpi: int, tight: bool = False) -> str:
+    """The one way a picture is written: plots/<title as a file name>.png, returned as the
+    report's relative link. A label with characters the font lacks (a GPU named in CJK) is drawn
+    with boxes for them, without matplotlib's glyph warnings on stderr."""
+    from matplotlib import pyplot as plt
+
     plots.mkdir(parents=True, exist_ok=True)
     name = re.sub(r"[^A-Za-z0-9._-]+", "-", title).strip("-") + ".png"
-    figure.savefig(plots / name, dpi=90)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Glyph .* missing from", category=UserWarning)
+        if tight:
+            figure.tight_layout()
+        figure.savefig(plots / name, dpi=dpi, **({} if tight else {"bbox_inches": "tight"}))
     plt.close(figure)
     return f"{PLOTS_DIR}/{name}"
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import pandas as pd
-from rich.console import Console
+from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
@@ -35,29 +35,52 @@ def show(
 ) -> None:
     console = console or Console()
     found = [audit(d.frame, thresholds, d.candidates) for d in datasets]
-    console.print(findings_table(datasets, found))
+    if console.width >= WIDE:
+        console.print(findings_table(datasets, found))
+    else:  # a table's columns would split words: one finding a paragraph instead
+        console.print(findings_list(datasets, found))
     for dataset in datasets:
         for table in dispatch_grids(dataset):
             console.print(table)
 
 
 def findings_table(datasets: Sequence[Dataset], found: Sequence[list[Finding]]) -> Table:
-    counts = {s: sum(f.severity == s for group in found for f in group) for s in SEVERITIES}
-    title = "Findings: " + ", ".join(f"{n} {s}" for s, n in counts.items())
-    table = Table(title=title, title_justify="left", show_lines=True, expand=True)
-    for column, ratio in (("severity", 1), ("GPU", 1), ("rule", 2), ("where", 2), ("what", 6)):
-        table.add_column(column, overflow="fold", ratio=ratio)
+    table = Table(title=_counts_title(found), title_justify="left", show_lines=True, expand=True)
     pairs = [(d, f) for d, group in zip(datasets, found, strict=True) for f in group]
-    for dataset, f in sorted(pairs, key=lambda pair: SEVERITIES.index(pair[1].severity)):
-        where = " ".join(p for p in (f.api, f.routine, f.mode) if p) + f", batch {f.batch}"
-        table.add_row(
-            safe_text(f.severity, SEVERITY_STYLE[f.severity]),
-            safe_text(dataset.gpu_label),
-            safe_text(f.rule),
-            safe_text(where),
-            safe_text(f.message),
-        )
+    rows = [
+        (f.severity, dataset.gpu_label, f.rule, _where(f), f.message)
+        for dataset, f in sorted(pairs, key=lambda pair: SEVERITIES.index(pair[1].severity))
+    ]
+    for column, ratio in FINDING_COLUMNS:
+        table.add_column(column, overflow="fold", ratio=ratio)
+    for row in rows:
+        table.add_row(safe_text(row[0], SEVERITY_STYLE[row[0]]), *map(safe_text, row[1:]))
     return table
+
+
+def findings_list(datasets: Sequence[Dataset], found: Sequence[list[Finding]]) -> Group:
+    """The findings for a narrow terminal: a heading line and the message, wrapped at spaces."""
+    pairs = [(d, f) for d, group in zip(datasets, found, strict=True) for f in group]
+    parts: list[Text] = [Text(_counts_title(found))]
+    for dataset, f in sorted(pairs, key=lambda pair: SEVERITIES.index(pair[1].severity)):
+        head = safe_text(f.severity, SEVERITY_STYLE[f.severity])
+        head.append_text(safe_text(f" · {dataset.gpu_label} · {f.rule} · {_where(f)}"))
+        parts += [Text(""), head, safe_text(f.message)]
+    return Group(*parts)
+
+
+WIDE = 100  # columns from which the findings read well as a table
+FINDING_COLUMNS = (("severity", 1), ("GPU", 1), ("rule", 2), ("where", 2), ("what", 6))
+
+
+def _counts_title(found: Sequence[list[Finding]]) -> str:
+    counts = {s: sum(f.severity == s for group in found for f in group) for s in SEVERITIES}
+    return "Findings: " + ", ".join(f"{n} {s}" for s, n in counts.items())
+
+
+def _where(finding: Finding) -> str:
+    call = " ".join(p for p in (finding.api, finding.routine, finding.mode) if p)
+    return f"{call}, batch {finding.batch}"
 
 
 def dispatch_grids(dataset: Dataset) -> list[Table]:
