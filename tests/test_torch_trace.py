@@ -201,7 +201,7 @@ def test_plain_json_and_small_chunks_read_the_same(
     plain.write_bytes(gzip.decompress(OPS.read_bytes()))
     expected = problems(read_trace(OPS))
     pd.testing.assert_frame_equal(problems(read_trace(plain)), expected)
-    monkeypatch.setattr(torch_trace, "_CHUNK_CHARS", 997)
+    monkeypatch.setattr(torch_trace.reader, "_CHUNK_CHARS", 997)
     pd.testing.assert_frame_equal(problems(read_trace(OPS)), expected)
 
 
