@@ -751,11 +751,11 @@ def shapes_command(
 ) -> None:
     """The distinct GEMMs of a PyTorch trace: shapes in PyTorch's and cuBLAS's terms, calls, GPU
     time and share, the kernels they ran (through correlation ids), the copies around them."""
+    from cublas_audit.files import write_text_atomic
     from cublas_audit.observe.torch_trace import problems, read_trace
     from cublas_audit.report.output import check_output
     from cublas_audit.report.torch_trace_report import problems_markdown
     from cublas_audit.table.dispatch import frame_records, json_ready
-    from cublas_audit.table.rundir import write_text_atomic
 
     if out is not None:
         check_output(out, [torch_trace])

@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from cublas_audit.errors import AuditError
+from cublas_audit.files import write_text_atomic
 from cublas_audit.planning.modes import MODE_NAMES as MODES
 from cublas_audit.planning.modes import mode as mode_of
 from cublas_audit.table.dispatch import APIS
-from cublas_audit.table.rundir import write_text_atomic
 
 DEFAULT_SIZES = (256, 512, 1024, 2048, 4096, 8192)
 DEFAULT_BATCHES = (4, 8, 16)

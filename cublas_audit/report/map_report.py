@@ -12,6 +12,7 @@ from typing import Any
 
 import pandas as pd
 
+from cublas_audit.files import write_text_atomic
 from cublas_audit.judge import candidates, findings
 from cublas_audit.judge.thresholds import Thresholds
 from cublas_audit.planning.cases import Case
@@ -21,7 +22,7 @@ from cublas_audit.report.render import env_rows
 from cublas_audit.run.dispatch_map import FOLLOW_UP_DIR, map_findings
 from cublas_audit.table.dispatch import json_ready
 from cublas_audit.table.inputs import Dataset, load_run
-from cublas_audit.table.rundir import PLOTS_DIR, REPORT_FILE, TABLE_FILE, write_text_atomic
+from cublas_audit.table.rundir import PLOTS_DIR, REPORT_FILE, TABLE_FILE
 
 FINDINGS_FILE = "findings.json"
 FINDINGS_SHOWN = 40  # per rule; findings.json has them all

@@ -21,6 +21,7 @@ import pandas as pd
 
 from cublas_audit import __version__
 from cublas_audit.errors import AuditError, ToolMissingError
+from cublas_audit.files import write_text_atomic
 from cublas_audit.judge import candidates
 from cublas_audit.observe import environment
 from cublas_audit.observe.ncu_command import CLOCK_CONTROLS
@@ -143,7 +144,7 @@ def write_candidates_report(run_dir: Path, frame: pd.DataFrame) -> Path:
     text = f"# cuBLASLt candidate audit: {env.get('gpu_label')}\n\n" + render_markdown(
         frame, threshold
     )
-    return rundir.write_text_atomic(run_dir / rundir.REPORT_FILE, text)
+    return write_text_atomic(run_dir / rundir.REPORT_FILE, text)
 
 
 def _observer_here(
