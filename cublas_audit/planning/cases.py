@@ -20,7 +20,6 @@ from cublas_audit.errors import AuditError
 from cublas_audit.files import write_text_atomic
 from cublas_audit.planning.modes import MODE_NAMES as MODES
 from cublas_audit.planning.modes import mode as mode_of
-from cublas_audit.table.dispatch import APIS
 
 DEFAULT_SIZES = (256, 512, 1024, 2048, 4096, 8192)
 DEFAULT_BATCHES = (4, 8, 16)
@@ -29,6 +28,7 @@ DEFAULT_BATCHES = (4, 8, 16)
 DEFAULT_WORKSPACE_BYTES = 32 * 1024 * 1024
 
 LOOP_ROUTINE = "sgemm-loop"
+APIS = ("cublas", "cublasLt")
 _SAFE_LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 _DIGITS = re.compile(r"[0-9]+")
 # cuBLAS takes m, n, k and the batch count as 32-bit ints.

@@ -25,7 +25,6 @@ from cublas_audit.table.rundir import TABLE_FILE
 # the call times, and the traced launch geometry (older tables stay readable: every added column
 # is optional).
 SCHEMA_VERSION = 3
-APIS = ("cublas", "cublasLt")
 
 REQUIRED_COLUMNS: dict[str, str] = {
     "gpu_label": "str",

@@ -17,8 +17,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from cublas_audit.planning.cases import APIS
 from cublas_audit.table.dispatch import (
-    APIS,
     CASE_KEY,
     STALL_REASONS,
     TIMED,
