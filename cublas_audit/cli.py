@@ -23,7 +23,8 @@ from cublas_audit.errors import AuditError
 if TYPE_CHECKING:
     import pandas as pd
 
-    from cublas_audit.planning.cases import Case, Variants
+    from cublas_audit.planning.cases import Case
+    from cublas_audit.planning.grid import Variants
     from cublas_audit.run.multi_gpu import Spread
 
 app = typer.Typer(
@@ -173,7 +174,7 @@ def _variants(
     layouts: str, ld_pad: int, broadcast: str, beta: str, bias: bool, workspace_mib: int
 ) -> Variants:
     """The problem-description options, checked: each bad value is a one-line error."""
-    from cublas_audit.planning.cases import Variants, parse_beta, parse_broadcast, parse_layouts
+    from cublas_audit.planning.grid import Variants, parse_beta, parse_broadcast, parse_layouts
 
     return Variants(
         layouts=parse_layouts(layouts),
@@ -190,14 +191,15 @@ def _listed_cases(
 ) -> list[Case]:
     """The problems of a shape list or a PyTorch trace, as cases (one input, not both)."""
     from cublas_audit.observe.torch_trace import cases_of, read_trace
-    from cublas_audit.planning import cases
+    from cublas_audit.planning.grid import parse_apis, parse_modes
+    from cublas_audit.planning.shapes_file import read_shapes_file
 
     if shapes_file is not None and torch_trace is not None:
         raise AuditError("give --shapes-file or --torch-trace, not both")
     if shapes_file is not None:
-        return cases.read_shapes_file(shapes_file, cases.parse_modes(modes), cases.parse_apis(apis))
+        return read_shapes_file(shapes_file, parse_modes(modes), parse_apis(apis))
     assert torch_trace is not None
-    found = cases_of(read_trace(torch_trace), cases.parse_apis(apis))
+    found = cases_of(read_trace(torch_trace), parse_apis(apis))
     if not found:
         raise AuditError(f"{torch_trace}: no GEMM with recorded shapes in fp32, bf16 or fp16")
     return found
@@ -205,9 +207,9 @@ def _listed_cases(
 
 def _reference_problems(shapes_file: Path) -> list[tuple[int, int, int, int]]:
     """The rows of a shape list the reference kernel computes (FP32, nn, packed, beta 0)."""
-    from cublas_audit.planning import cases
+    from cublas_audit.planning.shapes_file import read_shapes_file
 
-    listed = cases.read_shapes_file(shapes_file, ["fp32"], ["cublas"])
+    listed = read_shapes_file(shapes_file, ["fp32"], ["cublas"])
     found = [(c.m, c.n, c.k, c.batch) for c in listed if c.reference_computes]
     if not found:
         raise AuditError(
@@ -349,6 +351,7 @@ def sweep_command(
 ) -> None:
     """Run cuBLAS / cuBLASLt calls across sizes under ncu and write a dispatch table."""
     from cublas_audit.planning import cases
+    from cublas_audit.planning.grid import plan_from_options
     from cublas_audit.report.summary import summary
     from cublas_audit.run import probe_process
     from cublas_audit.run.sweep_setup import SweepOptions, sweep
@@ -358,7 +361,7 @@ def sweep_command(
     elif shapes_file is not None or torch_trace is not None:
         planned = _listed_cases(shapes_file, torch_trace, modes, api)
     else:
-        planned = cases.plan_from_options(
+        planned = plan_from_options(
             single,
             batched,
             sizes,
@@ -518,6 +521,7 @@ def candidates_command(
     """Time every algorithm cuBLASLt's heuristic offers: is its default the fastest?"""
     from cublas_audit.judge.candidates import find_better_candidates
     from cublas_audit.planning import cases
+    from cublas_audit.planning.grid import plan_from_options
     from cublas_audit.report.candidates_report import render_markdown
     from cublas_audit.table.dispatch import frame_records
 
@@ -527,7 +531,7 @@ def candidates_command(
         case_list = _listed_cases(shapes_file, torch_trace, modes, "cublasLt")
     else:
         variants = _variants(layouts, ld_pad, broadcast, beta, bias, -1)
-        case_list = cases.plan_from_options(
+        case_list = plan_from_options(
             single, batched, sizes, shapes, batches, modes, "cublasLt", variants
         )
     settings = {
@@ -565,7 +569,7 @@ def _candidates_here(
     """The candidate audit in this process, on the GPU CUDA shows it first."""
     from cublas_audit.device.candidate_audit import run_candidates
     from cublas_audit.observe import environment
-    from cublas_audit.planning import cases
+    from cublas_audit.planning.grid import label_from_gpu_name
 
     env = environment.collect()
     environment.require_gpu(env)
@@ -576,7 +580,7 @@ def _candidates_here(
         threshold=settings["candidate_threshold"],
         min_reps=settings["candidate_min_reps"],
         workspace_bytes=settings["workspace_bytes"],
-        gpu_label=cases.label_from_gpu_name(env.gpu_name or ""),
+        gpu_label=label_from_gpu_name(env.gpu_name or ""),
         progress=lambda line: typer.echo(line, err=True),
     )
 
@@ -635,7 +639,7 @@ def reference_command(
 ) -> None:
     """Time the bundled reference SGEMM against cuBLAS (FP32), or tune its strategy table."""
     from cublas_audit.device.reference import bench
-    from cublas_audit.planning.cases import parse_int_list
+    from cublas_audit.planning.grid import parse_int_list
 
     size_list = parse_int_list(sizes, "--sizes")
     batch_list = parse_int_list(batches, "--batches")
@@ -829,6 +833,7 @@ def map_command(
     kernel switches, dispatch cliffs and size inversions, pictures; --follow-up goes deep."""
     from cublas_audit.judge.thresholds import with_overrides
     from cublas_audit.planning import cases
+    from cublas_audit.planning.grid import parse_apis, parse_int_list, parse_modes
     from cublas_audit.run import dispatch_map, probe_process
     from cublas_audit.run.sweep_setup import SweepOptions
 
@@ -842,9 +847,9 @@ def map_command(
         grid = dispatch_map.Grid.parse(sizes, m, n, k)
         planned = dispatch_map.plan(
             grid.problems(sample, seed),
-            cases.parse_int_list(batches, "--batches"),
-            cases.parse_modes(modes),
-            cases.parse_apis(api),
+            parse_int_list(batches, "--batches"),
+            parse_modes(modes),
+            parse_apis(api),
             _variants(layouts, ld_pad, broadcast, beta, False, -1),
         )
     options = SweepOptions(

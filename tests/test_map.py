@@ -21,7 +21,8 @@ import pytest
 
 from cublas_audit.errors import AuditError
 from cublas_audit.judge.findings import prepare
-from cublas_audit.planning.cases import Case, Variants
+from cublas_audit.planning.cases import Case
+from cublas_audit.planning.grid import Variants
 from cublas_audit.report import map_plots
 from cublas_audit.report.map_plots import switches
 from cublas_audit.report.map_report import FINDINGS_FILE

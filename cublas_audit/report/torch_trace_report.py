@@ -11,7 +11,7 @@ import pandas as pd
 from cublas_audit.judge.findings import Finding, audit
 from cublas_audit.judge.thresholds import Thresholds
 from cublas_audit.observe.torch_trace import Trace, problems
-from cublas_audit.planning.cases import label_from_gpu_name
+from cublas_audit.planning.grid import label_from_gpu_name
 from cublas_audit.report.markdown import md_code, md_number, md_table, md_text
 from cublas_audit.table.dispatch import from_records
 

@@ -28,7 +28,8 @@ from cublas_audit.judge import findings
 from cublas_audit.judge.thresholds import Thresholds
 from cublas_audit.judge.units import write_units_report
 from cublas_audit.observe.environment import Gpu
-from cublas_audit.planning.cases import Case, Variants, parse_int_list, read_plan
+from cublas_audit.planning.cases import Case, read_plan
+from cublas_audit.planning.grid import Variants, parse_int_list
 from cublas_audit.run import multi_gpu
 from cublas_audit.run.sweep import Progress
 from cublas_audit.run.sweep_setup import SweepOptions, SweepResult, sweep
