@@ -28,7 +28,7 @@ import pandas as pd
 from cublas_audit.device.candidate_audit import run_candidates
 from cublas_audit.judge import candidates
 from cublas_audit.observe import environment
-from cublas_audit.planning.cases import (
+from cublas_audit.planning.grid import (
     DEFAULT_BATCHES,
     DEFAULT_SIZES,
     build_plan,

@@ -93,7 +93,7 @@ def plan(
     batched: bool = True,
 ) -> list[Case]:
     """The cases of a grid, as `cublas-audit sweep` plans them."""
-    from cublas_audit.planning.cases import build_plan
+    from cublas_audit.planning.grid import build_plan
 
     return build_plan(
         sizes=sizes,

@@ -24,7 +24,8 @@ from cublas_audit.observe.observer import MAP_OBSERVERS, Observer
 if TYPE_CHECKING:
     import pandas as pd
 
-    from cublas_audit.planning.cases import Case, Variants
+    from cublas_audit.planning.cases import Case
+    from cublas_audit.planning.grid import Variants
     from cublas_audit.run.multi_gpu import Spread
 
 app = typer.Typer(
@@ -174,7 +175,7 @@ def _variants(
     layouts: str, ld_pad: int, broadcast: str, beta: str, bias: bool, workspace_mib: int
 ) -> Variants:
     """The problem-description options, checked: each bad value is a one-line error."""
-    from cublas_audit.planning.cases import Variants, parse_beta, parse_broadcast, parse_layouts
+    from cublas_audit.planning.grid import Variants, parse_beta, parse_broadcast, parse_layouts
 
     return Variants(
         layouts=parse_layouts(layouts),
@@ -191,14 +192,15 @@ def _listed_cases(
 ) -> list[Case]:
     """The problems of a shape list or a PyTorch trace, as cases (one input, not both)."""
     from cublas_audit.observe.torch_trace import cases_of, read_trace
-    from cublas_audit.planning import cases
+    from cublas_audit.planning.grid import parse_apis, parse_modes
+    from cublas_audit.planning.shapes_file import read_shapes_file
 
     if shapes_file is not None and torch_trace is not None:
         raise AuditError("give --shapes-file or --torch-trace, not both")
     if shapes_file is not None:
-        return cases.read_shapes_file(shapes_file, cases.parse_modes(modes), cases.parse_apis(apis))
+        return read_shapes_file(shapes_file, parse_modes(modes), parse_apis(apis))
     assert torch_trace is not None
-    found = cases_of(read_trace(torch_trace), cases.parse_apis(apis))
+    found = cases_of(read_trace(torch_trace), parse_apis(apis))
     if not found:
         raise AuditError(f"{torch_trace}: no GEMM with recorded shapes in fp32, bf16 or fp16")
     return found
@@ -206,9 +208,9 @@ def _listed_cases(
 
 def _reference_problems(shapes_file: Path) -> list[tuple[int, int, int, int]]:
     """The rows of a shape list the reference kernel computes (FP32, nn, packed, beta 0)."""
-    from cublas_audit.planning import cases
+    from cublas_audit.planning.shapes_file import read_shapes_file
 
-    listed = cases.read_shapes_file(shapes_file, ["fp32"], ["cublas"])
+    listed = read_shapes_file(shapes_file, ["fp32"], ["cublas"])
     found = [(c.m, c.n, c.k, c.batch) for c in listed if c.reference_computes]
     if not found:
         raise AuditError(
@@ -351,6 +353,7 @@ def sweep_command(
     """Run cuBLAS / cuBLASLt calls across sizes under ncu and write a dispatch table."""
     from cublas_audit.jobs import sweep
     from cublas_audit.planning import cases
+    from cublas_audit.planning.grid import plan_from_options
     from cublas_audit.report.summary import summary
     from cublas_audit.run import probe_process
     from cublas_audit.run.sweep_setup import SweepOptions
@@ -360,7 +363,7 @@ def sweep_command(
     elif shapes_file is not None or torch_trace is not None:
         planned = _listed_cases(shapes_file, torch_trace, modes, api)
     else:
-        planned = cases.plan_from_options(
+        planned = plan_from_options(
             single,
             batched,
             sizes,
@@ -521,6 +524,7 @@ def candidates_command(
     """Time every algorithm cuBLASLt's heuristic offers: is its default the fastest?"""
     from cublas_audit.judge.candidates import find_better_candidates
     from cublas_audit.planning import cases
+    from cublas_audit.planning.grid import plan_from_options
     from cublas_audit.report.candidates_report import render_markdown
     from cublas_audit.table.dispatch import frame_records
 
@@ -530,7 +534,7 @@ def candidates_command(
         case_list = _listed_cases(shapes_file, torch_trace, modes, "cublasLt")
     else:
         variants = _variants(layouts, ld_pad, broadcast, beta, bias, -1)
-        case_list = cases.plan_from_options(
+        case_list = plan_from_options(
             single, batched, sizes, shapes, batches, modes, "cublasLt", variants
         )
     settings = {
@@ -568,7 +572,7 @@ def _candidates_here(
     """The candidate audit in this process, on the GPU CUDA shows it first."""
     from cublas_audit.device.candidate_audit import run_candidates
     from cublas_audit.observe import environment
-    from cublas_audit.planning import cases
+    from cublas_audit.planning.grid import label_from_gpu_name
 
     env = environment.collect()
     environment.require_gpu(env)
@@ -579,7 +583,7 @@ def _candidates_here(
         threshold=settings["candidate_threshold"],
         min_reps=settings["candidate_min_reps"],
         workspace_bytes=settings["workspace_bytes"],
-        gpu_label=cases.label_from_gpu_name(env.gpu_name or ""),
+        gpu_label=label_from_gpu_name(env.gpu_name or ""),
         progress=lambda line: typer.echo(line, err=True),
     )
 
@@ -638,7 +642,7 @@ def reference_command(
 ) -> None:
     """Time the bundled reference SGEMM against cuBLAS (FP32), or tune its strategy table."""
     from cublas_audit.device.reference import bench
-    from cublas_audit.planning.cases import parse_int_list
+    from cublas_audit.planning.grid import parse_int_list
 
     size_list = parse_int_list(sizes, "--sizes")
     batch_list = parse_int_list(batches, "--batches")
@@ -754,10 +758,11 @@ def shapes_command(
 ) -> None:
     """The distinct GEMMs of a PyTorch trace: shapes in PyTorch's and cuBLAS's terms, calls, GPU
     time and share, the kernels they ran (through correlation ids), the copies around them."""
-    from cublas_audit.observe.torch_trace import problems, problems_markdown, read_trace
+    from cublas_audit.files import write_text_atomic
+    from cublas_audit.observe.torch_trace import problems, read_trace
     from cublas_audit.report.output import check_output
+    from cublas_audit.report.torch_trace_report import problems_markdown
     from cublas_audit.table.dispatch import frame_records, json_ready
-    from cublas_audit.table.rundir import write_text_atomic
 
     if out is not None:
         check_output(out, [torch_trace])
@@ -833,6 +838,7 @@ def map_command(
     from cublas_audit.judge.map_audit import MAP_RULES
     from cublas_audit.judge.thresholds import with_overrides
     from cublas_audit.planning import cases, map_grid
+    from cublas_audit.planning.grid import parse_apis, parse_int_list, parse_modes
     from cublas_audit.run import probe_process
     from cublas_audit.run.sweep_setup import SweepOptions
 
@@ -844,9 +850,9 @@ def map_command(
     elif resume is None:
         planned = map_grid.grid_plan(
             map_grid.Grid.parse(sizes, m, n, k),
-            cases.parse_int_list(batches, "--batches"),
-            cases.parse_modes(modes),
-            cases.parse_apis(api),
+            parse_int_list(batches, "--batches"),
+            parse_modes(modes),
+            parse_apis(api),
             _variants(layouts, ld_pad, broadcast, beta, False, -1),
             sample,
             seed,

@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 
 from cublas_audit.observe.ncu_export import parse_csv_file
-from cublas_audit.planning.cases import read_plan
+from cublas_audit.planning.cases import APIS, read_plan
 from cublas_audit.table import assemble
 from cublas_audit.table import dispatch as table
 from cublas_audit.table.rundir import PLAN_FILE, PROFILE_RESULTS, TIME_RESULTS, read_results
@@ -166,7 +166,7 @@ def test_reference_columns_are_on_every_row_of_the_problem(
 ) -> None:
     frame = assembled(SINGLE_WITH_REF)
     # the cuBLAS and the cuBLASLt call of the problem, each of their launches (aux included)
-    rows = frame[frame["case_id"].isin([f"{api}.fp32.{problem}.b1.nn" for api in table.APIS])]
+    rows = frame[frame["case_id"].isin([f"{api}.fp32.{problem}.b1.nn" for api in APIS])]
     assert set(rows["api"]) == {"cublas", "cublasLt"}
     assert list(rows["ref_time_ms"]) == pytest.approx([ref_time_ms] * len(rows))
     assert list(rows["ref_fma_pct"]) == pytest.approx([ref_fma_pct] * len(rows))

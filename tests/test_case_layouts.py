@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from cublas_audit.errors import AuditError
-from cublas_audit.planning.cases import Case, OperandLayout, Variants, build_plan
+from cublas_audit.planning.cases import Case, OperandLayout
+from cublas_audit.planning.grid import Variants, build_plan
 
 
 def test_default_case_keeps_the_ids_of_every_earlier_table() -> None:
@@ -88,7 +89,7 @@ def test_a_shared_a_brings_its_folded_gemm_into_the_plan() -> None:
 
 
 def test_size_ranges_for_dense_grids() -> None:
-    from cublas_audit.planning.cases import parse_int_list
+    from cublas_audit.planning.grid import parse_int_list
 
     assert parse_int_list("64:256:64,1000", "--sizes") == [64, 128, 192, 256, 1000]
     assert len(parse_int_list("64:4096:64", "--sizes")) == 64  # the committed H100 map

@@ -5,13 +5,13 @@ from __future__ import annotations
 import pytest
 
 from cublas_audit.errors import AuditError
-from cublas_audit.planning import cases
+from cublas_audit.planning import cases, grid
 
 
 def test_default_batched_grid_has_calls_lt_and_loops() -> None:
-    plan = cases.build_plan(
-        sizes=cases.DEFAULT_SIZES,
-        batches=cases.DEFAULT_BATCHES,
+    plan = grid.build_plan(
+        sizes=grid.DEFAULT_SIZES,
+        batches=grid.DEFAULT_BATCHES,
         modes=["fp32"],
         apis=["cublas", "cublasLt"],
         single=False,
@@ -28,7 +28,7 @@ def test_default_batched_grid_has_calls_lt_and_loops() -> None:
 
 
 def test_single_tensor_modes_use_gemm_ex() -> None:
-    plan = cases.build_plan(
+    plan = grid.build_plan(
         sizes=[512],
         batches=[8],
         modes=["fp32", "tf32"],
@@ -53,7 +53,7 @@ def test_single_tensor_modes_use_gemm_ex() -> None:
     ],
 )
 def test_call_kinds(single: bool | None, batched: bool | None, expected: tuple[bool, bool]) -> None:
-    assert cases.call_kinds(single, batched) == expected
+    assert grid.call_kinds(single, batched) == expected
 
 
 def test_case_id_is_stable_and_round_trips() -> None:
@@ -73,25 +73,25 @@ def test_case_id_is_stable_and_round_trips() -> None:
 )
 def test_bad_sizes_are_one_line_errors(text: str, message: str) -> None:
     with pytest.raises(AuditError, match=message):
-        cases.parse_int_list(text, "--sizes")
+        grid.parse_int_list(text, "--sizes")
 
 
 def test_shapes_and_modes_parse() -> None:
-    assert cases.parse_shapes("4096x1024x512, 8X8X8") == [(4096, 1024, 512), (8, 8, 8)]
-    assert cases.parse_modes("FP32,tf32") == ["fp32", "tf32"]
+    assert grid.parse_shapes("4096x1024x512, 8X8X8") == [(4096, 1024, 512), (8, 8, 8)]
+    assert grid.parse_modes("FP32,tf32") == ["fp32", "tf32"]
     with pytest.raises(AuditError, match="unknown value 'fp64'"):
-        cases.parse_modes("fp64")
+        grid.parse_modes("fp64")
     with pytest.raises(AuditError, match="not MxNxK"):
-        cases.parse_shapes("4096x1024")
+        grid.parse_shapes("4096x1024")
 
 
 @pytest.mark.parametrize("label", ["../etc", "a b", "", "x" * 65, "-x"])
 def test_unsafe_labels_are_refused(label: str) -> None:
     with pytest.raises(AuditError, match="not a safe file name"):
-        cases.check_label(label)
+        grid.check_label(label)
 
 
 def test_label_from_gpu_name() -> None:
-    assert cases.label_from_gpu_name("NVIDIA H100 80GB HBM3") == "h100"
-    assert cases.label_from_gpu_name("NVIDIA GeForce RTX 5090") == "5090"
-    assert cases.label_from_gpu_name("NVIDIA RTX PRO 6000 Blackwell Max-Q") == "pro"
+    assert grid.label_from_gpu_name("NVIDIA H100 80GB HBM3") == "h100"
+    assert grid.label_from_gpu_name("NVIDIA GeForce RTX 5090") == "5090"
+    assert grid.label_from_gpu_name("NVIDIA RTX PRO 6000 Blackwell Max-Q") == "pro"

@@ -74,7 +74,7 @@ def test_two_shards_of_one_gpu_audit_at_once_and_merge(
     merged table in plan order that says which shard measured each row."""
     pytest.importorskip("cupy")
     pytest.importorskip("nvmath")
-    from cublas_audit.planning.cases import plan_from_options
+    from cublas_audit.planning.grid import plan_from_options
     from cublas_audit.run.sweep_setup import SweepOptions
 
     gpu = list_gpus()[0]

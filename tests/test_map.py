@@ -24,7 +24,8 @@ from cublas_audit.errors import AuditError
 from cublas_audit.judge.findings import prepare
 from cublas_audit.judge.map_audit import map_findings
 from cublas_audit.planning import map_grid
-from cublas_audit.planning.cases import Case, Variants
+from cublas_audit.planning.cases import Case
+from cublas_audit.planning.grid import Variants
 from cublas_audit.report import map_plots
 from cublas_audit.report.map_plots import switches
 from cublas_audit.run import dispatch_map

@@ -60,7 +60,7 @@ def test_devices_are_checked_before_anything_runs() -> None:
         multi_gpu.parse_devices("0,2", H100S)
     with pytest.raises(AuditError, match="named twice"):
         multi_gpu.parse_devices("0,0", H100S)
-    with pytest.raises(AuditError, match="lists no GPU"):
+    with pytest.raises(AuditError, match="no NVIDIA GPU found here"):
         multi_gpu.parse_devices("all", [])
     mixed = [H100S[0], Gpu(1, "GPU-cccc", "NVIDIA H200")]
     with pytest.raises(AuditError, match="--allow-mixed"):

@@ -201,7 +201,7 @@ def test_plain_json_and_small_chunks_read_the_same(
     plain.write_bytes(gzip.decompress(OPS.read_bytes()))
     expected = problems(read_trace(OPS))
     pd.testing.assert_frame_equal(problems(read_trace(plain)), expected)
-    monkeypatch.setattr(torch_trace, "_CHUNK_CHARS", 997)
+    monkeypatch.setattr(torch_trace.reader, "_CHUNK_CHARS", 997)
     pd.testing.assert_frame_equal(problems(read_trace(OPS)), expected)
 
 
@@ -291,7 +291,7 @@ def test_sweep_plans_exactly_the_trace_or_the_shape_list(tmp_path: Path) -> None
     ],
 )
 def test_bad_shape_lists_name_the_row(tmp_path: Path, text: str, message: str) -> None:
-    from cublas_audit.planning.cases import read_shapes_file
+    from cublas_audit.planning.shapes_file import read_shapes_file
 
     path = tmp_path / "bad.csv"
     path.write_text(text)

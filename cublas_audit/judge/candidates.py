@@ -17,6 +17,7 @@ from typing import Any
 import pandas as pd
 
 from cublas_audit.errors import AuditError
+from cublas_audit.files import write_csv_atomic
 from cublas_audit.judge.thresholds import Thresholds
 from cublas_audit.judge.verdicts import Timed, Verdict, judge
 from cublas_audit.planning.cases import Case
@@ -28,7 +29,7 @@ from cublas_audit.table.dispatch import (
     check_values,
     plain,
 )
-from cublas_audit.table.rundir import CANDIDATES_FILE, records, write_csv_atomic
+from cublas_audit.table.rundir import CANDIDATES_FILE, records
 
 SCHEMA_VERSION = 1
 RULE = "better-candidate"

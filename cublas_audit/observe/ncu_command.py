@@ -8,9 +8,9 @@ import subprocess
 from pathlib import Path
 
 from cublas_audit.errors import AuditError, ToolMissingError
+from cublas_audit.files import write_text_atomic
 from cublas_audit.observe.environment import PERMISSION_FIX
 from cublas_audit.observe.ncu_export import METRICS, NVTX_INCLUDE
-from cublas_audit.table.rundir import write_text_atomic
 
 CLOCK_CONTROLS = ("none", "base")
 

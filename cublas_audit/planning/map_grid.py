@@ -10,7 +10,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from cublas_audit.errors import AuditError
-from cublas_audit.planning.cases import Case, Variants, parse_int_list
+from cublas_audit.planning.cases import Case
+from cublas_audit.planning.grid import Variants, parse_int_list
 
 MAX_MAP_CASES = 1_000_000  # beyond this, --sample: a plan.json of millions of cases is no map
 

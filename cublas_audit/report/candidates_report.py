@@ -11,6 +11,7 @@ from typing import Any
 
 import pandas as pd
 
+from cublas_audit.files import write_text_atomic
 from cublas_audit.judge.candidates import (
     DEFAULT_THRESHOLD,
     RULE,
@@ -51,7 +52,7 @@ def write_candidates_run_report(run_dir: Path, frame: pd.DataFrame) -> Path:
     text = f"# cuBLASLt candidate audit: {env.get('gpu_label')}\n\n" + render_markdown(
         frame, threshold
     )
-    return rundir.write_text_atomic(run_dir / rundir.REPORT_FILE, text)
+    return write_text_atomic(run_dir / rundir.REPORT_FILE, text)
 
 
 def render_markdown(

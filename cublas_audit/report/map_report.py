@@ -12,6 +12,7 @@ from typing import Any
 
 import pandas as pd
 
+from cublas_audit.files import write_text_atomic
 from cublas_audit.judge import candidates, findings
 from cublas_audit.judge.map_audit import map_findings
 from cublas_audit.judge.thresholds import Thresholds
@@ -27,7 +28,6 @@ from cublas_audit.table.rundir import (
     PLOTS_DIR,
     REPORT_FILE,
     TABLE_FILE,
-    write_text_atomic,
 )
 
 FINDINGS_SHOWN = 40  # per rule; findings.json has them all

@@ -15,11 +15,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cublas_audit.errors import AuditError
+from cublas_audit.files import write_text_atomic
 from cublas_audit.judge.thresholds import Thresholds, with_overrides
 from cublas_audit.report.render import findings_json, render_report, write_report
 from cublas_audit.table.dispatch import json_ready
 from cublas_audit.table.inputs import Dataset, bundled_runs, load_inputs
-from cublas_audit.table.rundir import REPORT_FILE, TABLE_FILE, write_text_atomic
+from cublas_audit.table.rundir import REPORT_FILE, TABLE_FILE
 
 TERMINAL_REPORT = Path("cublas-audit-report") / REPORT_FILE
 

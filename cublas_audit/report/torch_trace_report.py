@@ -3,15 +3,16 @@ cublas_audit.report.markdown's escaping."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import pandas as pd
 
 from cublas_audit.judge.findings import Finding, audit
 from cublas_audit.judge.thresholds import Thresholds
-from cublas_audit.observe.torch_trace import Trace, problems, problems_markdown
-from cublas_audit.planning.cases import label_from_gpu_name
-from cublas_audit.report.markdown import md_code, md_text
+from cublas_audit.observe.torch_trace import Trace, problems
+from cublas_audit.planning.grid import label_from_gpu_name
+from cublas_audit.report.markdown import md_code, md_number, md_table, md_text
 from cublas_audit.table.dispatch import from_records
 
 
@@ -95,3 +96,56 @@ def report_markdown(trace: Trace, thresholds: Thresholds | None = None) -> str:
 def _share(frame: pd.DataFrame, finding: Finding) -> float:
     rows = [r for r in finding.rows if r in frame.index]
     return float(frame.loc[rows, "share"].astype(float).sum()) if rows else 0.0
+
+
+def problems_markdown(trace: Trace, table: pd.DataFrame) -> str:
+    """The table for a person: every text through cublas_audit.report.markdown's escaping."""
+    calls = int(table["calls"].sum()) if len(table) else 0
+    total = float(table["total_gpu_ms"].sum()) if len(table) else 0.0
+    aux = float(table["aux_gpu_ms"].sum()) if len(table) else 0.0
+    gpu = f" ({md_text(trace.gpu_name)})" if trace.gpu_name else ""
+    lines = [
+        "# GEMMs of a PyTorch trace",
+        "",
+        f"Trace: {md_code(trace.path, in_table=False)}{gpu}",
+        "",
+        f"{len(table)} distinct problems, {calls} calls, {md_number(total, 3)} ms of GEMM kernels"
+        f" (and {md_number(aux, 3)} ms of other GPU work launched inside the GEMM ops: copies,"
+        " fills). Shapes in PyTorch's row-major terms (C = A @ B, M x K by K x N) and as cuBLAS"
+        " runs them (column-major m x n x k, transa transb, leading dimensions, batch strides).",
+        "",
+    ]
+    if not len(table) and not trace.meta.get("record_shapes"):
+        lines += ["No GEMM with recorded shapes: record the trace with record_shapes=True.", ""]
+    headers = ["op", "mode", "MxNxK", "batch", "cuBLAS call", "calls", "GPU ms", "ms per call",
+               "share", "kernels", "aux"]  # fmt: skip
+    rows = [
+        [
+            md_text(r["op"] + (f" (in {r['via']})" if r["via"] else "")),
+            md_text(r["mode"]),
+            md_text(f"{r['M']}x{r['N']}x{r['K']}"),
+            md_text(r["batch"]),
+            md_text(_cublas_text(r)),
+            md_text(r["calls"]),
+            md_number(r["total_gpu_ms"], 4),
+            md_number(r["mean_gpu_ms"], 4),
+            md_text(f"{100 * r['share']:.1f} %"),
+            md_code(r["kernel_short"]) if r["kernel_short"] else "—",
+            md_code(r["aux_kernels"]) if r["aux_kernels"] else "—",
+        ]
+        for r in table.to_dict("records")
+    ]
+    return "\n".join(lines) + "\n" + md_table(headers, rows) + "\n"
+
+
+def _cublas_text(row: Mapping[Any, Any]) -> str:
+    text = (
+        f"{row['cublas_m']}x{row['cublas_n']}x{row['cublas_k']} "
+        f"{row['cublas_transa']}{row['cublas_transb']} lda {row['cublas_lda']} "
+        f"ldb {row['cublas_ldb']}"
+    )
+    if row["batch"] > 1:
+        text += f" strides {row['cublas_stride_a']}/{row['cublas_stride_b']}"
+    if row["cublas_beta"]:
+        text += f" beta {row['cublas_beta']:g}"
+    return text + (" bias" if row["cublas_bias"] else "")

@@ -33,13 +33,8 @@ import pandas as pd
 from cublas_audit.errors import AuditError, InterruptedSweepError, ToolMissingError
 from cublas_audit.judge import candidates
 from cublas_audit.observe.environment import Gpu, list_gpus
-from cublas_audit.planning.cases import (
-    Case,
-    check_label,
-    label_from_gpu_name,
-    read_plan,
-    write_plan,
-)
+from cublas_audit.planning.cases import Case, read_plan, write_plan
+from cublas_audit.planning.grid import check_label, label_from_gpu_name
 from cublas_audit.run.sweep import Progress
 from cublas_audit.run.sweep_setup import SweepOptions, check_new_run_dir, default_run_dir, sweep
 from cublas_audit.table import dispatch as table

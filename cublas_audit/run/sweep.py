@@ -20,6 +20,7 @@ from typing import Any
 import pandas as pd
 
 from cublas_audit.errors import AuditError, InterruptedSweepError
+from cublas_audit.files import write_text_atomic
 from cublas_audit.judge import candidates
 from cublas_audit.observe import ncu_command as profile
 from cublas_audit.observe import ncu_export as ncu_parse
@@ -189,7 +190,7 @@ def _probe_args(config: SweepConfig, phase: str, only: Path | None) -> list[str]
 
 
 def _write_only(config: SweepConfig, name: str, cases: Sequence[Case]) -> Path:
-    return rundir.write_text_atomic(
+    return write_text_atomic(
         config.run_dir / NCU_DIR / name, "".join(c.case_id + "\n" for c in cases)
     )
 
@@ -266,7 +267,7 @@ def _recheck_unsure(config: SweepConfig, progress: Progress) -> None:
         reps = args.index("--min-reps") + 1
         args[reps] = str(config.min_reps * RECHECK_REPS_FACTOR)
         _run_probe(config, config.probe.argv(args), progress)
-    rundir.write_text_atomic(record, "".join(c.case_id + "\n" for c in cases))
+    write_text_atomic(record, "".join(c.case_id + "\n" for c in cases))
 
 
 def _probe_log_tail(run_dir: Path) -> str:

@@ -24,14 +24,8 @@ from cublas_audit.judge import candidates
 from cublas_audit.observe import environment
 from cublas_audit.observe.ncu_command import CLOCK_CONTROLS
 from cublas_audit.observe.observer import MAP_OBSERVERS, Observer
-from cublas_audit.planning.cases import (
-    DEFAULT_WORKSPACE_BYTES,
-    Case,
-    check_label,
-    label_from_gpu_name,
-    read_plan,
-    write_plan,
-)
+from cublas_audit.planning.cases import DEFAULT_WORKSPACE_BYTES, Case, read_plan, write_plan
+from cublas_audit.planning.grid import check_label, label_from_gpu_name
 from cublas_audit.resources import package_view
 from cublas_audit.run import probe_process
 from cublas_audit.run.sweep import Progress, SweepConfig, run

@@ -17,15 +17,14 @@ import numpy as np
 import pandas as pd
 
 from cublas_audit.errors import AuditError
+from cublas_audit.files import write_csv_atomic
 from cublas_audit.observe.ncu_export import STALL_REASONS
 from cublas_audit.planning.modes import MODE_NAMES as MODES
-from cublas_audit.table.rundir import write_csv_atomic
 
 # 2: the timed distributions and the GPU's clocks and power; 3: kernel-only times (CUPTI) beside
 # the call times, and the traced launch geometry (older tables stay readable: every added column
 # is optional).
 SCHEMA_VERSION = 3
-APIS = ("cublas", "cublasLt")
 
 REQUIRED_COLUMNS: dict[str, str] = {
     "gpu_label": "str",

@@ -1,4 +1,5 @@
-"""The run directory: every file name in it, and the small I/O helpers every stage shares.
+"""The run directory: every file name in it, and its env.json and .jsonl I/O (the atomic writers
+are cublas_audit.files).
 
     reports/<gpu-label>/<YYYYmmdd-HHMMSS>/
       env.json          environment, tool version, the exact command line, the probe settings
@@ -23,9 +24,8 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
-
 from cublas_audit.errors import AuditError
+from cublas_audit.files import write_text_atomic
 
 ENV_FILE = "env.json"
 PLAN_FILE = "plan.json"
@@ -44,29 +44,6 @@ FOLLOW_UP_DIR = "follow-up"  # a map's deep tier: a run directory inside the map
 FINDINGS_FILE = "findings.json"  # a map's findings, every one (report.md shows the largest)
 UNITS_REPORT = "units.md"  # a replicated run's comparison of its units, and its data:
 UNITS_JSON = "units.json"
-
-
-def write_text_atomic(path: Path, text: str) -> Path:
-    """Writes through a temporary file and a rename: a crash never leaves half a file behind."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
-    return path
-
-
-def write_csv_atomic(frame: pd.DataFrame, path: Path) -> Path:
-    """A table as CSV (or Parquet for a .parquet path), atomically."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    if path.suffix == ".parquet":
-        frame.to_parquet(tmp, index=False)
-    else:
-        frame.to_csv(tmp, index=False, float_format="%.6g")
-    tmp.replace(path)
-    return path
 
 
 def read_env(run_dir: Path) -> dict[str, Any]:

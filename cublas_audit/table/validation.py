@@ -20,8 +20,8 @@ import pandas as pd
 
 from cublas_audit.errors import AuditError
 from cublas_audit.observe.ncu_export import STALL_REASONS
+from cublas_audit.planning.cases import APIS
 from cublas_audit.table.dispatch import (
-    APIS,
     CASE_KEY,
     TIMED,
     TableSource,
