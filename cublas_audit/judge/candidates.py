@@ -18,7 +18,8 @@ import pandas as pd
 
 from cublas_audit.errors import AuditError
 from cublas_audit.judge.thresholds import Thresholds
-from cublas_audit.judge.verdicts import Timed, Verdict, judge
+from cublas_audit.judge.timed_rows import ratio_verdict
+from cublas_audit.judge.verdicts import Verdict
 from cublas_audit.planning.cases import Case
 from cublas_audit.planning.modes import MODE_NAMES
 from cublas_audit.table.dispatch import (
@@ -269,9 +270,8 @@ def is_better(left_on_table: Any, confirm_left_on_table: Any, threshold: float) 
     rounds = (plain(left_on_table), plain(confirm_left_on_table))
     if any(ratio is None or not ratio > 0 for ratio in rounds):
         return False
-    best = Timed(1.0)
     return all(
-        judge(best, Timed(float(ratio)), INTERLEAVED_FLOOR, threshold).verdict is Verdict.slower
+        ratio_verdict(float(ratio), INTERLEAVED_FLOOR, threshold) is Verdict.slower
         for ratio in rounds
     )
 
