@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from cublas_audit.errors import AuditError
-from cublas_audit.judge.findings import prepare
+from cublas_audit.judge.rules import prepare
 from cublas_audit.planning.cases import Case, Variants
 from cublas_audit.report import map_plots
 from cublas_audit.report.map_plots import switches

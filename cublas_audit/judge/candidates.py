@@ -282,7 +282,7 @@ def find_better_candidates(
     """`better-candidate` findings: cases whose best candidate beats the default by >= threshold
     in the audit round and again in the confirmation round.
 
-    Each is a dict with exactly the fields of `judge.findings.Finding` (`Finding(**d)`):
+    Each is a dict with exactly the fields of `judge.finding.Finding` (`Finding(**d)`):
     `rows` are the index labels of the default's and the best's rows in `frame`, `evidence` their
     records (role, case, configuration, times, both left_on_table measurements).
     """

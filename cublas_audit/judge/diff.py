@@ -16,8 +16,9 @@ import numpy as np
 import pandas as pd
 
 from cublas_audit.judge import noise
-from cublas_audit.judge.findings import plain, prepare
+from cublas_audit.judge.finding import plain
 from cublas_audit.judge.noise import NoiseModel
+from cublas_audit.judge.rules import prepare
 from cublas_audit.judge.thresholds import Thresholds
 from cublas_audit.judge.timed_rows import TIMES, between_runs, floor_kind, judge_sides, on_kernels
 from cublas_audit.judge.verdicts import Judgement, Verdict, detectable_slowdown

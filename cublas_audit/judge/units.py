@@ -19,7 +19,7 @@ from typing import Any
 import pandas as pd
 
 from cublas_audit.judge import diff
-from cublas_audit.judge.findings import Finding
+from cublas_audit.judge.finding import Finding
 from cublas_audit.judge.thresholds import Thresholds
 from cublas_audit.report.markdown import md_code, md_number, md_table, md_text, shorten
 from cublas_audit.table.dispatch import json_ready

@@ -24,7 +24,8 @@ from pathlib import Path
 import pandas as pd
 
 from cublas_audit.errors import AuditError
-from cublas_audit.judge import findings
+from cublas_audit.judge.finding import Finding
+from cublas_audit.judge.rules import audit, prepare
 from cublas_audit.judge.thresholds import Thresholds
 from cublas_audit.judge.units import write_units_report
 from cublas_audit.observe.environment import Gpu
@@ -131,7 +132,7 @@ class MapResult:
     frame: pd.DataFrame | None  # None for a replicated map: its units are compared (units.md)
     report: Path
     follow_up: Path | None = None
-    findings: list[findings.Finding] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)
 
 
 def run(
@@ -166,20 +167,18 @@ def run(
     return MapResult(mapped.run_dir, mapped.frame, report, deep, found)
 
 
-def map_findings(
-    frame: pd.DataFrame, thresholds: Thresholds | None = None
-) -> list[findings.Finding]:
+def map_findings(frame: pd.DataFrame, thresholds: Thresholds | None = None) -> list[Finding]:
     """The map rules' findings, largest effect first."""
-    found = findings.audit(frame, thresholds=thresholds, rules=MAP_RULES)
+    found = audit(frame, thresholds=thresholds, rules=MAP_RULES)
     return sorted(found, key=lambda f: (-f.effect, f.rule, f.sizes))
 
 
 def follow_up_cases(
-    frame: pd.DataFrame, cases: Sequence[Case], followed: Sequence[findings.Finding]
+    frame: pd.DataFrame, cases: Sequence[Case], followed: Sequence[Finding]
 ) -> list[Case]:
     """The cases of the findings followed up and of the rows they were compared with, in plan
     order."""
-    rows = findings.prepare(frame)
+    rows = prepare(frame)
     wanted: set[str] = set()
     for finding in followed:
         labels = [*finding.rows, *finding.compared]
@@ -190,7 +189,7 @@ def follow_up_cases(
 def run_follow_up(
     mapped: SweepResult,
     options: SweepOptions,
-    followed: Sequence[findings.Finding],
+    followed: Sequence[Finding],
     progress: Progress | None,
 ) -> Path | None:
     """The flagged cases through a sweep into follow-up/ (resumed where it was started): ncu
