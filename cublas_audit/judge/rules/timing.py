@@ -38,7 +38,7 @@ def reference_faster(ctx: RuleContext) -> list[Finding]:
         message = (
             f"The bundled reference kernel is {ratio_range(group['ratio'])} faster than cuBLAS "
             f"({kernel_of(group) or 'kernel not recorded'}) at {size_list(group)}, "
-            f"{_judged_on(group)}."
+            f"{_compared_time(group)}."
         )
         workaround = (
             "cuBLAS leaves speed on the table here: a hand-written kernel such as the bundled "
@@ -76,7 +76,7 @@ def batched_slower_than_loop(ctx: RuleContext) -> list[Finding]:
             f"{group['routine'].iloc[0] or 'The batched call'} "
             f"({kernel_of(group) or 'kernel not recorded'}) "
             f"takes {ratio_range(group['ratio'])} the time of a loop of {group['batch'].iloc[0]} "
-            f"single calls at {size_list(group)}, {_judged_on(group)}."
+            f"single calls at {size_list(group)}, {_compared_time(group)}."
         )
         workaround = "Call the single GEMM in a loop for these shapes until the dispatch is fixed."
         severity = "high" if float(group["ratio"].max()) >= t.high_ratio else "medium"
@@ -109,7 +109,7 @@ def _judged(
     return rows.assign(verdict=row_verdicts(rows, fast, "", margin_pct / 100))
 
 
-def _judged_on(group: pd.DataFrame) -> str:
+def _compared_time(group: pd.DataFrame) -> str:
     """Which time a timing finding compared: its readers must know whether launches count."""
     on = set(group["judged_on"]) if "judged_on" in group.columns else {"call"}
     if len(on) == 1:
