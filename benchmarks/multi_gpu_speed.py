@@ -19,7 +19,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from cublas_audit.judge.findings import prepare  # noqa: E402
+from cublas_audit.judge.rules import prepare  # noqa: E402
 from cublas_audit.table import rundir  # noqa: E402
 from cublas_audit.table.inputs import load_run  # noqa: E402
 

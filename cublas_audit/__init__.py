@@ -27,7 +27,7 @@ from cublas_audit.version import __version__ as __version__
 if TYPE_CHECKING:
     from cublas_audit.jobs import SweepResult
     from cublas_audit.judge.diff import Diff
-    from cublas_audit.judge.findings import Finding
+    from cublas_audit.judge.finding import Finding
     from cublas_audit.judge.thresholds import Thresholds
     from cublas_audit.planning.cases import Case
     from cublas_audit.run.sweep_setup import SweepOptions
@@ -62,7 +62,7 @@ def load_one(path: str | Path) -> Dataset:
 
 def audit(dataset: Dataset, thresholds: Thresholds | None = None) -> list[Finding]:
     """The findings of one GPU's table (and its candidate audit, where the run has one)."""
-    from cublas_audit.judge.findings import audit as run_rules
+    from cublas_audit.judge.rules import audit as run_rules
     from cublas_audit.judge.thresholds import Thresholds
 
     return run_rules(dataset.frame, thresholds or Thresholds(), dataset.candidates)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from cublas_audit.judge.findings import Finding
+from cublas_audit.judge.finding import Finding
 from cublas_audit.judge.thresholds import Thresholds
 from cublas_audit.observe.environment import Gpu
 from cublas_audit.report.candidates_report import write_candidates_run_report

@@ -25,7 +25,7 @@ from typer.testing import CliRunner
 
 from cublas_audit.cli import app
 from cublas_audit.judge.diff import compare
-from cublas_audit.judge.findings import audit, prepare
+from cublas_audit.judge.rules import audit, prepare
 from cublas_audit.judge.thresholds import Thresholds
 from cublas_audit.table.inputs import bundled_runs, load_inputs, load_one_gpu
 from cublas_audit.table.rundir import REPORT_FILE, TABLE_FILE

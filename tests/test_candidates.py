@@ -99,7 +99,7 @@ def test_the_confirmed_gap_is_the_only_better_candidate_finding(recorded: pd.Dat
 
 
 def test_findings_have_the_fields_of_a_finding_record(recorded: pd.DataFrame) -> None:
-    from cublas_audit.judge.findings import Finding
+    from cublas_audit.judge.finding import Finding
 
     (finding,) = cd.find_better_candidates(recorded, 0.10)
     assert Finding(**finding).to_json() == finding

@@ -12,7 +12,7 @@ import pytest
 
 from cublas_audit.errors import AuditError
 from cublas_audit.judge import noise
-from cublas_audit.judge.findings import audit, prepare
+from cublas_audit.judge.rules import audit, prepare
 from cublas_audit.judge.thresholds import Thresholds, with_overrides
 from cublas_audit.table.validation import read_table
 from tests.conftest import FIXTURES, ZERO_NOISE

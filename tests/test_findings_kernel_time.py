@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from cublas_audit.judge.findings import audit
+from cublas_audit.judge.rules import audit
 from cublas_audit.table.inputs import load_one_gpu
 
 RUN = Path(__file__).resolve().parents[1] / "reports/h100/noise/kernel-a/run-00"

@@ -16,7 +16,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from cublas_audit.judge.findings import audit
+from cublas_audit.judge.rules import audit
 from cublas_audit.table.inputs import load_one_gpu
 
 RUNS = Path(__file__).resolve().parents[1] / "reports/h100/layouts"

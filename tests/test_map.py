@@ -21,8 +21,8 @@ import pytest
 
 from cublas_audit import jobs
 from cublas_audit.errors import AuditError
-from cublas_audit.judge.findings import prepare
 from cublas_audit.judge.map_audit import map_findings
+from cublas_audit.judge.rules import prepare
 from cublas_audit.planning import map_grid
 from cublas_audit.planning.cases import Case
 from cublas_audit.planning.grid import Variants

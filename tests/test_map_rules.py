@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from cublas_audit.judge.findings import audit
+from cublas_audit.judge.rules import audit
 from cublas_audit.table.inputs import load_one_gpu
 from cublas_audit.table.rundir import RECHECKED
 
@@ -90,7 +90,7 @@ def test_an_off_diagonal_inversion_names_the_padded_shape(slice_findings) -> Non
 
 
 def test_cliffs_are_only_between_problems_that_differ_in_one_dimension(slice_findings) -> None:  # type: ignore[no-untyped-def]
-    from cublas_audit.judge.findings import prepare
+    from cublas_audit.judge.rules import prepare
 
     rows = prepare(load_one_gpu(SLICE).frame)
     cliffs = [f for f in slice_findings if f.rule == "dispatch-cliff"]

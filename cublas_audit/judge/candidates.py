@@ -19,7 +19,8 @@ import pandas as pd
 from cublas_audit.errors import AuditError
 from cublas_audit.files import write_csv_atomic
 from cublas_audit.judge.thresholds import Thresholds
-from cublas_audit.judge.verdicts import Timed, Verdict, judge
+from cublas_audit.judge.timed_rows import ratio_verdict
+from cublas_audit.judge.verdicts import Verdict
 from cublas_audit.planning.cases import Case
 from cublas_audit.planning.modes import MODE_NAMES
 from cublas_audit.table.dispatch import (
@@ -270,9 +271,8 @@ def is_better(left_on_table: Any, confirm_left_on_table: Any, threshold: float) 
     rounds = (plain(left_on_table), plain(confirm_left_on_table))
     if any(ratio is None or not ratio > 0 for ratio in rounds):
         return False
-    best = Timed(1.0)
     return all(
-        judge(best, Timed(float(ratio)), INTERLEAVED_FLOOR, threshold).verdict is Verdict.slower
+        ratio_verdict(float(ratio), INTERLEAVED_FLOOR, threshold) is Verdict.slower
         for ratio in rounds
     )
 
@@ -283,7 +283,7 @@ def find_better_candidates(
     """`better-candidate` findings: cases whose best candidate beats the default by >= threshold
     in the audit round and again in the confirmation round.
 
-    Each is a dict with exactly the fields of `judge.findings.Finding` (`Finding(**d)`):
+    Each is a dict with exactly the fields of `judge.finding.Finding` (`Finding(**d)`):
     `rows` are the index labels of the default's and the best's rows in `frame`, `evidence` their
     records (role, case, configuration, times, both left_on_table measurements).
     """

@@ -16,10 +16,12 @@ import numpy as np
 import pandas as pd
 
 from cublas_audit.judge import noise
-from cublas_audit.judge.findings import plain, prepare
+from cublas_audit.judge.finding import plain
 from cublas_audit.judge.noise import NoiseModel
+from cublas_audit.judge.rules import prepare
 from cublas_audit.judge.thresholds import Thresholds
-from cublas_audit.judge.verdicts import Judgement, Timed, Verdict, detectable_slowdown, judge
+from cublas_audit.judge.timed_rows import TIMES, between_runs, floor_kind, judge_sides, on_kernels
+from cublas_audit.judge.verdicts import Judgement, Verdict, detectable_slowdown
 from cublas_audit.report.markdown import md_code, md_table, md_text, template
 from cublas_audit.report.render import env_value
 from cublas_audit.table.dispatch import CASE_KEY, TableSource
@@ -54,9 +56,6 @@ EVIDENCE_COLUMNS = (
     "kernel_time_q1_ms",
     "kernel_time_q3_ms",
 )
-# The two times a case is judged on: the prefix of its table columns and its noise model kind.
-# The kernels' time answers "did the dispatch get worse", the call's "did the call get slower".
-TIMES = {"kernel": "kernel_time", "call": "time"}
 CLOCK_NOTE_PCT = 2.0  # SM clocks of the two sides further apart than this are said beside a verdict
 
 
@@ -229,12 +228,10 @@ def _words(judged: Sequence[Judgement | None], index: pd.Index) -> pd.Series:
 
 
 def _combine(kernel: Judgement | None, call: Judgement | None) -> str | None:
-    """One verdict per case. Where both sides traced their kernels, the kernels' time decides:
-    a dispatch audit judges the dispatched kernels, and the call's time of a launch-bound call
-    moves by up to 2.5x between runs of the same GPU with the kernels unchanged (host noise,
-    reports/h100/noise/kernel-b/run-04); a call slower beyond its own floor over unchanged
-    kernels is reported apart (`Diff.host_slower`). Otherwise the call's time decides. None where
-    neither time was judged."""
+    """One verdict per case: the kernels' time where both sides traced their kernels (the
+    kernels' judgement exists where timed_rows.on_kernels chooses them), else the call's; a call
+    slower beyond its own floor over unchanged kernels is reported apart (`Diff.host_slower`).
+    None where neither time was judged."""
     judged = kernel if kernel is not None else call
     return None if judged is None else _VERDICT_WORDS[judged.verdict]
 
@@ -248,13 +245,12 @@ def _evidence(kernel: Judgement | None, call: Judgement | None) -> str:
 def _judge_time(
     row: Mapping[Hashable, Any], t: Thresholds, model: NoiseModel, kind: str = "call"
 ) -> Judgement | None:
-    a = Timed.from_row(row, TIMES[kind], suffix="_a")
-    b = Timed.from_row(row, TIMES[kind], suffix="_b")
-    if a is None or b is None:
-        return None
-    per_launch = math.sqrt(a.median_ms * b.median_ms) / float(row.get("launches") or 1)
-    floor_kind = noise.kernel_kind(str(row.get("mode"))) if kind == "kernel" else kind
-    return judge(a, b, model.between_runs(per_launch, floor_kind), t.diff_time_noise_pct / 100)
+    """One time (`kind`: 'kernel' or 'call') of a matched case, B against A, at the between-run
+    floor of that time; None where either side lacks it."""
+    launches = float(row.get("launches") or 1)
+    floor = between_runs(model, floor_kind(kind, str(row.get("mode"))), launches)
+    threshold = t.diff_time_noise_pct / 100
+    return judge_sides(row, row, kind, threshold, floor, suffixes=("_a", "_b"))
 
 
 def _clock_note(row: Mapping[Hashable, Any]) -> str:
@@ -301,10 +297,7 @@ def _detectable(both: pd.DataFrame, t: Thresholds, model: NoiseModel) -> pd.Data
 
 def _traced(rows: pd.DataFrame) -> np.ndarray:
     """Which rows carry the kernels' time on both sides."""
-    if "kernel_time_ms_a" not in rows.columns or "kernel_time_ms_b" not in rows.columns:
-        return np.zeros(len(rows), dtype=bool)
-    both = rows["kernel_time_ms_a"].notna() & rows["kernel_time_ms_b"].notna()
-    return both.to_numpy(dtype=bool)
+    return on_kernels(rows, suffixes=("_a", "_b")).to_numpy(dtype=bool)
 
 
 def env_differences(a: Dataset, b: Dataset) -> list[EnvRow]:

@@ -5,15 +5,14 @@ from __future__ import annotations
 
 import pandas as pd
 
-from cublas_audit.judge import findings
+from cublas_audit.judge.finding import Finding
+from cublas_audit.judge.rules import audit
 from cublas_audit.judge.thresholds import Thresholds
 
 MAP_RULES = ("size-inversion", "dispatch-cliff")
 
 
-def map_findings(
-    frame: pd.DataFrame, thresholds: Thresholds | None = None
-) -> list[findings.Finding]:
+def map_findings(frame: pd.DataFrame, thresholds: Thresholds | None = None) -> list[Finding]:
     """The map rules' findings, largest effect first."""
-    found = findings.audit(frame, thresholds=thresholds, rules=MAP_RULES)
+    found = audit(frame, thresholds=thresholds, rules=MAP_RULES)
     return sorted(found, key=lambda f: (-f.effect, f.rule, f.sizes))

@@ -17,7 +17,7 @@ from typing import Any
 import pandas as pd
 
 from cublas_audit.judge import diff
-from cublas_audit.judge.findings import Finding
+from cublas_audit.judge.finding import Finding
 from cublas_audit.judge.thresholds import Thresholds
 from cublas_audit.table.inputs import Dataset
 

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from cublas_audit.judge.findings import MAP_SERIES
+from cublas_audit.judge.rules.maps import MAP_SERIES
 from cublas_audit.report.markdown import shorten
 from cublas_audit.report.plots import save_figure
 
@@ -34,7 +34,7 @@ class Picture:
 
 
 def draw(rows: pd.DataFrame, plots: Path, flagged: Collection[Any] = ()) -> list[Picture]:
-    """Every picture of a prepared map table (findings.prepare), written under `plots`; the rows
+    """Every picture of a prepared map table (rules.prepare), written under `plots`; the rows
     of `flagged` (index labels: the findings' cases) ringed in red."""
     import matplotlib
 

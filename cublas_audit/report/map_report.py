@@ -13,8 +13,11 @@ from typing import Any
 import pandas as pd
 
 from cublas_audit.files import write_text_atomic
-from cublas_audit.judge import candidates, findings
+from cublas_audit.judge import candidates
+from cublas_audit.judge.finding import Finding
 from cublas_audit.judge.map_audit import map_findings
+from cublas_audit.judge.rules import prepare
+from cublas_audit.judge.rules.maps import MAP_SERIES
 from cublas_audit.judge.thresholds import Thresholds
 from cublas_audit.planning.cases import Case
 from cublas_audit.report import map_plots
@@ -37,7 +40,7 @@ KERNELS_SHOWN = 25
 def write_map_report(
     run_dir: Path,
     thresholds: Thresholds | None = None,
-    found: Sequence[findings.Finding] | None = None,
+    found: Sequence[Finding] | None = None,
 ) -> Path:
     """run_dir/report.md, its pictures under plots/ and every finding in findings.json (the
     map's findings as given, where its caller has them already)."""
@@ -56,12 +59,12 @@ def write_map_report(
 
 def render(
     dataset: Dataset,
-    found: Sequence[findings.Finding],
+    found: Sequence[Finding],
     thresholds: Thresholds,
     plots: Path | None,
     follow_up: Dataset | None = None,
 ) -> str:
-    rows = findings.prepare(dataset.frame)
+    rows = prepare(dataset.frame)
     parts = [
         f"# Dispatch map: {md_text(dataset.title)}",
         md_table(["", ""], env_rows(dataset)),
@@ -127,7 +130,7 @@ def _switches(rows: pd.DataFrame) -> str:
     timed = rows[~rows["is_loop"]].assign(rate=map_plots.throughput(rows))
     squares = timed[(timed["m"] == timed["n"]) & (timed["n"] == timed["k"])]
     table = []
-    for key, series in squares.groupby(findings.MAP_SERIES, dropna=False, sort=True):
+    for key, series in squares.groupby(MAP_SERIES, dropna=False, sort=True):
         rate = series.set_index("m")["rate"]
         for switch in map_plots.switches(series).itertuples():
             before, after = rate.get(switch.from_size), rate.get(switch.to_size)
@@ -142,7 +145,7 @@ def _switches(rows: pd.DataFrame) -> str:
     return md_table(headers, table)
 
 
-def _findings(rows: pd.DataFrame, found: Sequence[findings.Finding], thresholds: Thresholds) -> str:
+def _findings(rows: pd.DataFrame, found: Sequence[Finding], thresholds: Thresholds) -> str:
     if not found:
         return (
             "No size inversion beyond the noise model and no dispatch cliff of "
@@ -162,11 +165,11 @@ def _findings(rows: pd.DataFrame, found: Sequence[findings.Finding], thresholds:
     return "\n\n".join(parts)
 
 
-def dispatch_rules(found: Sequence[findings.Finding]) -> list[str]:
+def dispatch_rules(found: Sequence[Finding]) -> list[str]:
     return list(dict.fromkeys(f.rule for f in found))
 
 
-def _where(finding: findings.Finding) -> str:
+def _where(finding: Finding) -> str:
     return f"{finding.api} {finding.routine} {finding.mode} b{finding.batch}"
 
 
@@ -180,14 +183,14 @@ _FOLLOW_UP_HEADERS = [
 
 def _follow_up(
     rows: pd.DataFrame,
-    found: Sequence[findings.Finding],
+    found: Sequence[Finding],
     follow_up: Dataset,
     thresholds: Thresholds,
 ) -> str:
     """For each finding the follow-up measured: both cases as the map saw them and as the deep
     tier did, whether the finding holds on the full-length measurement, and what cuBLASLt's
     candidates offered."""
-    deep = findings.prepare(follow_up.frame).set_index("case_id", drop=False)
+    deep = prepare(follow_up.frame).set_index("case_id", drop=False)
     confirmed = {(f.rule, tuple(f.sizes)) for f in map_findings(follow_up.frame, thresholds)}
     offered = _candidates(follow_up)
     gap = thresholds.candidate_gap_pct / 100

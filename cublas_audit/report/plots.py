@@ -9,7 +9,7 @@ from typing import Any
 
 import pandas as pd
 
-from cublas_audit.judge.findings import CALL_KIND
+from cublas_audit.judge.rules.frame import CALL_KIND
 from cublas_audit.table.rundir import PLOTS_DIR
 
 

@@ -15,7 +15,9 @@ from typing import Any
 
 import pandas as pd
 
-from cublas_audit.judge.findings import CALL_KIND, SEVERITIES, Finding, audit, plain, prepare
+from cublas_audit.judge.finding import SEVERITIES, Finding, plain
+from cublas_audit.judge.rules import audit, prepare
+from cublas_audit.judge.rules.frame import CALL_KIND
 from cublas_audit.judge.thresholds import Thresholds
 from cublas_audit.planning.modes import pipe_name
 from cublas_audit.report import candidates_report, repro

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import shlex
 
-from cublas_audit.judge.findings import Finding
+from cublas_audit.judge.finding import Finding
 from cublas_audit.planning.modes import PIPE_METRICS
 from cublas_audit.planning.modes import mode as mode_of
 from cublas_audit.report.markdown import md_fence, md_text, template

@@ -14,7 +14,8 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-from cublas_audit.judge.findings import SEVERITIES, Finding, audit, prepare
+from cublas_audit.judge.finding import SEVERITIES, Finding
+from cublas_audit.judge.rules import audit, prepare
 from cublas_audit.judge.thresholds import Thresholds
 from cublas_audit.planning.modes import pipe_name
 from cublas_audit.report.markdown import shorten, visible

@@ -8,7 +8,8 @@ from typing import Any
 
 import pandas as pd
 
-from cublas_audit.judge.findings import Finding, audit
+from cublas_audit.judge.finding import Finding
+from cublas_audit.judge.rules import audit
 from cublas_audit.judge.thresholds import Thresholds
 from cublas_audit.observe.torch_trace import Trace, problems
 from cublas_audit.planning.grid import label_from_gpu_name

@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 
 from cublas_audit.files import write_text_atomic
-from cublas_audit.judge.findings import Finding
+from cublas_audit.judge.finding import Finding
 from cublas_audit.judge.thresholds import Thresholds
 from cublas_audit.judge.units import compare_units
 from cublas_audit.report.markdown import md_code, md_number, md_table, md_text, shorten

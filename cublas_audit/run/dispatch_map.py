@@ -21,8 +21,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from cublas_audit.judge import findings
+from cublas_audit.judge.finding import Finding
 from cublas_audit.judge.map_audit import map_findings
+from cublas_audit.judge.rules import prepare
 from cublas_audit.judge.thresholds import Thresholds
 from cublas_audit.observe.environment import Gpu
 from cublas_audit.observe.observer import Observer
@@ -46,7 +47,7 @@ class MapResult:
     run_dir: Path
     frame: pd.DataFrame | None
     follow_up: Path | None = None
-    findings: list[findings.Finding] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)
     shards: list[Path] = field(default_factory=list)
 
 
@@ -77,11 +78,11 @@ def run(
 
 
 def follow_up_cases(
-    frame: pd.DataFrame, cases: Sequence[Case], followed: Sequence[findings.Finding]
+    frame: pd.DataFrame, cases: Sequence[Case], followed: Sequence[Finding]
 ) -> list[Case]:
     """The cases of the findings followed up and of the rows they were compared with, in plan
     order."""
-    rows = findings.prepare(frame)
+    rows = prepare(frame)
     wanted: set[str] = set()
     for finding in followed:
         labels = [*finding.rows, *finding.compared]
@@ -92,7 +93,7 @@ def follow_up_cases(
 def run_follow_up(
     mapped: Measured,
     options: SweepOptions,
-    followed: Sequence[findings.Finding],
+    followed: Sequence[Finding],
     progress: Progress | None,
 ) -> Path | None:
     """The flagged cases through a sweep into follow-up/ (resumed where it was started): ncu

@@ -250,10 +250,10 @@ def _time_cases(config: SweepConfig, cases: list[Case], progress: Progress) -> N
 
 def _recheck_unsure(config: SweepConfig, progress: Progress) -> None:
     """Times again, longer and interleaved, the cases of every timing comparison the first pass
-    left unsure (findings.unsure_case_ids), so that the report's verdict rests on the longer
+    left unsure (rules.unsure_case_ids), so that the report's verdict rests on the longer
     measurement; the new results supersede the first ones. Once per run: a resumed sweep that
     finds the record of a recheck does not repeat it."""
-    from cublas_audit.judge.findings import unsure_case_ids
+    from cublas_audit.judge.rules import unsure_case_ids
 
     record = config.run_dir / rundir.RECHECKED
     if record.exists():

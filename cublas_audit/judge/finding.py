@@ -1,0 +1,129 @@
+"""The `Finding` record every rule returns, its severities and their order, and the helpers that
+turn the judged rows of a prepared table into one: its evidence and the words its message cites.
+
+No rule lives here (they are under judge/rules/): a report, a diff or a follow-up that only reads
+findings needs nothing else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any, cast
+
+import pandas as pd
+
+from cublas_audit.table.dispatch import plain as table_plain
+
+SEVERITIES = ("high", "medium", "info")
+EVIDENCE_DIGITS = 4
+EVIDENCE_COLUMNS = (
+    "m",
+    "n",
+    "k",
+    "batch",
+    "kernel_short",
+    "util",
+    "time_ms",
+    "ref_time_ms",
+    "loop_time_ms",
+)
+
+
+@dataclass(frozen=True)
+class Finding:
+    rule: str
+    severity: str
+    gpu_label: str
+    api: str
+    routine: str
+    mode: str
+    batch: int
+    sizes: list[str]
+    kernel: str
+    message: str
+    workaround: str
+    kernel_name: str = ""
+    # The judged table rows (index labels of the prepared table) and their key figures.
+    rows: list[int] = field(default_factory=list)
+    evidence: list[dict[str, Any]] = field(default_factory=list)
+    # Rows the judged ones were compared with (a map's faster neighbour, the size before a
+    # cliff): the follow-up measures them too. `effect`: the size of the problem for ranking
+    # (a time ratio, a throughput drop as a fraction); 0 where a rule does not rank.
+    compared: list[int] = field(default_factory=list)
+    effect: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def order(finding: Finding) -> tuple[int, str, str, str, str, int, str]:
+    """The order findings are listed in: most severe first, then by GPU, rule and call."""
+    return (
+        SEVERITIES.index(finding.severity),
+        finding.gpu_label,
+        finding.rule,
+        finding.api,
+        finding.mode,
+        finding.batch,
+        finding.kernel,
+    )
+
+
+def of_group(rule: str, severity: str, group: pd.DataFrame, message: str, work: str) -> Finding:
+    """A finding on the rows of `group` (prepared rows of one call: its first names the call)."""
+    first = group.iloc[0]
+    return Finding(
+        rule=rule,
+        severity=severity,
+        gpu_label=str(first["gpu_label"]),
+        api=str(first["api"]),
+        routine=str(first["routine"]),
+        mode=str(first["mode"]),
+        batch=int(first["batch"]),
+        sizes=[str(s) for s in group["shape"]],
+        kernel=kernel_of(group),
+        message=message,
+        workaround=work,
+        kernel_name="" if pd.isna(first["kernel"]) else str(first["kernel"]),
+        rows=[int(i) for i in group.index],
+        evidence=evidence(group),
+    )
+
+
+def with_compared(finding: Finding, row: Hashable, effect: float) -> Finding:
+    """The finding with the row it was compared with (an index label of the prepared table)."""
+    return replace(finding, compared=[int(cast(int, row))], effect=round(float(effect), 4))
+
+
+def kernel_of(group: pd.DataFrame) -> str:
+    short = group["kernel_short"].iloc[0]
+    return "" if pd.isna(short) else str(short)
+
+
+def evidence(group: pd.DataFrame) -> list[dict[str, Any]]:
+    columns = [c for c in EVIDENCE_COLUMNS if c in group.columns]
+    return [
+        {str(column): plain(value) for column, value in record.items()}
+        for record in group[columns].to_dict("records")
+    ]
+
+
+def plain(value: Any) -> Any:
+    """A JSON-ready evidence value, floats rounded to 4 decimals (table.plain)."""
+    return table_plain(value, EVIDENCE_DIGITS)
+
+
+def size_list(group: pd.DataFrame) -> str:
+    shapes = list(group["shape"])
+    return f"size {shapes[0]}" if len(shapes) == 1 else f"sizes {', '.join(shapes)}"
+
+
+def pct_range(values: pd.Series) -> str:
+    lo, hi = float(values.min()), float(values.max())
+    return f"{lo:.0f} %" if round(lo) == round(hi) else f"{lo:.0f}-{hi:.0f} %"
+
+
+def ratio_range(values: pd.Series) -> str:
+    lo, hi = float(values.min()), float(values.max())
+    return f"{lo:.2f}x" if round(lo, 2) == round(hi, 2) else f"{lo:.2f}-{hi:.2f}x"

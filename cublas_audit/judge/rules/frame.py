@@ -1,0 +1,146 @@
+"""The prepared table every rule reads (`prepare`), what a rule is given (`RuleContext`), and the
+groupings of its rows that several rules share.
+
+Main launches only, so a split-K reduction is never judged as the GEMM, with the derived columns
+the rules share: short kernel name and family, utilization of the pipe that matters for the mode,
+linear size, shape label, TFLOP/s.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from cublas_audit.judge.finding import Finding
+from cublas_audit.judge.thresholds import Thresholds
+from cublas_audit.observe.kernels import normalize
+from cublas_audit.planning.cases import LOOP_ROUTINE, Case
+from cublas_audit.planning.modes import pipe_name
+from cublas_audit.table.dispatch import LAYOUT_DEFAULTS, main_launches, with_layout_defaults
+from cublas_audit.table.dispatch import plain as table_plain
+
+# One dispatcher decision: the sizes of a series are what the heuristic chooses a kernel over.
+SERIES = ["gpu_label", "api", "routine", "mode", "batch"]
+# One kind of call: a report's tables and plots have one per GPU.
+CALL_KIND = ["api", "routine", "mode", "batch"]
+
+
+@dataclass(frozen=True)
+class RuleContext:
+    """What a rule reads: the prepared table, the thresholds, the run's cuBLASLt candidate audit."""
+
+    rows: pd.DataFrame
+    thresholds: Thresholds
+    candidates: pd.DataFrame | None = None
+
+
+Rule = Callable[[RuleContext], list[Finding]]
+
+
+def prepare(frame: pd.DataFrame) -> pd.DataFrame:
+    """Main launches with kernel_short, family, util, size, shape and is_loop filled in."""
+    rows = with_layout_defaults(main_launches(frame))
+    names = rows["kernel"].fillna("").astype(str)
+    if "traced_kernels" in rows.columns:
+        # Without ncu (--no-profile, no counter permission) CUPTI still named the kernels: the
+        # first one a call launched is its GEMM (a split-K reduction comes after it).
+        traced = rows["traced_kernels"].fillna("").astype(str).str.split(" + ", regex=False).str[0]
+        names = names.where(names != "", traced)
+    # Normalize each distinct name once: a 10,000-row table holds a few dozen kernels.
+    infos = {name: normalize(name) for name in names.unique() if name}
+    for column, attr in (("kernel_short", "short"), ("family", "family")):
+        derived = names.map(lambda name, a=attr: getattr(infos[name], a) if name else pd.NA)
+        known = rows[column] if column in rows.columns else pd.Series(pd.NA, index=rows.index)
+        rows[column] = known.fillna(derived).astype("string")
+    if "routine" not in rows.columns:
+        rows["routine"] = pd.Series("", index=rows.index, dtype="string")
+    rows["routine"] = rows["routine"].fillna("")
+    rows["util"] = _utilization(rows)
+    volume = (rows["m"] * rows["n"] * rows["k"]).astype(float)
+    rows["size"] = np.round(np.cbrt(volume.to_numpy(dtype=float)), 3)
+    rows["shape"] = _shape_labels(rows)
+    rows["is_loop"] = rows["routine"] == LOOP_ROUTINE
+    rows["tflops_shown"] = _tflops(rows)
+    return rows
+
+
+def _tflops(rows: pd.DataFrame) -> pd.Series:
+    """The table's TFLOP/s, or the one its time gives where it has none (a foreign table)."""
+    flops = 2.0 * rows["m"] * rows["n"] * rows["k"] * rows["batch"]
+    computed = (flops / rows["time_ms"] / 1e9).astype("Float64")
+    if "tflops" in rows.columns:
+        return rows["tflops"].astype("Float64").fillna(computed)
+    return computed
+
+
+def _utilization(rows: pd.DataFrame) -> pd.Series:
+    """FMA-pipe % for FP32 compute, tensor-pipe % for the tensor modes (NA if not measured)."""
+    fma = rows["fma_pct"].astype("Float64")
+    on_fma = rows["mode"].map(pipe_name).eq("FMA-pipe")
+    if "tensor_pct" not in rows.columns:
+        return fma.where(on_fma)
+    return fma.where(on_fma, rows["tensor_pct"].astype("Float64"))
+
+
+def _shape_labels(rows: pd.DataFrame) -> pd.Series:
+    """'4096', '4096x1024x512', and how the problem is posed where not packed nn: '256 tn lda7'."""
+    m, n, k = (rows[c].astype(str) for c in ("m", "n", "k"))
+    square = (rows["m"] == rows["n"]) & (rows["n"] == rows["k"])
+    shape = m.where(square, m + "x" + n + "x" + k)
+    variants = [_variant(record) for record in rows[list(LAYOUT_DEFAULTS)].to_dict("records")]
+    suffix = pd.Series(variants, index=rows.index, dtype="string")
+    return shape.where(suffix == "", shape + " " + suffix)
+
+
+def _variant(record: Mapping[Hashable, Any]) -> str:
+    """Case.variant of a row's layout columns (a cuBLASLt case: it may carry every setting)."""
+    if all(record[c] == default for c, default in LAYOUT_DEFAULTS.items()):
+        return ""  # the common case, without building a Case
+    fields = {str(c): table_plain(v) for c, v in record.items()}
+    for flag in ("strided", "bias"):
+        fields[flag] = bool(fields[flag])
+    return Case("cublasLt", "fp32", 1, 1, 1, 1, **fields).variant
+
+
+# Columns no rule reads (the stall breakdown, the other counters, provenance): the report shows
+# them, the rules would only copy them through every filter and group of a table.
+_UNJUDGED = (
+    "schema_version", "status_detail", "driver_version", "cublas_version", "gpu_name", "cc",
+    "fma_inst_pct", "ipc", "cycles_active", "issue_active_pct", "warps_active_pct", "dram_pct",
+    "registers", "smem_bytes", "ref_kernel",
+)  # fmt: skip
+
+
+def judged_columns(rows: pd.DataFrame) -> pd.DataFrame:
+    """The prepared table without the columns no rule reads."""
+    unjudged = [c for c in rows.columns if c in _UNJUDGED or str(c).startswith("stall_")]
+    return rows.drop(columns=unjudged)
+
+
+def dispatched(rows: pd.DataFrame) -> pd.DataFrame:
+    """Profiled cuBLAS calls: rows with a kernel, loops excluded (they only carry a time)."""
+    return rows[~rows["is_loop"] & rows["kernel_short"].notna()]
+
+
+def by_kernel(rows: pd.DataFrame) -> Iterator[pd.DataFrame]:
+    """Groups of one series and one kernel, sizes ascending."""
+    # dropna=False: a table from elsewhere may carry times but no kernel names.
+    for _, group in rows.groupby([*SERIES, "kernel_short"], sort=True, dropna=False):
+        yield group.sort_values("size")
+
+
+def kernel_runs(rows: pd.DataFrame, min_range: float = 1.0) -> Iterator[pd.DataFrame]:
+    """Per series, the maximal runs of consecutive sizes that dispatch the same kernel, spanning
+    at least `min_range` in linear size (a dense map has thousands of one-size runs)."""
+    for _, series in rows.groupby(SERIES, sort=True):
+        series = series.sort_values("size")
+        kernels = series["kernel_short"].astype(object)
+        run_id = (kernels != kernels.shift()).cumsum()
+        sizes = series["size"].groupby(run_id)
+        wide = sizes.transform("max") / sizes.transform("min") >= min_range
+        for _, run in series[wide].groupby(run_id[wide], sort=False):
+            yield run
