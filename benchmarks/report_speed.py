@@ -27,7 +27,7 @@ import matplotlib
 import pandas as pd
 
 from cublas_audit.judge import diff
-from cublas_audit.report import render
+from cublas_audit.report import diff_report, render
 from cublas_audit.table import dispatch as table
 from cublas_audit.table.inputs import load_inputs, load_one_gpu
 from cublas_audit.table.validation import read_table
@@ -64,12 +64,16 @@ def main() -> int:
         a = tiled(FIXTURES / "h100-batched-cublas", ROWS, work / "a.csv")
         b = tiled(FIXTURES / "h100-smoke", ROWS, work / "b.csv")
         report_s = timed(lambda: render.write_report(load_inputs([a]), work / "out" / "report.md"))
-        diff_s = timed(lambda: diff.to_markdown(diff.compare(load_one_gpu(a), load_one_gpu(b))))
+        diff_s = timed(
+            lambda: diff_report.to_markdown(diff.compare(load_one_gpu(a), load_one_gpu(b)))
+        )
         # Schema 2 tables, with the distributions every timing verdict reads: two back-to-back
         # reruns of the default batched grid on the H100, tiled the same way.
         c = tiled(NOISE_RUNS / "run-00", ROWS, work / "c.csv")
         d = tiled(NOISE_RUNS / "run-01", ROWS, work / "d.csv")
-        verdicts_s = timed(lambda: diff.to_markdown(diff.compare(load_one_gpu(c), load_one_gpu(d))))
+        verdicts_s = timed(
+            lambda: diff_report.to_markdown(diff.compare(load_one_gpu(c), load_one_gpu(d)))
+        )
     result = {
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "host": platform.node(),

@@ -726,14 +726,15 @@ def diff_command(
     """Kernel changes, FMA % and time deltas, regressions and one-side-only cases of two runs."""
     from cublas_audit.judge import diff
     from cublas_audit.judge.thresholds import with_overrides
+    from cublas_audit.report import diff_report
     from cublas_audit.table.inputs import load_one_gpu
 
     limits = with_overrides(threshold or [])
     result = diff.compare(load_one_gpu(a), load_one_gpu(b), limits)
     if format is Format.json:
-        print_json(diff.to_json(result))
+        print_json(diff_report.to_json(result))
     else:
-        typer.echo(diff.to_markdown(result), nl=False)
+        typer.echo(diff_report.to_markdown(result), nl=False)
     if fail_on is not None and result.matched.empty:
         raise AuditError(
             f"--fail-on {fail_on.value}: {a} and {b} share no case (api, routine, mode, shape, "

@@ -31,8 +31,9 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:  # run as a script: `tests` and `cublas_audit` from this checkout
     sys.path.insert(0, str(REPO))
 
-from cublas_audit.judge.diff import compare, to_markdown  # noqa: E402
+from cublas_audit.judge.diff import compare  # noqa: E402
 from cublas_audit.judge.thresholds import Thresholds  # noqa: E402
+from cublas_audit.report.diff_report import to_markdown  # noqa: E402
 from cublas_audit.report.render import render_report  # noqa: E402
 from cublas_audit.table.inputs import bundled_runs, load_inputs, load_one_gpu  # noqa: E402
 from cublas_audit.table.rundir import PLOTS_DIR, REPORT_FILE, TABLE_FILE  # noqa: E402

@@ -18,8 +18,9 @@ from cublas_audit.cli import app
 from cublas_audit.device import candidate_audit, lt
 from cublas_audit.errors import AuditError, ToolMissingError
 from cublas_audit.judge import candidates as cd
-from cublas_audit.planning.cases import Case
+from cublas_audit.planning.cases import Case, candidate_problems
 from cublas_audit.report import candidates_report
+from cublas_audit.table import candidates_table as ct
 from cublas_audit.table.rundir import CANDIDATES_FILE
 from tests.conftest import REPORTS
 
@@ -31,7 +32,7 @@ FLAGGED = "cublasLt.fp32.256x256x256.b8.nn"
 
 @pytest.fixture(scope="module")
 def recorded() -> pd.DataFrame:
-    return cd.read_candidates(RECORDED)
+    return ct.read_candidates(RECORDED)
 
 
 def one_case(frame: pd.DataFrame, case_id: str = FLAGGED) -> pd.DataFrame:
@@ -56,7 +57,7 @@ def test_ranks_count_only_correct_timed_candidates(recorded: pd.DataFrame) -> No
     # The fastest marked wrong: it leaves the ranking and the gap shrinks to the next best.
     wrong = one_case(recorded).copy()
     wrong.loc[wrong["candidate"] == 5, "status"] = "wrong"
-    ranked = cd.add_ranks(wrong).set_index("candidate")
+    ranked = ct.add_ranks(wrong).set_index("candidate")
     assert pd.isna(ranked.loc[5, "rank"]) and ranked.loc[0, "rank"] == 5
     assert ranked["left_on_table"].iloc[0] < case["left_on_table"].iloc[0]
 
@@ -64,7 +65,7 @@ def test_ranks_count_only_correct_timed_candidates(recorded: pd.DataFrame) -> No
 def test_no_left_on_table_when_the_default_is_wrong(recorded: pd.DataFrame) -> None:
     case = one_case(recorded).copy()
     case.loc[case["is_default"] == 1, "status"] = "wrong"
-    assert pd.isna(cd.add_ranks(case)["left_on_table"].iloc[0])
+    assert pd.isna(ct.add_ranks(case)["left_on_table"].iloc[0])
 
 
 def test_case_summary_names_default_rank_and_best(recorded: pd.DataFrame) -> None:
@@ -79,7 +80,7 @@ def test_a_skipped_case_keeps_its_reason(recorded: pd.DataFrame) -> None:
         "status": "skipped",
         "reason": "OutOfMemoryError: out of memory allocating 4,294,967,296 bytes",
     }
-    summary = cd.case_summary(cd.from_records([skipped])).iloc[0]
+    summary = cd.case_summary(ct.from_records([skipped])).iloc[0]
     assert (summary["status"], summary["candidates"]) == ("skipped", 0)
     assert summary["reason"].startswith("OutOfMemoryError")
 
@@ -135,10 +136,10 @@ def test_finalists_are_the_default_and_those_near_the_best(recorded: pd.DataFram
 # ----- candidates.csv --------------------------------------------------------------------------
 def test_csv_round_trip(recorded: pd.DataFrame, tmp_path: Path) -> None:
     frame = recorded
-    cd.write_candidates(frame, tmp_path / CANDIDATES_FILE)
-    back = cd.read_candidates(tmp_path)
+    ct.write_candidates(frame, tmp_path / CANDIDATES_FILE)
+    back = ct.read_candidates(tmp_path)
     pd.testing.assert_frame_equal(frame, back, check_exact=False, rtol=1e-5)
-    assert list(back.columns) == list(cd.COLUMNS)
+    assert list(back.columns) == list(ct.COLUMNS)
 
 
 @pytest.mark.parametrize(
@@ -157,15 +158,15 @@ def test_bad_values_are_one_line_errors(
     frame.loc[1, column] = value
     frame.to_csv(tmp_path / "candidates.csv", index=False)
     with pytest.raises(AuditError, match="row 2, " + message):
-        cd.read_candidates(tmp_path)
+        ct.read_candidates(tmp_path)
 
 
 def test_missing_columns_and_files(tmp_path: Path) -> None:
     pd.DataFrame({"case_id": ["x"]}).to_csv(tmp_path / "candidates.csv", index=False)
     with pytest.raises(AuditError, match="missing required column"):
-        cd.read_candidates(tmp_path)
+        ct.read_candidates(tmp_path)
     with pytest.raises(AuditError, match="no such file"):
-        cd.read_candidates(tmp_path / "nowhere.csv")
+        ct.read_candidates(tmp_path / "nowhere.csv")
 
 
 # ----- Markdown ---------------------------------------------------------------------------------
@@ -200,7 +201,7 @@ def test_problems_merge_the_apis_and_loop_rows() -> None:
         Case("cublas", "fp32", 256, 256, 256, 8, loop=True),
         Case("cublas", "tf32", 256, 256, 256, 8),
     ]
-    assert [c.case_id for c in cd.problems(cases)] == [
+    assert [c.case_id for c in candidate_problems(cases)] == [
         "cublasLt.fp32.256x256x256.b8.nn",
         "cublasLt.tf32.256x256x256.b8.nn",
     ]
@@ -271,7 +272,7 @@ def test_audit_on_the_gpu(tmp_path: Path) -> None:
     assert huge["status"].tolist() == ["skipped"]
     assert "memory" in str(huge["reason"].iloc[0]).lower()
     assert (frame["gpu_label"] == "gpu-test").all()
-    back = cd.read_candidates(tmp_path)
+    back = ct.read_candidates(tmp_path)
     assert len(back) == len(frame)
     assert len(lines) == 2 and "skipped" in lines[1]
 

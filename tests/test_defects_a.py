@@ -125,7 +125,6 @@ def _stale_short(frame: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-@pytest.mark.xfail(strict=True, reason="issue 25: kernel-change compares only kernel_short")
 @pytest.mark.parametrize(
     "change",
     [

@@ -18,8 +18,9 @@ from typer.testing import CliRunner
 from cublas_audit.cli import app
 from cublas_audit.errors import AuditError
 from cublas_audit.judge import noise
-from cublas_audit.judge.diff import compare, to_json, to_markdown
+from cublas_audit.judge.diff import compare
 from cublas_audit.judge.thresholds import Thresholds
+from cublas_audit.report.diff_report import to_json, to_markdown
 from cublas_audit.table.dispatch import write_table
 from cublas_audit.table.inputs import load_one_gpu
 from cublas_audit.table.validation import read_table

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from cublas_audit.judge import candidates
 from cublas_audit.observe import environment
 from cublas_audit.observe.environment import Gpu, list_gpus
+from cublas_audit.planning.cases import candidate_problems
 from cublas_audit.run import multi_gpu
-from cublas_audit.table import rundir
+from cublas_audit.table import candidates_table, rundir
 
 pytestmark = pytest.mark.gpu
 PROBLEMS = {"cublasLt.fp32.256x256x256.b8.nn", "cublasLt.fp32.512x512x512.b8.nn"}
@@ -36,7 +36,7 @@ def test_candidates_on_every_gpu_then_resumed_from_the_journal(tmp_path: Path) -
     done = audit(*grid, "--devices", "all", "--out", str(out))
     assert done.returncode == 0, done.stderr[-2000:]
     printed = json.loads(done.stdout)
-    frame = candidates.read_candidates(out)
+    frame = candidates_table.read_candidates(out)
     assert set(frame["case_id"]) == PROBLEMS and len(printed["candidates"]) == len(frame)
     defaults = frame[frame["is_default"] == 1]
     assert sorted(defaults["case_id"]) == sorted(PROBLEMS) and defaults["status"].eq("ok").all()
@@ -48,7 +48,7 @@ def test_candidates_on_every_gpu_then_resumed_from_the_journal(tmp_path: Path) -
         s
         for s in (out / multi_gpu.SHARDS_DIR).iterdir()
         if "cublasLt.fp32.256x256x256.b8.nn"
-        in candidates.read_journal(s / rundir.CANDIDATE_RESULTS)
+        in candidates_table.read_journal(s / rundir.CANDIDATE_RESULTS)
     )
     journal = shard / rundir.CANDIDATE_RESULTS
     kept = [line for line in journal.read_text().splitlines() if "256x256x256" in line]
@@ -59,7 +59,7 @@ def test_candidates_on_every_gpu_then_resumed_from_the_journal(tmp_path: Path) -
 
     again = audit("--resume", str(out))
     assert again.returncode == 0, again.stderr[-2000:]
-    resumed = candidates.read_candidates(out)
+    resumed = candidates_table.read_candidates(out)
     assert set(resumed["case_id"]) == PROBLEMS
     kept_rows = resumed[resumed["case_id"] == "cublasLt.fp32.256x256x256.b8.nn"]
     assert kept_rows["time_ms"].tolist() == before["time_ms"].tolist()  # not measured again
@@ -85,7 +85,7 @@ def test_two_shards_of_one_gpu_audit_at_once_and_merge(
     )
     cases = plan_from_options(False, True, "256,512", "", "4,8", "fp32", "cublasLt", None)
     options = SweepOptions(
-        cases=candidates.problems(cases),
+        cases=candidate_problems(cases),
         out=tmp_path / "run",
         candidate_limit=8,
         phase="candidates",
@@ -94,7 +94,7 @@ def test_two_shards_of_one_gpu_audit_at_once_and_merge(
     plan = multi_gpu.start(options, twins, replicate=False)
     shards = multi_gpu.run(options, plan)
     frame = multi_gpu.merged_candidates(plan, shards)
-    order = [c.case_id for c in candidates.problems(cases)]
+    order = [c.case_id for c in candidate_problems(cases)]
     assert list(dict.fromkeys(frame["case_id"])) == order and len(order) == 4
     per_shard = frame.groupby("case_id")["device_index"].nunique()
     assert per_shard.eq(1).all()  # each problem measured by one shard

@@ -264,8 +264,8 @@ def test_hostile_fields_reach_report_and_diff_inert(tmp_path: Path) -> None:
 
 
 def test_a_candidates_value_never_becomes_repro_code() -> None:
-    from cublas_audit.judge.candidates import read_candidates
     from cublas_audit.report.candidates_report import repro
+    from cublas_audit.table.candidates_table import read_candidates
 
     rows = read_candidates(H100_RUN / "candidates.csv")
     row = rows.iloc[0].copy()

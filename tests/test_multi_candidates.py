@@ -23,14 +23,14 @@ from cublas_audit import jobs
 from cublas_audit.cli import app
 from cublas_audit.errors import AuditError
 from cublas_audit.judge import candidates
-from cublas_audit.planning.cases import read_plan
+from cublas_audit.planning.cases import candidate_problems, read_plan
 from cublas_audit.run import multi_gpu, sweep
 from cublas_audit.run.sweep_setup import SweepOptions
-from cublas_audit.table import rundir
+from cublas_audit.table import candidates_table, rundir
 from tests.fakeprobe import H100_RUN, Recorded, call_records, deadline, fake_probe, seen
 from tests.test_multi_gpu import DEADLINE_S, H100S, two_gpus  # noqa: F401 (a fixture)
 
-RECORDED = candidates.read_candidates(H100_RUN / rundir.CANDIDATES_FILE)
+RECORDED = candidates_table.read_candidates(H100_RUN / rundir.CANDIDATES_FILE)
 CASES = read_plan(H100_RUN / rundir.PLAN_FILE)  # 54 batched cases: 18 problems
 
 
@@ -93,9 +93,9 @@ def test_the_problems_are_audited_once_each_on_their_gpu_and_merged(
         assert progress[gpu.index].advanced == by_gpu[gpu.uuid]
 
     assert result.frame is not None
-    merged = candidates.read_candidates(result.run_dir)
+    merged = candidates_table.read_candidates(result.run_dir)
     pd.testing.assert_frame_equal(in_case_order(merged), in_case_order(RECORDED))
-    order = [c.case_id for c in candidates.problems(CASES)]
+    order = [c.case_id for c in candidate_problems(CASES)]
     assert list(dict.fromkeys(merged["case_id"])) == order  # in plan order
     for gpu in H100S:  # every row says which GPU measured it
         rows = merged[merged["case_id"].isin(by_gpu[gpu.uuid])]
@@ -114,7 +114,7 @@ def test_a_crashed_shard_resumes_at_its_first_unaudited_problem(
     tmp_path: Path,
     two_gpus: Path,  # noqa: F811
 ) -> None:
-    problems = candidates.problems(CASES)
+    problems = candidate_problems(CASES)
     gpu1 = multi_gpu.shard(problems, 2)[1]
     culprit = gpu1[len(gpu1) // 2].case_id
     probe, calls = auditing_probe(tmp_path, crash_on=culprit)
@@ -140,19 +140,21 @@ def test_a_crashed_shard_resumes_at_its_first_unaudited_problem(
 
 
 def test_an_interrupted_audit_keeps_the_problems_its_journal_holds(tmp_path: Path) -> None:
-    problems = candidates.problems(CASES)
+    problems = candidate_problems(CASES)
     journal = tmp_path / rundir.CANDIDATE_RESULTS
     with journal.open("w") as out:
         for case in problems[:2]:
             rows = RECORDED[RECORDED["case_id"] == case.case_id]
             records = [{k: v for k, v in r.items() if not pd.isna(v)} for r in _records(rows)]
-            out.write(candidates.journal_line(case.case_id, records))
-        out.write(candidates.journal_line(problems[3].case_id, []))  # no rows: not a finished one
+            out.write(candidates_table.journal_line(case.case_id, records))
+        out.write(
+            candidates_table.journal_line(problems[3].case_id, [])
+        )  # no rows: not a finished one
         out.write('{"case_id": "' + problems[2].case_id + '", "rows": [{"m"')  # torn mid-write
     config = sweep.SweepConfig(
         cases=CASES, run_dir=tmp_path, gpu_label="h100", ncu=None, phase="candidates"
     )
-    finished = set(candidates.read_journal(journal))  # what a resumed audit does not measure
+    finished = set(candidates_table.read_journal(journal))  # what a resumed audit does not measure
     assert finished == {c.case_id for c in problems[:2]}
     frame = sweep.write_outputs(config)
     assert list(dict.fromkeys(frame["case_id"])) == [c.case_id for c in problems[:2]]
@@ -165,7 +167,7 @@ def _records(rows: pd.DataFrame) -> list[dict[str, Any]]:
 
 
 def test_a_journal_line_holds_numpy_numbers_as_json_numbers() -> None:
-    line = candidates.journal_line("c", [{"time_ms": np.float64(0.5), "reps": np.int64(7)}])
+    line = candidates_table.journal_line("c", [{"time_ms": np.float64(0.5), "reps": np.int64(7)}])
     assert '"time_ms": 0.5' in line and '"reps": 7' in line
 
 
@@ -232,8 +234,8 @@ def test_the_h100s_sharded_audit_finds_the_gap_its_single_gpu_audits_found() -> 
         Path(__file__).resolve().parents[1]
         / "reports/h100/checks/20261124-145242-candidates-devices"
     )
-    merged = candidates.read_candidates(run)
-    shard = candidates.read_candidates(multi_gpu.shard_dir(run, 0))
+    merged = candidates_table.read_candidates(run)
+    shard = candidates_table.read_candidates(multi_gpu.shard_dir(run, 0))
     pd.testing.assert_frame_equal(merged, shard)
     assert merged["case_id"].nunique() == 18
     found = candidates.find_better_candidates(merged)

@@ -27,16 +27,17 @@ from cublas_audit.judge.candidates import (
     DEFAULT_LIMIT,
     DEFAULT_MIN_REPS,
     DEFAULT_THRESHOLD,
-    SCHEMA_VERSION,
     case_summary,
+)
+from cublas_audit.planning.cases import DEFAULT_WORKSPACE_BYTES, Case, candidate_problems
+from cublas_audit.table import rundir
+from cublas_audit.table.candidates_table import (
+    SCHEMA_VERSION,
     from_records,
     journal_line,
-    problems,
     read_journal,
     write_candidates,
 )
-from cublas_audit.planning.cases import DEFAULT_WORKSPACE_BYTES, Case
-from cublas_audit.table import rundir
 from cublas_audit.table.dispatch import plain
 
 # A first, short interleaved round (this many timed calls each, at least) ranks the candidates;
@@ -80,7 +81,7 @@ def run_candidates(
     and the problems it already holds are taken from it, not measured again (a resumed audit).
     `started` and `finished` hear each problem's case_id (the probe's progress lines)."""
     lt.bindings()  # a missing nvmath-python is one clear error before any work
-    todo = problems(cases)
+    todo = candidate_problems(cases)
     done = read_journal(journal) if journal is not None else {}
     log_path = out_dir / rundir.CANDIDATES_LOG if out_dir is not None else None
     if out_dir is not None:

@@ -7,8 +7,7 @@ reported in the header, never assumed: the comparison itself is the same for all
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,10 +21,9 @@ from cublas_audit.judge.rules import prepare
 from cublas_audit.judge.thresholds import Thresholds
 from cublas_audit.judge.timed_rows import TIMES, between_runs, floor_kind, judge_sides, on_kernels
 from cublas_audit.judge.verdicts import Judgement, Verdict, detectable_slowdown
-from cublas_audit.report.markdown import md_code, md_table, md_text, template
-from cublas_audit.report.render import env_value
 from cublas_audit.table.dispatch import CASE_KEY, TableSource
 from cublas_audit.table.inputs import Dataset
+from cublas_audit.table.rundir import env_value
 
 # env.json keys the header compares; env.json may lack any of them (a bare table has none).
 ENV_KEYS = (
@@ -42,7 +40,7 @@ ENV_KEYS = (
 )
 # Provenance a table carries in its own columns, for inputs without env.json.
 TABLE_ENV_COLUMNS = ("gpu_name", "cc", "driver_version", "cublas_version")
-SIDE_COLUMNS = ("kernel_short", "util", "time_ms", "status")
+SIDE_COLUMNS = ("kernel_name", "kernel_short", "util", "time_ms", "status")
 # Evidence a timing verdict uses where the table has it: the distribution and clock (schema 2),
 # the kernel-only time and its distribution (schema 3).
 EVIDENCE_COLUMNS = (
@@ -88,8 +86,15 @@ class Diff:
 
     @property
     def kernel_changes(self) -> pd.DataFrame:
+        """Cases whose dispatched kernel differs, by its full name (sm80_ and sm90_, align1 and
+        align4, stage and warp variants are other kernels even where the short names agree);
+        the short name decides only where a side has no full name (a table from elsewhere, or a
+        published one that gives short names: its name is its own short name)."""
         m = self.matched
-        return m[m["kernel_short_a"].fillna("") != m["kernel_short_b"].fillna("")]
+        full = _full_name(m, "a") & _full_name(m, "b")
+        by_name = m["kernel_name_a"].fillna("") != m["kernel_name_b"].fillna("")
+        by_short = m["kernel_short_a"].fillna("") != m["kernel_short_b"].fillna("")
+        return m[(full & by_name) | (~full & by_short)]
 
     @property
     def host_slower(self) -> pd.DataFrame:
@@ -113,6 +118,11 @@ class Diff:
         host = not self.host_slower.empty
         gates = {"regression": regression, "kernel-change": changed, "host": host}
         return gates.get(gate, regression or changed or host)
+
+
+def _full_name(matched: pd.DataFrame, side: str) -> pd.Series:
+    name, short = matched[f"kernel_name_{side}"], matched[f"kernel_short_{side}"]
+    return name.notna() & (name.fillna("") != short.fillna(""))
 
 
 def compare(
@@ -317,156 +327,3 @@ def _env(dataset: Dataset) -> dict[str, str]:
             values[column] = dataset.frame[column].dropna().iloc[0]
     values.update({k: v for k, v in dataset.env.items() if k in ENV_KEYS and v not in (None, "")})
     return {k: env_value(v) for k, v in values.items()}
-
-
-# ----- output -----------------------------------------------------------------------------------
-
-LISTED_MAX = 200
-_CASE_COLUMNS = ("api", "routine", "mode", "shape", "batch")
-
-
-def to_json(diff: Diff) -> dict[str, Any]:
-    return {
-        "a": diff.a,
-        "b": diff.b,
-        "differs": [{"key": r.key, "a": r.a, "b": r.b} for r in diff.env if r.differs],
-        "regressions": _records(diff.rows("regression")),
-        "improvements": _records(diff.rows("improvement")),
-        "unsure": _records(diff.rows("unsure")),
-        "detectable": _records(diff.floors),
-        "kernel_changes": _records(diff.kernel_changes),
-        "host_slower": _records(diff.host_slower),
-        "only_a": _records(diff.only_a),
-        "only_b": _records(diff.only_b),
-        "matched": len(diff.matched),
-    }
-
-
-def _records(rows: pd.DataFrame) -> list[dict[str, Any]]:
-    keep = [c for c in rows.columns if c not in ("_merge", "size")]
-    return [
-        {str(k): plain(v) for k, v in record.items()} for record in rows[keep].to_dict("records")
-    ]
-
-
-def to_markdown(diff: Diff) -> str:
-    differs = [r for r in diff.env if r.differs]
-    same = [r.key for r in diff.env if not r.differs]
-    return template("diff.md.j2").render(
-        a=md_code(diff.a, in_table=False),
-        b=md_code(diff.b, in_table=False),
-        env=md_table(["", "A", "B"], [(r.key, md_text(r.a), md_text(r.b)) for r in differs]),
-        same=", ".join(same),
-        matched=len(diff.matched),
-        detectable=_detectable_table(diff.floors),
-        model=noise.load().source,
-        sections=[
-            _section("Regressions", diff.rows("regression"), _delta_table),
-            _section("Improvements", diff.rows("improvement"), _delta_table),
-            _section(
-                "Unsure: changes the noise floor cannot tell from noise",
-                diff.rows("unsure"),
-                _delta_table,
-            ),
-            _section("Kernel changes", diff.kernel_changes, _delta_table),
-            _section(
-                "Call slower, kernels not: the host's share (informational unless --fail-on host)",
-                diff.host_slower,
-                _delta_table,
-            ),
-            _section("Only in A", diff.only_a, lambda rows: _case_table(rows, "_a")),
-            _section("Only in B", diff.only_b, lambda rows: _case_table(rows, "_b")),
-        ],
-        counts={
-            "regression": len(diff.rows("regression")),
-            "improvement": len(diff.rows("improvement")),
-            "unsure": len(diff.rows("unsure")),
-            "kernel": len(diff.kernel_changes),
-            "host": len(diff.host_slower),
-        },
-    )
-
-
-def _section(
-    title: str, rows: pd.DataFrame, table: Callable[[pd.DataFrame], str]
-) -> dict[str, Any]:
-    """A titled table of at most LISTED_MAX cases: the JSON output lists them all."""
-    return {"title": title, "table": table(rows.head(LISTED_MAX)), "more": len(rows) - LISTED_MAX}
-
-
-def _case_cells(record: Mapping[Hashable, Any]) -> list[str]:
-    return [md_text(plain(record.get(c)) or "—") for c in _CASE_COLUMNS]
-
-
-def _cell(value: Any, fmt: str) -> str:
-    value = plain(value)
-    return "—" if value is None else fmt.format(value)
-
-
-def _delta_table(rows: pd.DataFrame) -> str:
-    if rows.empty:
-        return ""
-    body = [
-        [
-            *_case_cells(r),
-            _kernel(r["kernel_short_a"], r.get("status_a")),
-            _kernel(r["kernel_short_b"], r.get("status_b")),
-            _cell(r["util_a"], "{:.0f}"),
-            _cell(r["util_b"], "{:.0f}"),
-            _cell(r["time_ms_a"], "{:.4g}"),
-            _cell(r["time_ms_b"], "{:.4g}"),
-            md_text(r.get("evidence") or _cell(r["time_delta_pct"], "{:+.1f} %")),
-            md_text(r.get("note") or ""),
-        ]
-        for r in rows.to_dict("records")
-    ]
-    headers = [*_CASE_COLUMNS, "kernel A", "kernel B", "pipe % A", "pipe % B", "ms A", "ms B"]
-    return md_table([*headers, "time change (how sure)", "note"], body)
-
-
-def _detectable_table(floors: pd.DataFrame) -> str:
-    if floors.empty:
-        return ""
-    records = floors.to_dict("records")
-    traced = any(r.get("kernel_cases") for r in records)
-    body = []
-    for r in records:
-        scale = "longer" if not math.isfinite(r["up_to_ms"]) else f"up to {r['up_to_ms']:g} ms"
-        host_bound = plain(r["floor_pct"]) is None
-        call = (
-            ("host-bound", "none")
-            if host_bound
-            else (f"{r['floor_pct']:.1f} %", f"{r['detectable_pct']:.1f} %")
-        )
-        row = [scale, str(r["cases"]), *call]
-        if traced:
-            row += [
-                str(r["kernel_cases"]),
-                f"{r['kernel_floor_pct']:.1f} %",
-                f"{r['kernel_detectable_pct']:.1f} %",
-            ]
-        body.append(row)
-    headers = ["time per launch", "cases", "call: noise floor", "call: smallest slowdown caught"]
-    if traced:
-        headers += ["kernels traced", "kernels: noise floor", "kernels: smallest slowdown caught"]
-    return md_table(headers, body)
-
-
-def _kernel(kernel: Any, status: Any) -> str:
-    if plain(status) not in (None, "ok"):
-        return md_text(status)
-    return "—" if plain(kernel) is None else md_code(kernel)
-
-
-def _case_table(rows: pd.DataFrame, side: str) -> str:
-    if rows.empty:
-        return ""
-    body: Sequence[list[str]] = [
-        [
-            *_case_cells(r),
-            _kernel(r[f"kernel_short{side}"], r.get(f"status{side}")),
-            _cell(r[f"time_ms{side}"], "{:.4g}"),
-        ]
-        for r in rows.to_dict("records")
-    ]
-    return md_table([*_CASE_COLUMNS, "kernel", "ms"], body)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -219,3 +219,13 @@ def read_plan(path: Path) -> list[Case]:
         return [Case.from_json(item) for item in json.loads(path.read_text())]
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise AuditError(f"{path}: not a cublas-audit plan ({exc})") from exc
+
+
+def candidate_problems(cases: Iterable[Case]) -> list[Case]:
+    """The distinct GEMM problems of a plan, as cuBLASLt cases (the sweep's loop rows and the
+    classic-API twins name the same problem)."""
+    seen: dict[tuple[str, int, int, int, int], Case] = {}
+    for case in cases:
+        key = (case.mode, case.m, case.n, case.k, case.batch)
+        seen.setdefault(key, Case("cublasLt", *key))
+    return list(seen.values())

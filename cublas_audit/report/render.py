@@ -24,7 +24,7 @@ from cublas_audit.report import candidates_report, repro
 from cublas_audit.report.markdown import md_code, md_number, md_table, md_text, shorten, template
 from cublas_audit.report.plots import plot
 from cublas_audit.table.inputs import Dataset, first_value, load_inputs
-from cublas_audit.table.rundir import PLOTS_DIR, REPORT_FILE
+from cublas_audit.table.rundir import PLOTS_DIR, REPORT_FILE, env_value
 
 STALLS_SHOWN = 8
 
@@ -160,12 +160,6 @@ def env_rows(dataset: Dataset) -> list[tuple[str, str]]:
     if not dataset.env:
         rows.append(("source", md_text("a bare table: no env.json, environment not recorded")))
     return rows
-
-
-def env_value(value: Any) -> str:
-    if isinstance(value, dict):
-        return ", ".join(f"{k}={v}" for k, v in sorted(value.items())) or "none"
-    return str(value)
 
 
 def _command(env: Mapping[str, Any]) -> str:

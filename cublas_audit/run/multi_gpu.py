@@ -31,14 +31,13 @@ from typing import Any
 import pandas as pd
 
 from cublas_audit.errors import AuditError, InterruptedSweepError, ToolMissingError
-from cublas_audit.judge import candidates
 from cublas_audit.observe.environment import Gpu, list_gpus
-from cublas_audit.planning.cases import Case, read_plan, write_plan
+from cublas_audit.planning.cases import Case, candidate_problems, read_plan, write_plan
 from cublas_audit.planning.grid import check_label, label_from_gpu_name
 from cublas_audit.run.sweep import Progress
 from cublas_audit.run.sweep_setup import SweepOptions, check_new_run_dir, default_run_dir, sweep
+from cublas_audit.table import candidates_table, rundir
 from cublas_audit.table import dispatch as table
-from cublas_audit.table import rundir
 from cublas_audit.table.validation import read_table
 from cublas_audit.version import __version__
 
@@ -277,8 +276,8 @@ def merged_table(plan: Plan, shards: Sequence[Path]) -> pd.DataFrame:
 def merged_candidates(plan: Plan, shards: Sequence[Path]) -> pd.DataFrame:
     """The shards' candidate audits as one, in plan order, written to the run's candidates.csv
     (each problem was audited whole on one GPU: its ranks and gaps stand as they are)."""
-    frame = _in_plan_order(plan, [candidates.read_candidates(path) for path in shards])
-    candidates.write_candidates(frame, plan.run_dir / rundir.CANDIDATES_FILE)
+    frame = _in_plan_order(plan, [candidates_table.read_candidates(path) for path in shards])
+    candidates_table.write_candidates(frame, plan.run_dir / rundir.CANDIDATES_FILE)
     return frame
 
 
@@ -355,6 +354,6 @@ def candidates_on_devices(
     if spread.replicate:
         raise AuditError("--replicate: the candidate audit shards its problems; leave it out")
     # (a resumed run gives no cases: its record holds the plan)
-    options = replace(options, cases=candidates.problems(options.cases), phase="candidates")
+    options = replace(options, cases=candidate_problems(options.cases), phase="candidates")
     plan, shards = on_devices(options, spread, progress_for)
     return MultiResult(plan.run_dir, shards, merged_candidates(plan, shards))

@@ -25,7 +25,7 @@ from cublas_audit.judge import candidates
 from cublas_audit.observe import ncu_command as profile
 from cublas_audit.observe import ncu_export as ncu_parse
 from cublas_audit.observe.environment import format_cublas_version
-from cublas_audit.planning.cases import DEFAULT_WORKSPACE_BYTES, Case, read_plan
+from cublas_audit.planning.cases import DEFAULT_WORKSPACE_BYTES, Case, candidate_problems, read_plan
 from cublas_audit.run.probe_process import (
     DONE_LINE,
     START_LINE,
@@ -33,7 +33,7 @@ from cublas_audit.run.probe_process import (
     check_loaded_cublas,
     run_streaming,
 )
-from cublas_audit.table import assemble, rundir
+from cublas_audit.table import assemble, candidates_table, rundir
 from cublas_audit.table import dispatch as table
 from cublas_audit.table.rundir import (
     CANDIDATE_RESULTS,
@@ -127,7 +127,7 @@ def run(config: SweepConfig, progress: Progress | None = None) -> pd.DataFrame:
         if config.measures_calls:
             finished, total = frame["status"].ne("not-run").sum(), len(config.cases)
         else:
-            finished, total = frame["case_id"].nunique(), len(candidates.problems(config.cases))
+            finished, total = frame["case_id"].nunique(), len(candidate_problems(config.cases))
         command = {"candidates": "candidates", "map": "map"}.get(config.phase, "sweep")
         raise InterruptedSweepError(
             f"interrupted: {finished} of {total} cases are saved in {config.run_dir}; "
@@ -146,10 +146,12 @@ def write_outputs(config: SweepConfig) -> pd.DataFrame:
         return write_table(config)
     path = config.run_dir / CANDIDATES_FILE
     if path.exists():
-        return candidates.read_candidates(path)
-    finished = candidates.read_journal(config.run_dir / CANDIDATE_RESULTS)
-    problems = candidates.problems(config.cases)
-    return candidates.from_records(row for p in problems for row in finished.get(p.case_id, []))
+        return candidates_table.read_candidates(path)
+    finished = candidates_table.read_journal(config.run_dir / CANDIDATE_RESULTS)
+    problems = candidate_problems(config.cases)
+    return candidates_table.from_records(
+        row for p in problems for row in finished.get(p.case_id, [])
+    )
 
 
 @contextmanager
@@ -283,8 +285,8 @@ def _audit_candidates(config: SweepConfig, progress: Progress) -> None:
     path = config.run_dir / CANDIDATES_FILE
     if path.exists():
         return
-    finished = candidates.read_journal(config.run_dir / CANDIDATE_RESULTS)
-    progress.start(sum(p.case_id not in finished for p in candidates.problems(config.cases)))
+    finished = candidates_table.read_journal(config.run_dir / CANDIDATE_RESULTS)
+    progress.start(sum(p.case_id not in finished for p in candidate_problems(config.cases)))
     code = _run_probe(config, config.probe.argv(_probe_args(config, "candidates", None)), progress)
     if code in INTERRUPTED_CODES:
         raise KeyboardInterrupt
@@ -294,7 +296,9 @@ def _audit_candidates(config: SweepConfig, progress: Progress) -> None:
             f"{config.run_dir / rundir.CANDIDATES_LOG})"
         )
     env = rundir.read_env(config.run_dir)
-    candidates.write_candidates(candidates.measured_on(candidates.read_candidates(path), env), path)
+    candidates_table.write_candidates(
+        candidates_table.measured_on(candidates_table.read_candidates(path), env), path
+    )
 
 
 def _on_probe_line(progress: Progress, run_dir: Path) -> Callable[[str], None]:

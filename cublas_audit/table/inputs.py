@@ -12,9 +12,9 @@ from typing import Any
 import pandas as pd
 
 from cublas_audit.errors import AuditError
-from cublas_audit.judge.candidates import read_candidates
 from cublas_audit.planning.cases import read_plan
 from cublas_audit.resources import shipped
+from cublas_audit.table.candidates_table import read_candidates
 from cublas_audit.table.dispatch import TableSource, row_number
 from cublas_audit.table.rundir import CANDIDATES_FILE, ENV_FILE, PLAN_FILE, TABLE_FILE, read_env
 from cublas_audit.table.validation import check_against_plan, check_env, read_table

@@ -85,3 +85,10 @@ def append_record(path: Path, record: Mapping[str, Any]) -> None:
 def read_results(path: Path) -> dict[str, dict[str, Any]]:
     """case_id -> its `done` record."""
     return {r["case_id"]: r for r in records(path) if r.get("event") == "done" and "case_id" in r}
+
+
+def env_value(value: Any) -> str:
+    """An env.json value as one line of text (a mapping as sorted KEY=VALUE pairs)."""
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={v}" for k, v in sorted(value.items())) or "none"
+    return str(value)

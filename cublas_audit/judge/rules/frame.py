@@ -42,7 +42,10 @@ Rule = Callable[[RuleContext], list[Finding]]
 
 
 def prepare(frame: pd.DataFrame) -> pd.DataFrame:
-    """Main launches with kernel_short, family, util, size, shape and is_loop filled in."""
+    """Main launches with kernel_name (the full name, or the first traced kernel's), kernel_short,
+    family, util, size, shape and is_loop filled in. The short name and family are derived from
+    the full name wherever there is one: a table's own kernel_short column, possibly stale, is
+    used only for rows without a name."""
     rows = with_layout_defaults(main_launches(frame))
     names = rows["kernel"].fillna("").astype(str)
     if "traced_kernels" in rows.columns:
@@ -55,7 +58,8 @@ def prepare(frame: pd.DataFrame) -> pd.DataFrame:
     for column, attr in (("kernel_short", "short"), ("family", "family")):
         derived = names.map(lambda name, a=attr: getattr(infos[name], a) if name else pd.NA)
         known = rows[column] if column in rows.columns else pd.Series(pd.NA, index=rows.index)
-        rows[column] = known.fillna(derived).astype("string")
+        rows[column] = derived.astype("string").fillna(known.astype("string"))
+    rows["kernel_name"] = names.where(names != "").astype("string")
     if "routine" not in rows.columns:
         rows["routine"] = pd.Series("", index=rows.index, dtype="string")
     rows["routine"] = rows["routine"].fillna("")
