@@ -6,7 +6,10 @@ shapes; machine: env), what they share in options, the exit codes (README) in ex
 
 from __future__ import annotations
 
+from typing import Any
+
 import typer
+from typer.core import TyperArgument, TyperCommand
 
 from cublas_audit.cli import candidates, machine, measure, read
 from cublas_audit.cli.exit_codes import INTERNAL_ERROR, INTERRUPTED, exit_codes
@@ -22,12 +25,36 @@ app = typer.Typer(
     add_completion=False,
 )
 
+
+
+class _Argument(TyperArgument):
+    """An argument as its help lists it: its metavar, `...` after one that repeats (RUN_A,
+    RUN_OR_TABLE...), never typer's Python type beside it (<path>, <list[Path]>)."""
+
+    def get_help_record(self, ctx: Any) -> tuple[str, str] | None:
+        record = super().get_help_record(ctx)
+        if record is None:
+            return None
+        return self.display_name_raw + ("..." if self.nargs != 1 else ""), record[1]
+
+
+class _Command(TyperCommand):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        for param in self.params:
+            if type(param) is TyperArgument:  # typer builds them; only their help changes
+                param.__class__ = _Argument
+
+
 # In the order `cublas-audit --help` lists them.
-app.command("env")(machine.env_command)
-app.command("sweep")(measure.sweep_command)
-app.command("candidates")(candidates.candidates_command)
-app.command("reference")(measure.reference_command)
-app.command("report")(read.report_command)
-app.command("diff")(read.diff_command)
-app.command("shapes")(read.shapes_command)
-app.command("map")(measure.map_command)
+for name, command in (
+    ("env", machine.env_command),
+    ("sweep", measure.sweep_command),
+    ("candidates", candidates.candidates_command),
+    ("reference", measure.reference_command),
+    ("report", read.report_command),
+    ("diff", read.diff_command),
+    ("shapes", read.shapes_command),
+    ("map", measure.map_command),
+):
+    app.command(name, cls=_Command)(command)

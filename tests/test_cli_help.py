@@ -1,0 +1,32 @@
+"""The command line's surface: readable help, --version, one meaning of --threshold, and every
+error exactly one line on stderr."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from typer.testing import CliRunner
+
+from cublas_audit.cli import app
+
+runner = CliRunner()
+COMMANDS = ["env", "sweep", "candidates", "reference", "report", "diff", "shapes", "map"]
+# typer's type tags (<list[Path]>, <path>, <int> ...), not the placeholders of a help text
+# (reports/<label>/<timestamp>/, shards/gpu<i>/).
+TYPE_TAG = re.compile(r"<(?:list\[[^\]]*\]|path|Path|int|float|str|bool|text)>")
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_help_shows_no_python_types(command: str) -> None:
+    result = runner.invoke(app, [command, "--help"])
+    assert result.exit_code == 0
+    assert not TYPE_TAG.search(result.output), result.output
+
+
+def test_list_arguments_read_as_repeatable_metavars() -> None:
+    report = runner.invoke(app, ["report", "--help"]).output
+    assert re.search(r"^  RUN_OR_TABLE\.\.\.  +Run directories", report, re.M), report
+    diff = runner.invoke(app, ["diff", "--help"]).output
+    assert re.search(r"^  RUN_A  +Baseline", diff, re.M), diff
+    assert re.search(r"^  RUN_B  +Compared", diff, re.M), diff
