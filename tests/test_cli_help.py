@@ -4,13 +4,17 @@ error exactly one line on stderr."""
 from __future__ import annotations
 
 import re
+import tomllib
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
+import cublas_audit
 from cublas_audit.cli import app
 
 runner = CliRunner()
+ROOT = Path(__file__).resolve().parents[1]
 COMMANDS = ["env", "sweep", "candidates", "reference", "report", "diff", "shapes", "map"]
 # typer's type tags (<list[Path]>, <path>, <int> ...), not the placeholders of a help text
 # (reports/<label>/<timestamp>/, shards/gpu<i>/).
@@ -30,3 +34,12 @@ def test_list_arguments_read_as_repeatable_metavars() -> None:
     diff = runner.invoke(app, ["diff", "--help"]).output
     assert re.search(r"^  RUN_A  +Baseline", diff, re.M), diff
     assert re.search(r"^  RUN_B  +Compared", diff, re.M), diff
+
+
+def test_version_prints_the_package_version() -> None:
+    result = runner.invoke(app, ["--version"])
+    assert result.exit_code == 0, result.output
+    assert result.stdout == f"cublas-audit {cublas_audit.__version__}\n"
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert cublas_audit.__version__ == project["version"]
+    assert "--version" in runner.invoke(app, ["--help"]).output

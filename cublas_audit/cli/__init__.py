@@ -6,7 +6,7 @@ shapes; machine: env), what they share in options, the exit codes (README) in ex
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 import typer
 from typer.core import TyperArgument, TyperCommand
@@ -25,6 +25,28 @@ app = typer.Typer(
     add_completion=False,
 )
 
+
+def _print_version(given: bool) -> None:
+    if given:
+        from cublas_audit import __version__
+
+        typer.echo(f"cublas-audit {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            is_eager=True,
+            callback=_print_version,
+            help="Print the version and exit.",
+        ),
+    ] = False,
+) -> None:
+    """Options before the command: --version."""
 
 
 class _Argument(TyperArgument):
