@@ -6,12 +6,14 @@ from __future__ import annotations
 import re
 import tomllib
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
 
 import cublas_audit
 from cublas_audit.cli import app
+from cublas_audit.errors import AuditError, ToolMissingError
 
 runner = CliRunner()
 ROOT = Path(__file__).resolve().parents[1]
@@ -43,3 +45,39 @@ def test_version_prints_the_package_version() -> None:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     assert cublas_audit.__version__ == project["version"]
     assert "--version" in runner.invoke(app, ["--help"]).output
+
+
+def _raise(error: Exception) -> Any:
+    def failing(*args: object, **kwargs: object) -> None:
+        raise error
+
+    return failing
+
+
+# Each command that shows progress bars fails here before its first case: nothing but the error
+# may reach stderr (the bars' display, never started, once printed a blank line before it).
+@pytest.mark.parametrize(
+    ("target", "argv"),
+    [
+        ("cublas_audit.run.sweep_setup.sweep", ["sweep", "--sizes", "256"]),
+        ("cublas_audit.run.multi_gpu.sweep_on_devices", ["sweep", "--devices", "0"]),
+        ("cublas_audit.run.dispatch_map.run", ["map", "--sizes", "256"]),
+        ("cublas_audit.run.multi_gpu.candidates_on_devices", ["candidates", "--devices", "0"]),
+    ],
+)
+def test_a_missing_tool_is_one_line_on_stderr(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, target: str, argv: list[str]
+) -> None:
+    monkeypatch.setattr(target, _raise(ToolMissingError("no ncu here")))
+    result = runner.invoke(app, [*argv, "--out", str(tmp_path / "run")])
+    assert result.exit_code == 3
+    assert result.stderr == "error: no ncu here\n"
+
+
+def test_a_message_of_several_lines_is_printed_as_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(
+        "cublas_audit.report.output.run", _raise(AuditError("first part:\n  second part\n"))
+    )
+    result = runner.invoke(app, ["report", "--format", "md"])
+    assert result.exit_code == 2
+    assert result.stderr == "error: first part: second part\n"

@@ -48,7 +48,9 @@ def exit_codes(command: Callable[P, R]) -> Callable[P, R]:
 
 
 def error(message: str) -> None:
-    typer.secho(f"error: {message}", err=True, fg=typer.colors.RED)
+    """The message on one line of stderr: its lines, stripped, joined by a space."""
+    one_line = " ".join(line.strip() for line in message.splitlines() if line.strip())
+    typer.secho(f"error: {one_line}", err=True, fg=typer.colors.RED)
 
 
 def _write_traceback(exc: BaseException) -> str:

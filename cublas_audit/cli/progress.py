@@ -36,6 +36,7 @@ class Bars:
         )
 
         self.console = Console(stderr=True)
+        self.started = False
         columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
         self.bar = Progress(
             *columns, _cases_per_second_column(), TimeRemainingColumn(), console=self.console
@@ -48,6 +49,7 @@ class Bars:
         task = self.bar.add_task(prefix or "sweep", total=None, visible=False)
 
         def start(total: int) -> None:  # a map's follow-up starts a second count on one bar
+            self.started = True
             self.bar.start()
             self.bar.reset(task, total=total, visible=True)
 
@@ -63,9 +65,12 @@ class Bars:
 
 
 def with_progress(work: Callable[[Bars], R]) -> R:
-    """Runs `work(bars)` and stops the display however it ends."""
+    """Runs `work(bars)` and stops the display however it ends: a display that started, only
+    (rich's stop ends a display off a terminal with an empty line, which would otherwise stand
+    before the one-line error of a check that failed before the first case)."""
     bars = Bars()
     try:
         return work(bars)
     finally:
-        bars.bar.stop()
+        if bars.started:
+            bars.bar.stop()
