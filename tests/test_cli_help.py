@@ -8,6 +8,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
@@ -81,3 +82,52 @@ def test_a_message_of_several_lines_is_printed_as_one(monkeypatch: pytest.Monkey
     result = runner.invoke(app, ["report", "--format", "md"])
     assert result.exit_code == 2
     assert result.stderr == "error: first part: second part\n"
+
+
+# --threshold NAME=VALUE everywhere; `candidates` judges by candidate_gap_pct alone, and still
+# takes the bare fraction it took before (no `=`, so never mistaken for a name).
+@pytest.mark.parametrize(
+    ("given", "fraction"),
+    [
+        ([], 0.10),
+        (["--threshold", "candidate_gap_pct=20"], 0.20),
+        (["--threshold", "candidate-gap-pct=15"], 0.15),
+        (["--threshold", "0.2"], 0.20),
+        (["--threshold", "0.3", "--threshold", "candidate_gap_pct=5"], 0.05),
+    ],
+)
+def test_candidates_threshold_is_name_equals_value(
+    monkeypatch: pytest.MonkeyPatch, given: list[str], fraction: float
+) -> None:
+    seen: dict[str, Any] = {}
+
+    def audit(case_list: Any, out: Any, settings: dict[str, Any]) -> pd.DataFrame:
+        seen.update(settings)
+        raise AuditError("stopped before the GPU")
+
+    monkeypatch.setattr("cublas_audit.cli.candidates._here", audit)
+    result = runner.invoke(app, ["candidates", "--batched", "--sizes", "256", *given])
+    assert result.exit_code == 2 and "stopped before the GPU" in result.stderr, result.output
+    assert seen["candidate_threshold"] == pytest.approx(fraction)
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("nope=1", "--threshold: unknown name 'nope'"),
+        ("layout_penalty_ratio=1.5", "--threshold layout_penalty_ratio: candidates judges"),
+        ("candidate_gap_pct=150", "--threshold candidate_gap_pct: must be a number from 0 to 100"),
+        ("1.5", "--threshold 1.5: a bare number is a fraction from 0 to 1"),
+        ("ten", "--threshold 'ten': expected NAME=VALUE"),
+    ],
+)
+def test_bad_candidates_thresholds_are_one_line_errors(value: str, message: str) -> None:
+    result = runner.invoke(app, ["candidates", "--threshold", value])
+    assert result.exit_code == 2, result.output
+    assert result.stderr.startswith(f"error: {message}"), result.stderr
+    assert result.stderr.count("\n") == 1
+
+
+def test_candidates_help_names_the_threshold_as_everywhere() -> None:
+    text = runner.invoke(app, ["candidates", "--help"]).output
+    assert "--threshold NAME=VALUE" in text and "FRACTION" not in text

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -47,8 +48,14 @@ def candidates_command(
     batches: Batches = opt.DEFAULT_BATCHES,
     modes: Modes = "fp32",
     limit: int = typer.Option(32, min=1, metavar="N", help="Heuristic candidates per case."),
-    threshold: float = typer.Option(
-        0.10, min=0.0, max=1.0, metavar="FRACTION", help="Flag a gap of at least this much."
+    threshold: list[str] | None = typer.Option(
+        None,
+        "--threshold",
+        metavar="NAME=VALUE",
+        help="candidate_gap_pct=PERCENT: flag a gap of at least this % (default 10), the "
+        "threshold report and diff judge better-candidate by; no other name applies here. A bare "
+        "fraction (0.2) is the older spelling.",
+        show_default=False,
     ),
     min_reps: int = typer.Option(
         5, min=2, metavar="N", help="Timed calls per candidate, at least."
@@ -84,6 +91,8 @@ def candidates_command(
     from cublas_audit.report.candidates_report import render_markdown
     from cublas_audit.table.dispatch import frame_records
 
+    gap = candidate_gap(threshold or [])
+
     def grid() -> list[cases.Case]:
         problem = opt.variants(layouts, ld_pad, broadcast, beta, bias)
         return cases.plan_from_options(
@@ -94,14 +103,14 @@ def candidates_command(
     case_list = opt.plan_cases(resume, listed, grid)
     settings = {
         "candidate_limit": limit,
-        "candidate_threshold": threshold,
+        "candidate_threshold": gap,
         "candidate_min_reps": min_reps,
         "workspace_bytes": workspace_mib * 1024 * 1024,
     }
     probe = opt.Probe(probe_python, cublas_lib, probe_env)
     spread = opt.spread(devices, False, allow_mixed, resume)
     if spread is not None:
-        frame, threshold = _on_devices(case_list, out, resume, probe, settings, spread)
+        frame, gap = _on_devices(case_list, out, resume, probe, settings, spread)
     elif resume is not None:
         raise AuditError(f"--resume: {resume} is not a run of `candidates --devices`")
     elif (given := probe.first_given()) is not None:
@@ -112,10 +121,42 @@ def candidates_command(
     else:
         frame = _here(case_list, out, settings)
     if format is opt.Format.json:
-        found = find_better_candidates(frame, threshold)
+        found = find_better_candidates(frame, gap)
         opt.print_json({"candidates": frame_records(frame), "findings": found})
     else:
-        typer.echo(render_markdown(frame, threshold))
+        typer.echo(render_markdown(frame, gap))
+
+
+def candidate_gap(items: list[str]) -> float:
+    """The gap (a fraction) the audit flags, of `--threshold NAME=VALUE` as report and diff take
+    it: candidate_gap_pct, the one threshold this audit judges by (any other known name is an
+    error, not ignored). A bare number, which has no `=` to be mistaken for a name, is the older
+    spelling: the fraction itself. The last one given counts."""
+    from cublas_audit.judge.thresholds import Thresholds, with_overrides
+
+    gap = Thresholds().candidate_gap_pct / 100
+    for item in items:
+        if "=" not in item:
+            try:
+                fraction = float(item)
+            except ValueError:
+                raise AuditError(f"--threshold {item!r}: expected NAME=VALUE") from None
+            if not (math.isfinite(fraction) and 0.0 <= fraction <= 1.0):
+                raise AuditError(
+                    f"--threshold {item}: a bare number is a fraction from 0 to 1 (or give "
+                    "candidate_gap_pct=PERCENT)"
+                )
+            gap = fraction
+            continue
+        name = item.partition("=")[0].strip().replace("-", "_")
+        limits = with_overrides([item])  # an unknown name or a bad value: its one-line error
+        if name != "candidate_gap_pct":
+            raise AuditError(
+                f"--threshold {name}: candidates judges by candidate_gap_pct alone "
+                "(report and diff take the others)"
+            )
+        gap = limits.candidate_gap_pct / 100
+    return gap
 
 
 def _here(case_list: list[Case], out: Path | None, settings: dict[str, Any]) -> pd.DataFrame:
