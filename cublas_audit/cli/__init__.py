@@ -21,7 +21,7 @@ app = typer.Typer(
     help="Catch cuBLAS dispatching the wrong GEMM kernel: profile, tabulate, report, diff.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
-    rich_markup_mode=None,  # plain help: real metavars, no <bool> or <list[Path]> type column
+    rich_markup_mode=None,  # plain help: options show their metavars, no <bool> type column
     add_completion=False,
 )
 
@@ -69,7 +69,7 @@ class _Command(TyperCommand):
 
 
 # In the order `cublas-audit --help` lists them.
-for name, command in (
+_COMMANDS = (
     ("env", machine.env_command),
     ("sweep", measure.sweep_command),
     ("candidates", candidates.candidates_command),
@@ -78,5 +78,6 @@ for name, command in (
     ("diff", read.diff_command),
     ("shapes", read.shapes_command),
     ("map", measure.map_command),
-):
-    app.command(name, cls=_Command)(command)
+)
+for _name, _command in _COMMANDS:
+    app.command(_name, cls=_Command)(_command)
