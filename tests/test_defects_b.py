@@ -430,7 +430,6 @@ def test_plots_of_a_label_the_font_lacks_warn_nothing(tmp_path: Path) -> None:
     assert "Glyph" not in result.stderr
 
 
-@pytest.mark.xfail(strict=True, reason=ISSUE + "exit-3 messages start with a blank line")
 def test_exit_3_message_is_one_line_with_no_blank_line_before(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -476,7 +475,6 @@ def test_the_terminal_report_never_splits_a_word_at_80_columns() -> None:
     assert split == set(), sorted(split)
 
 
-@pytest.mark.xfail(strict=True, reason=ISSUE + "help shows <list[Path]> / <path> metavars")
 @pytest.mark.parametrize("command", ["report", "diff"])
 def test_help_shows_no_python_type_metavars(command: str) -> None:
     result, _ = invoke([command, "--help"])
@@ -485,16 +483,12 @@ def test_help_shows_no_python_type_metavars(command: str) -> None:
     assert types == [], types
 
 
-@pytest.mark.xfail(strict=True, reason=ISSUE + "no --version")
 def test_version_option() -> None:
     result, _ = invoke(["--version"])
     assert result.exit_code == 0, result.output
     assert cublas_audit.__version__ in result.stdout
 
 
-@pytest.mark.xfail(
-    strict=True, reason=ISSUE + "--threshold: a fraction in candidates, NAME=VALUE elsewhere"
-)
 def test_threshold_means_name_equals_value_in_every_command() -> None:
     metavars = {}
     for command in ("report", "diff", "map", "candidates"):

@@ -206,12 +206,13 @@ def test_a_resumed_run_is_judged_at_the_threshold_it_was_recorded_with(
     tmp_path: Path,
     two_gpus: Path,  # noqa: F811
 ) -> None:
-    """The recorded gap (1.12x, confirmed 1.17x) is not a finding at --threshold 0.2; resuming the
-    run without the option must not judge it at the default 0.10 instead."""
+    """The recorded gap (1.12x, confirmed 1.17x) is not a finding at --threshold
+    candidate_gap_pct=20; resuming the run without the option must not judge it at the default
+    (10 %) instead."""
     probe, _calls = auditing_probe(tmp_path)
     run = tmp_path / "run"
     argv = ["candidates", "--batched", "--devices", "all", "--out", str(run)]
-    argv += ["--probe-python", probe, "--threshold", "0.2", "--format", "json"]
+    argv += ["--probe-python", probe, "--threshold", "candidate_gap_pct=20", "--format", "json"]
     with deadline(DEADLINE_S):
         first = CliRunner().invoke(app, argv)
         again = CliRunner().invoke(app, ["candidates", "--resume", str(run), "--format", "json"])

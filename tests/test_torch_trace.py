@@ -261,23 +261,23 @@ def test_shapes_command_in_markdown_json_and_to_a_file(tmp_path: Path) -> None:
 
 
 def test_sweep_plans_exactly_the_trace_or_the_shape_list(tmp_path: Path) -> None:
-    from cublas_audit.cli import _listed_cases
+    from cublas_audit.cli.options import Listed, listed_cases
 
-    from_trace = _listed_cases(None, BLOCK, "fp32", "cublas,cublasLt")
+    from_trace = listed_cases(Listed(None, BLOCK, "fp32", "cublas,cublasLt"))
     assert {c.api for c in from_trace} == {"cublas", "cublasLt"}
     assert {c.mode for c in from_trace} == {"bf16"}  # the trace's own modes, not --modes
     assert any(c.bias for c in from_trace if c.api == "cublasLt")
     listed = tmp_path / "shapes.csv"
     listed.write_text("m,n,k,batch,layout,mode,ldb,broadcast\n7,100,100000,1,tn,bf16,,\n"
                       "8192,512,8192,4,nn,fp16,,a\n1,1,131072,1,nn,,,\n")  # fmt: skip
-    ids = [c.case_id for c in _listed_cases(listed, None, "fp32", "cublas")]
+    ids = [c.case_id for c in listed_cases(Listed(listed, None, "fp32", "cublas"))]
     assert ids == [
         "cublas.bf16.7x100x100000.b1.tn",
         "cublas.fp16.8192x512x8192.b4.nn.bcast-a",
         "cublas.fp32.1x1x131072.b1.nn",  # --modes where the row names none
     ]
     with pytest.raises(AuditError, match="both"):
-        _listed_cases(listed, BLOCK, "fp32", "cublas")
+        listed_cases(Listed(listed, BLOCK, "fp32", "cublas"))
 
 
 @pytest.mark.parametrize(
@@ -326,13 +326,13 @@ def test_report_audits_the_trace_and_weights_findings_by_share() -> None:
 
 
 def test_reference_takes_the_shape_list_rows_it_can_compute(tmp_path: Path) -> None:
-    from cublas_audit.cli import _reference_problems
+    from cublas_audit.cli.measure import reference_problems
 
     listed = tmp_path / "shapes.csv"
     listed.write_text(
         "m,n,k,batch,layout,beta\n4096,1024,512,8,nn,\n64,64,64,1,tn,\n8,8,8,1,nn,1\n"
     )
-    assert _reference_problems(listed) == [(4096, 1024, 512, 8)]
+    assert reference_problems(listed) == [(4096, 1024, 512, 8)]
     listed.write_text("m,n,k,layout\n64,64,64,tn\n")
     result = CliRunner().invoke(app, ["reference", "--shapes-file", str(listed)])
     assert result.exit_code == 2 and "all the reference computes" in result.output

@@ -1,0 +1,83 @@
+"""The `cublas-audit` command line: parses arguments, calls the library, prints. Nothing else.
+
+One module per command group (measure: sweep, map, reference; candidates; read: report, diff,
+shapes; machine: env), what they share in options, the exit codes (README) in exit_codes.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+from typer.core import TyperArgument, TyperCommand
+
+from cublas_audit.cli import candidates, machine, measure, read
+from cublas_audit.cli.exit_codes import INTERNAL_ERROR, INTERRUPTED, exit_codes
+
+__all__ = ["INTERNAL_ERROR", "INTERRUPTED", "app", "exit_codes"]
+
+app = typer.Typer(
+    name="cublas-audit",
+    help="Catch cuBLAS dispatching the wrong GEMM kernel: profile, tabulate, report, diff.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # plain help: options show their metavars, no <bool> type column
+    add_completion=False,
+)
+
+
+def _print_version(given: bool) -> None:
+    if given:
+        from cublas_audit import __version__
+
+        typer.echo(f"cublas-audit {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            is_eager=True,
+            callback=_print_version,
+            help="Print the version and exit.",
+        ),
+    ] = False,
+) -> None:
+    """Options before the command: --version."""
+
+
+class _Argument(TyperArgument):
+    """An argument as its help lists it: its metavar, `...` after one that repeats (RUN_A,
+    RUN_OR_TABLE...), never typer's Python type beside it (<path>, <list[Path]>)."""
+
+    def get_help_record(self, ctx: Any) -> tuple[str, str] | None:
+        record = super().get_help_record(ctx)
+        if record is None:
+            return None
+        return self.display_name_raw + ("..." if self.nargs != 1 else ""), record[1]
+
+
+class _Command(TyperCommand):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        for param in self.params:
+            if type(param) is TyperArgument:  # typer builds them; only their help changes
+                param.__class__ = _Argument
+
+
+# In the order `cublas-audit --help` lists them.
+_COMMANDS = (
+    ("env", machine.env_command),
+    ("sweep", measure.sweep_command),
+    ("candidates", candidates.candidates_command),
+    ("reference", measure.reference_command),
+    ("report", read.report_command),
+    ("diff", read.diff_command),
+    ("shapes", read.shapes_command),
+    ("map", measure.map_command),
+)
+for _name, _command in _COMMANDS:
+    app.command(_name, cls=_Command)(_command)

@@ -1,0 +1,61 @@
+"""The exit-code contract of every command (README): 0 done, 1 a regression found (the diff gate
+only), 2 bad input, 3 a tool or permission missing, 4 an internal error (the traceback goes to a
+log file), 130 interrupted. Each error is one line on stderr."""
+
+from __future__ import annotations
+
+import functools
+import tempfile
+import traceback
+from collections.abc import Callable
+from typing import ParamSpec, TypeVar
+
+import typer
+
+from cublas_audit.errors import AuditError
+
+P = ParamSpec("P")
+R = TypeVar("R")
+INTERNAL_ERROR = 4
+INTERRUPTED = 130
+
+
+def exit_codes(command: Callable[P, R]) -> Callable[P, R]:
+    """The exit-code contract: an AuditError is its one-line message and code, Ctrl-C is 130, and
+    anything else is an internal error (4) whose traceback goes to a log file, never a 1."""
+
+    @functools.wraps(command)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return command(*args, **kwargs)
+        except AuditError as exc:
+            error(str(exc))
+            raise typer.Exit(exc.exit_code) from None
+        except KeyboardInterrupt:
+            error("interrupted")
+            raise typer.Exit(INTERRUPTED) from None
+        except (typer.Exit, typer.Abort, SystemExit):
+            raise
+        except Exception as exc:
+            log = _write_traceback(exc)
+            error(
+                f"internal error: {type(exc).__name__}: {exc}".splitlines()[0]
+                + f" (traceback: {log})"
+            )
+            raise typer.Exit(INTERNAL_ERROR) from None
+
+    return wrapper
+
+
+def error(message: str) -> None:
+    """The message on one line of stderr: its lines, stripped, joined by a space."""
+    one_line = " ".join(line.strip() for line in message.splitlines() if line.strip())
+    typer.secho(f"error: {one_line}", err=True, fg=typer.colors.RED)
+
+
+def _write_traceback(exc: BaseException) -> str:
+    with tempfile.NamedTemporaryFile(
+        "w", prefix="cublas-audit-error-", suffix=".log", delete=False
+    ) as log:
+        log.write("".join(traceback.format_exception(exc)))
+        return log.name

@@ -1,0 +1,308 @@
+"""The commands that measure on this machine's GPUs: sweep, map and reference."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from cublas_audit.cli import options as opt
+from cublas_audit.cli.exit_codes import exit_codes
+from cublas_audit.cli.options import (
+    AllowMixed,
+    Batched,
+    Batches,
+    Beta,
+    Bias,
+    Broadcast,
+    CublasLib,
+    Devices,
+    GpuLabel,
+    Layouts,
+    LdPad,
+    Modes,
+    ProbeEnv,
+    ProbePython,
+    Replicate,
+    Resume,
+    RunDir,
+    Shapes,
+    Single,
+    Sizes,
+    Thresholds,
+)
+from cublas_audit.cli.progress import with_progress
+from cublas_audit.errors import AuditError
+from cublas_audit.observe.observer import MAP_OBSERVERS, Observer
+
+
+@exit_codes
+def sweep_command(
+    single: Single = None,
+    batched: Batched = None,
+    sizes: Sizes = opt.DEFAULT_SIZES,
+    shapes: Shapes = "",
+    batches: Batches = opt.DEFAULT_BATCHES,
+    modes: Modes = "fp32",
+    api: str = typer.Option(
+        "cublas,cublasLt", metavar="API,...", help="cublas (classic calls), cublasLt, or both."
+    ),
+    gpu_label: GpuLabel = None,
+    out: RunDir = None,
+    resume: Resume = None,
+    profile: bool | None = typer.Option(
+        None, "--profile/--no-profile", help="Profile under ncu (default), or only time."
+    ),
+    observer: str | None = typer.Option(
+        None,
+        metavar="ncu|cupti|events",
+        help="How launches are observed: ncu (counters, stalls), cupti (kernel names, times, "
+        "grids; no counter permission), events (call times). Default: ncu where it can run, "
+        "else cupti with a notice.",
+    ),
+    reference: bool | None = typer.Option(
+        None, "--reference/--no-reference", help="Time and profile the reference kernel (FP32)."
+    ),
+    ncu: str | None = typer.Option(
+        None, metavar="PATH", help="The ncu binary (default: PATH, then /usr/local/cuda/bin)."
+    ),
+    clock_control: str | None = typer.Option(
+        None, metavar="none|base", help="ncu --clock-control (default: none, clocks left alone)."
+    ),
+    probe_python: ProbePython = None,
+    cublas_lib: CublasLib = None,
+    probe_env: ProbeEnv = None,
+    min_reps: int | None = typer.Option(
+        None, min=20, metavar="N", help="Timed repetitions per call, at least (default 20)."
+    ),
+    candidates: bool = typer.Option(
+        False, "--candidates/--no-candidates", help="Also time every cuBLASLt heuristic candidate."
+    ),
+    limit: int = typer.Option(32, min=1, metavar="N", help="Candidates per problem."),
+    layouts: Layouts = "nn",
+    ld_pad: LdPad = 0,
+    broadcast: Broadcast = "",
+    beta: Beta = "0",
+    bias: Bias = False,
+    workspace_mib: int = typer.Option(
+        -1, min=-1, metavar="MIB", help="cuBLASLt calls: workspace limit (default 32 MiB)."
+    ),
+    shapes_file: Path | None = typer.Option(
+        None,
+        metavar="FILE",
+        help="Run the problems of a shape list (CSV or JSON: m, n, k and optional batch, layout, "
+        "mode, api, lda, ldb, broadcast, beta, bias, workspace_mib, strided) instead of the grid.",
+    ),
+    torch_trace: Path | None = typer.Option(
+        None,
+        metavar="FILE",
+        help="Run exactly the GEMMs of a PyTorch profiler trace (plain or .gz), not the grid.",
+    ),
+    devices: Devices = None,
+    replicate: Replicate = False,
+    allow_mixed: AllowMixed = False,
+) -> None:
+    """Run cuBLAS / cuBLASLt calls across sizes under ncu and write a dispatch table."""
+    from cublas_audit.jobs import sweep
+    from cublas_audit.planning.cases import Case
+    from cublas_audit.planning.grid import plan_from_options
+    from cublas_audit.report.summary import summary
+
+    def grid() -> list[Case]:
+        problem = opt.variants(layouts, ld_pad, broadcast, beta, bias, workspace_mib)
+        return plan_from_options(single, batched, sizes, shapes, batches, modes, api, problem)
+
+    planned = opt.plan_cases(resume, opt.Listed(shapes_file, torch_trace, modes, api), grid)
+    options = opt.run_options(
+        planned,
+        out,
+        resume,
+        opt.Probe(probe_python, cublas_lib, probe_env),
+        gpu_label=gpu_label,
+        profile=profile,
+        reference=reference,
+        ncu=ncu,
+        clock_control=clock_control,
+        min_reps=min_reps,
+        candidate_limit=limit if candidates else None,
+        observer=Observer.parse(observer),
+    )
+    spread = opt.spread(devices, replicate, allow_mixed, resume)
+    if spread is not None:
+        from cublas_audit.jobs import sweep_on_devices
+
+        multi = with_progress(lambda bars: sweep_on_devices(options, spread, bars.for_gpu))
+        if multi.frame is not None:
+            typer.echo(summary(multi.frame))
+        typer.echo(f"\nrun directory: {multi.run_dir}\nreport: {multi.report}")
+        return
+    result = with_progress(lambda bars: sweep(options, bars.hooks()))
+    if result.frame is not None:
+        typer.echo(summary(result.frame))
+    typer.echo(f"\nrun directory: {result.run_dir}\nreport: {result.report}")
+
+
+@exit_codes
+def map_command(
+    sizes: str = typer.Option(
+        "", metavar="FIRST:LAST:STEP,...", help="Square problems M=N=K (values and ranges)."
+    ),
+    m: str = typer.Option(
+        "", "--m", metavar="FIRST:LAST:STEP,...", help="M values (with --n, --k)."
+    ),
+    n: str = typer.Option("", "--n", metavar="FIRST:LAST:STEP,...", help="N values."),
+    k: str = typer.Option("", "--k", metavar="FIRST:LAST:STEP,...", help="K values."),
+    batches: str = typer.Option(
+        "1", metavar="N,N,...", help="Batch counts (1: the single, non-batched call)."
+    ),
+    sample: int | None = typer.Option(
+        None, min=1, metavar="N", help="Map N problems drawn at random from the grid."
+    ),
+    seed: int = typer.Option(0, metavar="N", help="Seed of --sample."),
+    modes: Modes = "fp32",
+    api: str = typer.Option("cublas", metavar="API,...", help="cublas, cublasLt, or both."),
+    layouts: Layouts = "nn",
+    ld_pad: LdPad = 0,
+    broadcast: Broadcast = "",
+    beta: Beta = "0",
+    reps: int = typer.Option(5, min=2, metavar="N", help="Timed and traced calls per case."),
+    observer: str | None = typer.Option(
+        None, metavar="cupti|events", help="cupti (default: kernel names and times) or events."
+    ),
+    follow_up: bool = typer.Option(
+        False,
+        "--follow-up/--no-follow-up",
+        help="Take the flagged cases and their faster neighbours to ncu, the reference and "
+        "cuBLASLt's candidates (into follow-up/ of the run directory).",
+    ),
+    follow_up_limit: int = typer.Option(
+        8, min=1, metavar="N", help="--follow-up: the N findings of largest effect."
+    ),
+    gpu_label: GpuLabel = None,
+    out: RunDir = None,
+    resume: Resume = None,
+    probe_python: ProbePython = None,
+    cublas_lib: CublasLib = None,
+    probe_env: ProbeEnv = None,
+    shapes_file: Path | None = typer.Option(
+        None, metavar="FILE", help="Map the problems of a shape list (as for sweep)."
+    ),
+    torch_trace: Path | None = typer.Option(
+        None, metavar="FILE", help="Map the GEMMs of a PyTorch profiler trace."
+    ),
+    threshold: Thresholds = None,
+    devices: Devices = None,
+    replicate: Replicate = False,
+    allow_mixed: AllowMixed = False,
+) -> None:
+    """Map which kernel cuBLAS dispatches over a dense grid of shapes (CUPTI, no counters needed):
+    kernel switches, dispatch cliffs and size inversions, pictures; --follow-up goes deep."""
+    from cublas_audit import jobs
+    from cublas_audit.judge.map_audit import MAP_RULES
+    from cublas_audit.judge.thresholds import with_overrides
+    from cublas_audit.planning import map_grid
+    from cublas_audit.planning.cases import Case
+    from cublas_audit.planning.grid import parse_apis, parse_int_list, parse_modes
+
+    limits = with_overrides(threshold or [])
+    observed = Observer.parse(observer, MAP_OBSERVERS)  # a map never runs ncu
+
+    def grid() -> list[Case]:
+        return map_grid.grid_plan(
+            map_grid.Grid.parse(sizes, m, n, k),
+            parse_int_list(batches, "--batches"),
+            parse_modes(modes),
+            parse_apis(api),
+            opt.variants(layouts, ld_pad, broadcast, beta),
+            sample,
+            seed,
+        )
+
+    listed = opt.Listed(shapes_file, torch_trace, modes, api)
+    planned = opt.plan_cases(resume, listed, grid, map_grid.listed)
+    options = opt.run_options(
+        planned,
+        out,
+        resume,
+        opt.Probe(probe_python, cublas_lib, probe_env),
+        gpu_label=gpu_label,
+        min_reps=None if resume is not None else reps,
+        reference=False,
+        observer=observed,
+    )
+    limit = follow_up_limit if follow_up else None
+    spread = opt.spread(devices, replicate, allow_mixed, resume)
+    result = with_progress(
+        lambda bars: jobs.dispatch_map_run(
+            options, limit, limits, bars.hooks(), spread, bars.for_gpu if spread else None
+        )
+    )
+    if result.frame is None:
+        typer.echo(f"\nrun directory: {result.run_dir}\nunits: {result.report}")
+        return
+    found = result.findings
+    counts = {rule: sum(f.rule == rule for f in found) for rule in MAP_RULES}
+    typer.echo(", ".join(f"{count} {rule}" for rule, count in counts.items()))
+    typer.echo(f"\nrun directory: {result.run_dir}\nreport: {result.report}")
+    if result.follow_up is not None:
+        typer.echo(f"follow-up: {result.follow_up}")
+
+
+@exit_codes
+def reference_command(
+    sizes: Sizes = opt.DEFAULT_SIZES,
+    batches: str = typer.Option(
+        "1,4,8,16", metavar="N,N,...", help="Batch counts (1 = the single call)."
+    ),
+    format: opt.FormatOption = opt.Format.md,
+    tune: bool = typer.Option(
+        False, "--tune", help="Search the tile space on this GPU and write its strategy table."
+    ),
+    out: Path | None = typer.Option(
+        None, metavar="FILE", help="--tune: table path (default: the package's, for this GPU)."
+    ),
+    budget_s: float = typer.Option(
+        180.0, "--budget-s", min=1, metavar="SECONDS", help="--tune: time budget."
+    ),
+    min_reps: int = typer.Option(20, min=20, metavar="N", help="Timed repetitions, at least."),
+    shapes_file: Path | None = typer.Option(
+        None,
+        metavar="FILE",
+        help="Also the FP32 problems of a shape list (as for sweep) that the reference computes: "
+        "packed, untransposed, beta 0.",
+    ),
+) -> None:
+    """Time the bundled reference SGEMM against cuBLAS (FP32), or tune its strategy table."""
+    from cublas_audit.device.reference import bench
+    from cublas_audit.planning.grid import parse_int_list
+
+    size_list = parse_int_list(sizes, "--sizes")
+    batch_list = parse_int_list(batches, "--batches")
+    listed = reference_problems(shapes_file) if shapes_file is not None else []
+
+    def log(line: str) -> None:
+        typer.echo(line, err=True)
+
+    if tune:
+        table = bench.tune(size_list, batch_list, budget_s, log)
+        typer.echo(f"strategy table: {bench.write_table(table, out)}")
+        return
+    rows = bench.comparisons(size_list, batch_list, log, min_reps, listed)
+    if format is opt.Format.json:
+        opt.print_json([row.to_json() for row in rows])
+    else:
+        typer.echo(bench.markdown(rows))
+
+
+def reference_problems(shapes_file: Path) -> list[tuple[int, int, int, int]]:
+    """The rows of a shape list the reference kernel computes (FP32, nn, packed, beta 0)."""
+    from cublas_audit.planning.shapes_file import read_shapes_file
+
+    listed = read_shapes_file(shapes_file, ["fp32"], ["cublas"])
+    found = [(c.m, c.n, c.k, c.batch) for c in listed if c.reference_computes]
+    if not found:
+        raise AuditError(
+            f"--shapes-file {shapes_file}: no FP32, untransposed, packed, beta-0 problem, which "
+            "is all the reference computes"
+        )
+    return list(dict.fromkeys(found))
