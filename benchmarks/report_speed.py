@@ -27,6 +27,7 @@ import matplotlib
 import pandas as pd
 
 from cublas_audit.judge import diff
+from cublas_audit.judge.audited import audit_all
 from cublas_audit.report import diff_report, render
 from cublas_audit.table import dispatch as table
 from cublas_audit.table.inputs import load_inputs, load_one_gpu
@@ -63,7 +64,8 @@ def main() -> int:
         work = Path(tmp)
         a = tiled(FIXTURES / "h100-batched-cublas", ROWS, work / "a.csv")
         b = tiled(FIXTURES / "h100-smoke", ROWS, work / "b.csv")
-        report_s = timed(lambda: render.write_report(load_inputs([a]), work / "out" / "report.md"))
+        out = work / "out" / "report.md"
+        report_s = timed(lambda: render.write_report(audit_all(load_inputs([a])), out))
         diff_s = timed(
             lambda: diff_report.to_markdown(diff.compare(load_one_gpu(a), load_one_gpu(b)))
         )

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 from cublas_audit.version import __version__ as __version__
 
 if TYPE_CHECKING:
-    from cublas_audit.jobs import SweepResult
+    from cublas_audit.jobs.measure import SweepResult
     from cublas_audit.judge.diff import Diff
     from cublas_audit.judge.finding import Finding
     from cublas_audit.judge.thresholds import Thresholds
@@ -62,10 +62,9 @@ def load_one(path: str | Path) -> Dataset:
 
 def audit(dataset: Dataset, thresholds: Thresholds | None = None) -> list[Finding]:
     """The findings of one GPU's table (and its candidate audit, where the run has one)."""
-    from cublas_audit.judge.rules import audit as run_rules
-    from cublas_audit.judge.thresholds import Thresholds
+    from cublas_audit.judge.audited import audit_dataset
 
-    return run_rules(dataset.frame, thresholds or Thresholds(), dataset.candidates)
+    return audit_dataset(dataset, thresholds).findings
 
 
 def compare(a: Dataset, b: Dataset, thresholds: Thresholds | None = None) -> Diff:
@@ -77,10 +76,10 @@ def compare(a: Dataset, b: Dataset, thresholds: Thresholds | None = None) -> Dif
 
 def render_markdown(datasets: Sequence[Dataset], thresholds: Thresholds | None = None) -> str:
     """The Markdown report of these datasets (no plots; `render.write_report` writes them)."""
-    from cublas_audit.judge.thresholds import Thresholds
+    from cublas_audit.judge.audited import audit_all
     from cublas_audit.report.render import render_report
 
-    return render_report(datasets, thresholds or Thresholds())
+    return render_report(audit_all(datasets, thresholds))
 
 
 def plan(
@@ -108,7 +107,7 @@ def plan(
 
 def run_sweep(options: SweepOptions) -> SweepResult:
     """Runs a sweep on this machine's GPU (ncu, CuPy and a GPU needed) into a run directory."""
-    from cublas_audit.jobs import sweep
+    from cublas_audit.jobs.measure import sweep
 
     return sweep(options)
 

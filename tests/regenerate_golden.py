@@ -31,6 +31,7 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:  # run as a script: `tests` and `cublas_audit` from this checkout
     sys.path.insert(0, str(REPO))
 
+from cublas_audit.judge.audited import audit_all  # noqa: E402
 from cublas_audit.judge.diff import compare  # noqa: E402
 from cublas_audit.judge.thresholds import Thresholds  # noqa: E402
 from cublas_audit.report.diff_report import to_markdown  # noqa: E402
@@ -56,17 +57,19 @@ DIFF_SIDES = re.compile(r"^[AB] \((?:baseline|compared)\): `(.+)`$", re.MULTILIN
 # Each renderer expects the repository as the working directory.
 def fixture_report(name: str) -> str:
     """tests/golden/<name>: the report of its fixture, no plots."""
-    return render_report(load_inputs([Path(p) for p in GOLDEN_INPUTS[name]]), Thresholds())
+    return render_report(
+        audit_all(load_inputs([Path(p) for p in GOLDEN_INPUTS[name]]), Thresholds())
+    )
 
 
 def bundled_audit(plots: Path) -> str:
     """reports/audit.md, its plots written to `plots`."""
-    return render_report(load_inputs(bundled_runs()), Thresholds(), plots)
+    return render_report(audit_all(load_inputs(bundled_runs()), Thresholds()), plots)
 
 
 def run_report(run: Path, plots: Path) -> str:
     """reports/<gpu>/<run>/report.md, its plot written to `plots`."""
-    return render_report(load_inputs([run.relative_to(REPO)]), Thresholds(), plots)
+    return render_report(audit_all(load_inputs([run.relative_to(REPO)]), Thresholds()), plots)
 
 
 def diff_sides(committed: Path) -> tuple[Path, Path]:

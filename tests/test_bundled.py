@@ -24,8 +24,9 @@ import pytest
 from typer.testing import CliRunner
 
 from cublas_audit.cli import app
+from cublas_audit.judge.audited import audit_dataset
 from cublas_audit.judge.diff import compare
-from cublas_audit.judge.rules import audit, prepare
+from cublas_audit.judge.rules import prepare
 from cublas_audit.judge.thresholds import Thresholds
 from cublas_audit.table.inputs import bundled_runs, load_inputs, load_one_gpu
 from cublas_audit.table.rundir import REPORT_FILE, TABLE_FILE
@@ -182,7 +183,7 @@ def test_both_hoppers_dispatch_the_same_kernels() -> None:
 @pytest.mark.parametrize("run", [H100, H200], ids=["h100", "h200"])
 def test_the_candidate_gap_at_256_batch_8_is_flagged_on_its_cublaslt_row(run: Path) -> None:
     (dataset,) = load_inputs([run])
-    found = audit(dataset.frame, Thresholds(), dataset.candidates)
+    found = audit_dataset(dataset, Thresholds()).findings
     (finding,) = [f for f in found if f.rule == "better-candidate"]
     assert (finding.gpu_label, finding.batch) == (run.parent.name, 8)
     assert finding.sizes == ["256x256x256"]
@@ -190,7 +191,7 @@ def test_the_candidate_gap_at_256_batch_8_is_flagged_on_its_cublaslt_row(run: Pa
     (row,) = finding.rows
     flagged = prepare(dataset.frame).loc[row]
     assert (flagged["api"], flagged["m"], flagged["batch"]) == ("cublasLt", 256, 8)
-    strict = audit(dataset.frame, Thresholds(candidate_gap_pct=25.0), dataset.candidates)
+    strict = audit_dataset(dataset, Thresholds(candidate_gap_pct=25.0)).findings
     assert "better-candidate" not in {f.rule for f in strict}
 
 

@@ -171,7 +171,7 @@ def test_missing_columns_and_files(tmp_path: Path) -> None:
 
 # ----- Markdown ---------------------------------------------------------------------------------
 def test_markdown_flags_the_case_and_carries_a_repro(recorded: pd.DataFrame) -> None:
-    text = candidates_report.render_markdown(recorded, 0.10)
+    text = candidates_report.render_markdown(cd.judge_candidates(recorded, 0.10))
     assert "## cuBLASLt heuristic candidates" in text
     assert "### better-candidate: fp32 256x256x256 batch 8" in text
     assert "                    20, algo.ctypes.data)" in text  # algo 20, not the default's 55
@@ -182,7 +182,8 @@ def test_markdown_flags_the_case_and_carries_a_repro(recorded: pd.DataFrame) -> 
 
 
 def test_unflagged_cases_have_no_repro(recorded: pd.DataFrame) -> None:
-    text = candidates_report.render_markdown(recorded[recorded["case_id"] != FLAGGED], 0.10)
+    unflagged = recorded[recorded["case_id"] != FLAGGED]
+    text = candidates_report.render_markdown(cd.judge_candidates(unflagged, 0.10))
     assert "```python" not in text
 
 

@@ -63,10 +63,10 @@ def _raise(error: Exception) -> Any:
 @pytest.mark.parametrize(
     ("target", "argv"),
     [
-        ("cublas_audit.jobs.sweep", ["sweep", "--sizes", "256"]),
-        ("cublas_audit.jobs.sweep_on_devices", ["sweep", "--devices", "0"]),
-        ("cublas_audit.jobs.dispatch_map_run", ["map", "--sizes", "256"]),
-        ("cublas_audit.jobs.candidates_on_devices", ["candidates", "--devices", "0"]),
+        ("cublas_audit.jobs.measure.sweep", ["sweep", "--sizes", "256"]),
+        ("cublas_audit.jobs.measure.sweep_on_devices", ["sweep", "--devices", "0"]),
+        ("cublas_audit.jobs.measure.dispatch_map_run", ["map", "--sizes", "256"]),
+        ("cublas_audit.jobs.measure.candidates_on_devices", ["candidates", "--devices", "0"]),
     ],
 )
 def test_a_missing_tool_is_one_line_on_stderr(
@@ -80,7 +80,7 @@ def test_a_missing_tool_is_one_line_on_stderr(
 
 def test_a_message_of_several_lines_is_printed_as_one(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(
-        "cublas_audit.report.output.run", _raise(AuditError("first part:\n  second part\n"))
+        "cublas_audit.jobs.report.run", _raise(AuditError("first part:\n  second part\n"))
     )
     result = runner.invoke(app, ["report", "--format", "md"])
     assert result.exit_code == 2

@@ -80,7 +80,7 @@ def deadline(seconds: float) -> Iterator[None]:
 def as_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
     """`report` as in a terminal (no --format, stdout a TTY): CliRunner's stdout is no TTY, so the
     report job is told it is one. Its rich output goes to the CliRunner's stdout."""
-    import cublas_audit.report.output as report_job  # internal: the job the CLI hands a TTY flag to
+    import cublas_audit.jobs.report as report_job  # internal: the job the CLI hands a TTY flag to
 
     real = report_job.run
     monkeypatch.setattr(report_job, "run", lambda job, terminal, echo: real(job, True, echo))
@@ -254,7 +254,6 @@ def test_map_refuses_a_grid_over_the_case_limit_at_once(tmp_path: Path) -> None:
 # ----- report --torch-trace honours --out and --format json ---------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="issue 25: report --torch-trace ignores --out")
 def test_report_torch_trace_writes_to_out(tmp_path: Path) -> None:
     out = tmp_path / "trace-report.md"
     result = runner.invoke(app, ["report", "--torch-trace", str(TRACE), "--out", str(out)])
@@ -264,7 +263,6 @@ def test_report_torch_trace_writes_to_out(tmp_path: Path) -> None:
     assert "# cublas-audit: a PyTorch trace" not in result.stdout  # the path, not the report
 
 
-@pytest.mark.xfail(strict=True, reason="issue 25: report --torch-trace ignores --format json")
 def test_report_torch_trace_format_json_is_json() -> None:
     result = runner.invoke(app, ["report", "--torch-trace", str(TRACE), "--format", "json"])
     assert result.exit_code == 0, result.stderr

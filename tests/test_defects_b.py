@@ -28,9 +28,10 @@ from typer.testing import CliRunner, Result
 
 import cublas_audit
 from cublas_audit.cli import app
+from cublas_audit.jobs import measure
+from cublas_audit.judge.audited import audit_all
 from cublas_audit.observe import environment
 from cublas_audit.observe.environment import Environment, Gpu
-from cublas_audit.report import render
 from cublas_audit.run import multi_gpu
 from tests.conftest import REPORTS
 from tests.fakeprobe import deadline, fake_probe, h100_environment, seen
@@ -109,7 +110,7 @@ def one_h100(monkeypatch: pytest.MonkeyPatch) -> None:
         multi_gpu, "list_gpus", lambda: [Gpu(0, "GPU-aaaa-0", "NVIDIA H100 80GB HBM3")]
     )
     # a sweep that gets through (today's defects) writes no plots: the report is a stub
-    monkeypatch.setattr(render, "write_run_report", lambda run_dir: run_dir / "report.md")
+    monkeypatch.setattr(measure, "write_run_report", lambda run_dir: run_dir / "report.md")
 
 
 # ----- traces read silently wrong ----------------------------------------------------------------
@@ -402,7 +403,6 @@ def test_the_same_run_given_twice_is_not_counted_twice() -> None:
     assert json.loads(twice.stdout) == json.loads(once.stdout)  # today: 4 findings, not 2
 
 
-@pytest.mark.xfail(strict=True, reason=ISSUE + "call-times-only table: silent 'no rule fired'")
 def test_a_table_without_kernel_times_says_the_map_rules_judge_them(tmp_path: Path) -> None:
     """The H100's FP32 map (reports/h100/maps/) with every kernel-time column left out: the map
     rules (size-inversion, dispatch-cliff) judge kernel_time_ms, so the report says so instead of
@@ -441,9 +441,6 @@ def test_exit_3_message_is_one_line_with_no_blank_line_before(
     )
 
 
-@pytest.mark.xfail(
-    strict=True, reason=ISSUE + "report of the candidates-devices run: no dispatch.csv"
-)
 def test_report_of_the_bundled_candidates_devices_run_the_readme_cites() -> None:
     """The README cites it for the 256x256x256 batch 8 gap (1.13x, confirmed at 1.17x); the run
     holds candidates.csv and no dispatch.csv."""
@@ -456,7 +453,6 @@ def test_report_of_the_bundled_candidates_devices_run_the_readme_cites() -> None
 def test_the_terminal_report_never_splits_a_word_at_80_columns() -> None:
     from rich.console import Console
 
-    from cublas_audit.judge.thresholds import Thresholds
     from cublas_audit.report.terminal import show
     from cublas_audit.table.inputs import load_inputs
 
@@ -464,7 +460,7 @@ def test_the_terminal_report_never_splits_a_word_at_80_columns() -> None:
 
     def shown(width: int) -> str:
         text = io.StringIO()
-        show(datasets, Thresholds(), Console(width=width, file=text, color_system=None))
+        show(audit_all(datasets), Console(width=width, file=text, color_system=None))
         return text.getvalue()
 
     def words(text: str) -> set[str]:

@@ -73,7 +73,7 @@ def test_exit_4_internal_error_names_its_log(monkeypatch: pytest.MonkeyPatch) ->
     def broken(*args: object, **kwargs: object) -> None:
         raise ZeroDivisionError("float division by zero")
 
-    monkeypatch.setattr("cublas_audit.report.output.run", broken)
+    monkeypatch.setattr("cublas_audit.jobs.report.run", broken)
     result = runner.invoke(app, ["report", "--format", "md"])
     assert result.exit_code == cli.INTERNAL_ERROR == 4
     log = re.search(r"traceback: (\S+)\)", result.stderr)
@@ -86,7 +86,7 @@ def test_exit_130_interrupted(monkeypatch: pytest.MonkeyPatch) -> None:
     def interrupted(*args: object, **kwargs: object) -> None:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("cublas_audit.report.output.run", interrupted)
+    monkeypatch.setattr("cublas_audit.jobs.report.run", interrupted)
     assert runner.invoke(app, ["report", "--format", "md"]).exit_code == 130
 
 

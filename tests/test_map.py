@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from cublas_audit import jobs
 from cublas_audit.errors import AuditError
+from cublas_audit.jobs import measure as jobs
 from cublas_audit.judge.map_audit import map_findings
 from cublas_audit.judge.rules import prepare
 from cublas_audit.planning import map_grid

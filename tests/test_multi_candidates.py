@@ -19,9 +19,9 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from cublas_audit import jobs
 from cublas_audit.cli import app
 from cublas_audit.errors import AuditError
+from cublas_audit.jobs import measure as jobs
 from cublas_audit.judge import candidates
 from cublas_audit.planning.cases import candidate_problems, read_plan
 from cublas_audit.run import multi_gpu, sweep

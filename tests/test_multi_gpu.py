@@ -19,8 +19,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from cublas_audit import jobs
 from cublas_audit.errors import AuditError
+from cublas_audit.jobs import measure as jobs
 from cublas_audit.judge import units
 from cublas_audit.observe import environment
 from cublas_audit.observe.environment import Gpu

@@ -21,9 +21,11 @@ from typer.testing import CliRunner
 
 from cublas_audit.cli import app
 from cublas_audit.errors import AuditError
+from cublas_audit.jobs.reports import write_run_report
+from cublas_audit.judge.audited import audit_all
 from cublas_audit.judge.thresholds import Thresholds
 from cublas_audit.report.markdown import md_code, md_text, shorten
-from cublas_audit.report.render import render_report, write_run_report
+from cublas_audit.report.render import render_report
 from cublas_audit.table.dispatch import write_table
 from cublas_audit.table.inputs import load_inputs
 from cublas_audit.table.validation import read_table
@@ -60,7 +62,7 @@ ARTICLE_SINGLE_5090_EFF = {
 
 
 def _render(paths: list[str]) -> str:
-    return render_report(load_inputs([Path(p) for p in paths]), Thresholds())
+    return render_report(audit_all(load_inputs([Path(p) for p in paths]), Thresholds()))
 
 
 def _squeeze(markdown: str) -> str:
@@ -170,10 +172,10 @@ def test_cli_report_json_and_errors() -> None:
 
 def test_stall_breakdown_sets_a_flagged_case_beside_a_healthy_one() -> None:
     datasets = load_inputs([FIXTURES / "h100-batched-cublas"])
-    assert "### Stall breakdown" not in render_report(datasets, Thresholds())
+    assert "### Stall breakdown" not in render_report(audit_all(datasets, Thresholds()))
     # Judging the small calls too flags the 256 batch-4 call (18 % FMA): its warps wait on
     # memory (long scoreboard) where the best call of the run barely does.
-    text = _squeeze(render_report(datasets, Thresholds(fill_min_elements=0)))
+    text = _squeeze(render_report(audit_all(datasets, Thresholds(fill_min_elements=0))))
     assert "#### low-utilization: xmma\\_32x32x8 at 256, batch 4" in text
     assert "|pipe utilization %|18|82|" in text
     assert "|long\\_scoreboard|111.0|0.3|" in text
@@ -191,7 +193,7 @@ def test_required_columns_only_and_parquet(tmp_path: Path) -> None:
     table = read_table(FIXTURES / "published_article_b8.csv")
     bare = tmp_path / "bare.parquet"
     write_table(table.drop(columns=["routine"]), bare)
-    text = render_report(load_inputs([bare]), Thresholds())
+    text = render_report(audit_all(load_inputs([bare]), Thresholds()))
     assert "#### cublas · fp32 · batch 8" in text
     assert "Not measured: the table has no reference timings." in text
     assert "`no-escalation` · cublas fp32, batch 8" in text

@@ -27,9 +27,9 @@ from typer.testing import CliRunner
 
 from cublas_audit.cli import app
 from cublas_audit.errors import AuditError
+from cublas_audit.jobs import measure
 from cublas_audit.observe import environment
 from cublas_audit.planning.cases import read_plan
-from cublas_audit.report import render
 from cublas_audit.resources import PROBE_MODULE, package_view
 from cublas_audit.run import sweep_setup
 from cublas_audit.run.sweep_setup import SweepOptions, checked, start_run
@@ -120,7 +120,7 @@ def stand_in_machine(monkeypatch: pytest.MonkeyPatch, ncu: str | None = None) ->
         return h100_environment(ncu)
 
     monkeypatch.setattr(environment, "collect", collect)
-    monkeypatch.setattr(render, "write_run_report", lambda run_dir: run_dir / rundir.REPORT_FILE)
+    monkeypatch.setattr(measure, "write_run_report", lambda run_dir: run_dir / rundir.REPORT_FILE)
     return calls
 
 

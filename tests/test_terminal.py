@@ -9,16 +9,17 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from cublas_audit.judge.thresholds import Thresholds
-from cublas_audit.report import output as report
+from cublas_audit.jobs import report
+from cublas_audit.judge.audited import audit_all
 from cublas_audit.report import render
+from cublas_audit.report.output import TERMINAL_REPORT
 from cublas_audit.report.terminal import show
 from cublas_audit.table.inputs import bundled_runs, load_inputs
 
 
 def test_findings_come_first_most_severe_first_then_the_grids() -> None:
     out = io.StringIO()
-    show(load_inputs(bundled_runs()), Thresholds(), Console(file=out, width=160, color_system=None))
+    show(audit_all(load_inputs(bundled_runs())), Console(file=out, width=160, color_system=None))
     text = out.getvalue()
     severities = [
         word for line in text.splitlines() for word in ("medium", "info") if f"│ {word}" in line
@@ -40,7 +41,7 @@ def test_a_terminal_gets_the_summary_and_the_markdown_in_a_file(
     monkeypatch.setattr(render, "plot", lambda title, rows, plots: None)
     lines: list[str] = []
     report.run(report.ReportJob(), terminal=True, echo=lambda text, **_: lines.append(text))
-    written = tmp_path / report.TERMINAL_REPORT
+    written = tmp_path / TERMINAL_REPORT
     assert written.read_text().startswith("# cuBLAS dispatch audit")
-    assert str(report.TERMINAL_REPORT) in lines[-1]
+    assert str(TERMINAL_REPORT) in lines[-1]
     assert "Findings:" in capsys.readouterr().out

@@ -86,7 +86,7 @@ def candidates_command(
     probe_env: ProbeEnv = None,
 ) -> None:
     """Time every algorithm cuBLASLt's heuristic offers: is its default the fastest?"""
-    from cublas_audit.judge.candidates import find_better_candidates
+    from cublas_audit.judge.candidates import judge_candidates
     from cublas_audit.planning.grid import plan_from_options
     from cublas_audit.report.candidates_report import render_markdown
     from cublas_audit.table.dispatch import frame_records
@@ -120,11 +120,11 @@ def candidates_command(
         )
     else:
         frame = _here(case_list, out, settings)
+    verdicts = judge_candidates(frame, gap)
     if format is opt.Format.json:
-        found = find_better_candidates(frame, gap)
-        opt.print_json({"candidates": frame_records(frame), "findings": found})
+        opt.print_json({"candidates": frame_records(frame), "findings": verdicts.flagged})
     else:
-        typer.echo(render_markdown(frame, gap))
+        typer.echo(render_markdown(verdicts))
 
 
 def candidate_gap(items: list[str]) -> float:
@@ -189,7 +189,7 @@ def _on_devices(
 ) -> tuple[pd.DataFrame, float]:
     """The candidate audit sharded across GPUs (a probe pinned to each), into a run directory;
     with the threshold its gaps were confirmed at (a resumed run's: the recorded one)."""
-    from cublas_audit.jobs import candidates_on_devices
+    from cublas_audit.jobs.measure import candidates_on_devices
     from cublas_audit.table import rundir
 
     # A resumed run keeps its recorded settings; a probe option given then is checked against it.

@@ -103,7 +103,7 @@ def sweep_command(
     allow_mixed: AllowMixed = False,
 ) -> None:
     """Run cuBLAS / cuBLASLt calls across sizes under ncu and write a dispatch table."""
-    from cublas_audit.jobs import sweep
+    from cublas_audit.jobs.measure import sweep
     from cublas_audit.planning.cases import Case
     from cublas_audit.planning.grid import plan_from_options
     from cublas_audit.report.summary import summary
@@ -129,7 +129,7 @@ def sweep_command(
     )
     spread = opt.spread(devices, replicate, allow_mixed, resume)
     if spread is not None:
-        from cublas_audit.jobs import sweep_on_devices
+        from cublas_audit.jobs.measure import sweep_on_devices
 
         multi = with_progress(lambda bars: sweep_on_devices(options, spread, bars.for_gpu))
         if multi.frame is not None:
@@ -197,7 +197,7 @@ def map_command(
 ) -> None:
     """Map which kernel cuBLAS dispatches over a dense grid of shapes (CUPTI, no counters needed):
     kernel switches, dispatch cliffs and size inversions, pictures; --follow-up goes deep."""
-    from cublas_audit import jobs
+    from cublas_audit.jobs import measure as jobs
     from cublas_audit.judge.map_audit import MAP_RULES
     from cublas_audit.judge.thresholds import with_overrides
     from cublas_audit.planning import map_grid

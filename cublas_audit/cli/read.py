@@ -50,18 +50,10 @@ def report_command(
     ),
 ) -> None:
     """Findings, dispatch and efficiency tables, stalls and reproduce scripts, per GPU."""
-    from cublas_audit.report import output as report
+    from cublas_audit.jobs import report
 
-    if torch_trace is not None:
-        from cublas_audit.judge.thresholds import with_overrides
-        from cublas_audit.observe.torch_trace import read_trace
-        from cublas_audit.report.torch_trace_report import report_markdown
-
-        if inputs:
-            raise AuditError("give run directories / tables or --torch-trace, not both")
-        typer.echo(report_markdown(read_trace(torch_trace), with_overrides(threshold or [])))
-        return
-    job = report.ReportJob(inputs or [], out, format.value if format else None, threshold or [])
+    chosen = format.value if format else None
+    job = report.ReportJob(inputs or [], out, chosen, threshold or [], torch_trace)
     report.run(job, terminal=sys.stdout.isatty(), echo=typer.echo)
 
 

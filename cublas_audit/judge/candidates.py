@@ -9,6 +9,7 @@ best confirms or refutes a gap before it becomes a finding.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
@@ -191,3 +192,34 @@ def describe(row: pd.Series) -> str:
 
 def problem_name(row: pd.Series) -> str:
     return f"{row['mode']} {row['m']}x{row['n']}x{row['k']} batch {row['batch']}"
+
+
+@dataclass(frozen=True)
+class CandidateVerdicts:
+    """A candidate audit judged once, at one threshold: the table, one summary row per case with
+    whether it is `flagged` (both rounds beyond the threshold), each flagged case's finding (as
+    find_better_candidates gives it) and its best candidate described. Reports render this."""
+
+    frame: pd.DataFrame
+    summary: pd.DataFrame
+    flagged: list[dict[str, Any]]
+    threshold: float
+
+
+def judge_candidates(
+    frame: pd.DataFrame, threshold: float = DEFAULT_THRESHOLD
+) -> CandidateVerdicts:
+    summary = case_summary(frame)
+    flagged = [
+        is_better(gap, confirmed, threshold)
+        for gap, confirmed in zip(
+            summary["left_on_table"], summary["confirm_left_on_table"], strict=True
+        )
+    ]
+    keyed = frame.set_index(["case_id", "candidate"])
+    described = [
+        describe(keyed.loc[key]) if key in keyed.index else ""
+        for key in zip(summary["case_id"], summary["best_candidate"], strict=True)
+    ]
+    summary = summary.assign(flagged=flagged, best_described=described)
+    return CandidateVerdicts(frame, summary, find_better_candidates(frame, threshold), threshold)

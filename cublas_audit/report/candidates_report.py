@@ -12,14 +12,7 @@ from typing import Any
 import pandas as pd
 
 from cublas_audit.files import write_text_atomic
-from cublas_audit.judge.candidates import (
-    DEFAULT_THRESHOLD,
-    RULE,
-    case_summary,
-    find_better_candidates,
-    is_better,
-    problem_name,
-)
+from cublas_audit.judge.candidates import RULE, CandidateVerdicts, problem_name
 from cublas_audit.planning.cases import DEFAULT_WORKSPACE_BYTES
 from cublas_audit.planning.modes import mode as mode_of
 from cublas_audit.report.markdown import md_fence, md_table, md_text, visible
@@ -44,40 +37,35 @@ TABLE_COLUMNS = {
 }
 
 
-def write_candidates_run_report(run_dir: Path, frame: pd.DataFrame) -> Path:
-    """report.md of a candidates run: the candidate audit's section at the threshold the run
-    confirmed its gaps at (its recorded one)."""
-    env = rundir.read_env(run_dir)
-    threshold = float(env.get("candidate_threshold") or DEFAULT_THRESHOLD)
-    text = f"# cuBLASLt candidate audit: {env.get('gpu_label')}\n\n" + render_markdown(
-        frame, threshold
-    )
+def write_candidates_run_report(run_dir: Path, verdicts: CandidateVerdicts) -> Path:
+    """report.md of a candidates run: its audit as judged (at the run's recorded threshold)."""
+    label = rundir.read_env(run_dir).get("gpu_label")
+    text = f"# cuBLASLt candidate audit: {label}\n\n" + render_markdown(verdicts)
     return write_text_atomic(run_dir / rundir.REPORT_FILE, text)
 
 
-def render_markdown(
-    frame: pd.DataFrame, threshold: float = DEFAULT_THRESHOLD, level: int = 2
-) -> str:
+def render_markdown(verdicts: CandidateVerdicts, level: int = 2) -> str:
     """The report section, its heading at `level`: a summary of every case, then each flagged
     case's table and repro one level below."""
+    frame = verdicts.frame
     lines = [
         f"{'#' * level} cuBLASLt heuristic candidates",
         "",
         f"`left on table` = default time / best candidate time; a case is flagged when both the "
-        f"audit round and a second, independent round show at least {1 + threshold:.2f}x.",
+        f"audit round and a second, independent round show at least {1 + verdicts.threshold:.2f}x.",
         "",
-        _summary_table(frame, threshold),
+        _summary_table(verdicts.summary),
     ]
-    for finding in find_better_candidates(frame, threshold):
+    for finding in verdicts.flagged:
         rows = frame[frame["case_id"] == finding["evidence"][0]["case_id"]]
         lines += ["", *_flagged_section(finding, rows, level + 1)]
     return "\n".join(lines) + "\n"
 
 
-def _summary_table(frame: pd.DataFrame, threshold: float) -> str:
+def _summary_table(summary: pd.DataFrame) -> str:
     body = []
-    for row in case_summary(frame).to_dict("records"):
-        flagged = is_better(row["left_on_table"], row["confirm_left_on_table"], threshold)
+    for row in summary.to_dict("records"):
+        flagged = row["flagged"]
         body.append(
             [
                 md_text(f"{row['mode']} {row['m']}x{row['n']}x{row['k']} b{row['batch']}"),

@@ -13,9 +13,9 @@ from typing import Any
 import pandas as pd
 
 from cublas_audit.files import write_text_atomic
-from cublas_audit.judge import candidates
+from cublas_audit.judge.candidates import CandidateVerdicts
 from cublas_audit.judge.finding import Finding
-from cublas_audit.judge.map_audit import map_findings
+from cublas_audit.judge.map_audit import FollowUpVerdicts, MapAudit
 from cublas_audit.judge.rules import prepare
 from cublas_audit.judge.rules.maps import MAP_SERIES
 from cublas_audit.judge.thresholds import Thresholds
@@ -24,46 +24,28 @@ from cublas_audit.report import map_plots
 from cublas_audit.report.markdown import md_code, md_number, md_table, md_text, shorten
 from cublas_audit.report.render import env_rows
 from cublas_audit.table.dispatch import json_ready
-from cublas_audit.table.inputs import Dataset, load_run
 from cublas_audit.table.rundir import (
     FINDINGS_FILE,
     FOLLOW_UP_DIR,
     PLOTS_DIR,
     REPORT_FILE,
-    TABLE_FILE,
 )
 
 FINDINGS_SHOWN = 40  # per rule; findings.json has them all
 KERNELS_SHOWN = 25
 
 
-def write_map_report(
-    run_dir: Path,
-    thresholds: Thresholds | None = None,
-    found: Sequence[Finding] | None = None,
-) -> Path:
-    """run_dir/report.md, its pictures under plots/ and every finding in findings.json (the
-    map's findings as given, where its caller has them already)."""
+def write_map_report(run_dir: Path, judged: MapAudit) -> Path:
+    """run_dir/report.md, its pictures under plots/ and every finding in findings.json."""
     run_dir = Path(run_dir)
-    thresholds = thresholds or Thresholds()
-    dataset = load_run(run_dir)
-    if found is None:
-        found = map_findings(dataset.frame, thresholds)
-    deep = run_dir / FOLLOW_UP_DIR
-    follow_up = load_run(deep) if (deep / TABLE_FILE).exists() else None
-    text = render(dataset, found, thresholds, run_dir / PLOTS_DIR, follow_up)
-    records = [finding.to_json() for finding in found]
+    text = render(judged, run_dir / PLOTS_DIR)
+    records = [finding.to_json() for finding in judged.findings]
     write_text_atomic(run_dir / FINDINGS_FILE, json.dumps(json_ready(records), indent=1) + "\n")
     return write_text_atomic(run_dir / REPORT_FILE, text)
 
 
-def render(
-    dataset: Dataset,
-    found: Sequence[Finding],
-    thresholds: Thresholds,
-    plots: Path | None,
-    follow_up: Dataset | None = None,
-) -> str:
+def render(judged: MapAudit, plots: Path | None) -> str:
+    dataset, found, thresholds = judged.dataset, judged.findings, judged.thresholds
     rows = prepare(dataset.frame)
     parts = [
         f"# Dispatch map: {md_text(dataset.title)}",
@@ -80,8 +62,8 @@ def render(
         pictures = map_plots.draw(rows, plots, flagged)
         parts += ["## Pictures", *(f"![{md_text(p.caption)}]({p.path})" for p in pictures)]
     parts += ["## Findings", _findings(rows, found, thresholds)]
-    if follow_up is not None:
-        parts += ["## Follow-up", _follow_up(rows, found, follow_up, thresholds)]
+    if judged.follow_up is not None:
+        parts += ["## Follow-up", _follow_up(rows, found, judged.follow_up)]
     return "\n\n".join(part for part in parts if part) + "\n"
 
 
@@ -181,19 +163,13 @@ _FOLLOW_UP_HEADERS = [
 ]  # fmt: skip
 
 
-def _follow_up(
-    rows: pd.DataFrame,
-    found: Sequence[Finding],
-    follow_up: Dataset,
-    thresholds: Thresholds,
-) -> str:
+def _follow_up(rows: pd.DataFrame, found: Sequence[Finding], verdicts: FollowUpVerdicts) -> str:
     """For each finding the follow-up measured: both cases as the map saw them and as the deep
     tier did, whether the finding holds on the full-length measurement, and what cuBLASLt's
     candidates offered."""
+    follow_up = verdicts.dataset
     deep = prepare(follow_up.frame).set_index("case_id", drop=False)
-    confirmed = {(f.rule, tuple(f.sizes)) for f in map_findings(follow_up.frame, thresholds)}
-    offered = _candidates(follow_up)
-    gap = thresholds.candidate_gap_pct / 100
+    offered = _candidates(verdicts.candidates)
     observer = follow_up.env.get("observer") or "not recorded"
     parts = [
         f"The cases below were measured again in {md_code(FOLLOW_UP_DIR, in_table=False)} "
@@ -205,12 +181,12 @@ def _follow_up(
         ids = [str(rows.loc[label, "case_id"]) for label in labels]
         if not all(case_id in deep.index for case_id in ids):
             continue
-        holds = (finding.rule, tuple(finding.sizes)) in confirmed
+        holds = (finding.rule, tuple(finding.sizes)) in verdicts.holds
         verdict = "holds on the full-length measurement" if holds else "not confirmed there"
         parts.append(f"### {md_text(finding.rule)}: {md_text(finding.sizes[0])}, {verdict}")
         parts.append(md_text(finding.message))
         table = [
-            _follow_up_row(_row(rows, label), _row(deep, case_id), role, offered, gap)
+            _follow_up_row(_row(rows, label), _row(deep, case_id), role, offered)
             for label, case_id, role in zip(labels, ids, ("flagged", "compared"), strict=False)
         ]
         parts.append(md_table(_FOLLOW_UP_HEADERS, table))
@@ -227,7 +203,6 @@ def _follow_up_row(
     deep: pd.Series,
     role: str,
     offered: Mapping[str, pd.Series],
-    gap: float,
 ) -> tuple[str, ...]:
     problem = Case("cublasLt", str(mapped["mode"]), int(mapped["m"]), int(mapped["n"]),
                    int(mapped["k"]), int(mapped["batch"])).case_id  # fmt: skip
@@ -243,33 +218,24 @@ def _follow_up_row(
         md_number(deep.get("time_ms"), 4),
         md_number(deep.get("ref_time_ms"), 4),
         md_number(audit["default_ms"], 4) if audit is not None else "",
-        _best_candidate(audit, gap),
+        _best_candidate(audit),
     )
 
 
-def _best_candidate(audit: pd.Series | None, threshold: float) -> str:
-    """The best candidate's time, its speedup over the default, and where both rounds of the
-    audit call it faster by the better-candidate threshold, 'better' and what it is."""
+def _best_candidate(audit: pd.Series | None) -> str:
+    """The best candidate's time, its speedup over the default, and where the audit flagged it
+    (both rounds faster by the better-candidate threshold), 'better' and what it is."""
     if audit is None or pd.isna(audit["best_ms"]):
         return ""
     gap = audit["left_on_table"]
-    better = candidates.is_better(gap, audit["confirm_left_on_table"], threshold)
     said = f"{float(gap):.2f}x" if pd.notna(gap) else ""
-    if better:
+    if audit["flagged"]:
         said += f", better: #{int(audit['best_candidate'])} {audit['best_described']}"
     return md_number(audit["best_ms"], 4) + md_text(f" ({said})" if said else "")
 
 
-def _candidates(follow_up: Dataset) -> dict[str, pd.Series]:
-    """The follow-up's candidate audit per problem, with the best candidate described."""
-    audited = follow_up.candidates
-    if audited is None or audited.empty:
+def _candidates(verdicts: CandidateVerdicts | None) -> dict[str, pd.Series]:
+    """The follow-up's candidate audit per problem, as judged (flagged, best described)."""
+    if verdicts is None:
         return {}
-    summary = candidates.case_summary(audited)
-    rows = audited.set_index(["case_id", "candidate"])
-    found = {}
-    for _, row in summary.iterrows():
-        key = (row["case_id"], row["best_candidate"])
-        described = candidates.describe(rows.loc[key]) if key in rows.index else ""
-        found[str(row["case_id"])] = pd.concat([row, pd.Series({"best_described": described})])
-    return found
+    return {str(row["case_id"]): row for _, row in verdicts.summary.iterrows()}

@@ -1,67 +1,18 @@
-"""The `report` job: inputs -> findings -> Markdown or JSON, to stdout, a file, or a terminal.
-
-In a terminal (no --format, stdout a TTY) a person gets what reads well there: the findings first,
-then each GPU's dispatch grid (report.terminal), and the full Markdown, plots beside it, is
-written to a file whose path is printed. `--format md` or a pipe gives the Markdown on stdout.
-An output path never names an input: a report cannot overwrite the table it reads.
+"""Where a report goes: the output path checked against the inputs before anything is read or
+written (an output path never names an input: a report cannot overwrite the table it reads), and
+the file a terminal report writes its full Markdown to (jobs.report chooses among them).
 """
 
 from __future__ import annotations
 
-import json
 import os
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from pathlib import Path
 
 from cublas_audit.errors import AuditError
-from cublas_audit.files import write_text_atomic
-from cublas_audit.judge.thresholds import Thresholds, with_overrides
-from cublas_audit.report.render import findings_json, render_report, write_report
-from cublas_audit.table.dispatch import json_ready
-from cublas_audit.table.inputs import Dataset, bundled_runs, load_inputs
 from cublas_audit.table.rundir import REPORT_FILE, TABLE_FILE
 
 TERMINAL_REPORT = Path("cublas-audit-report") / REPORT_FILE
-
-
-@dataclass(frozen=True)
-class ReportJob:
-    inputs: Sequence[Path] = ()
-    out: Path | None = None
-    format: str | None = None  # "md", "json", or None: by where the output goes
-    thresholds: Sequence[str] = field(default_factory=list)
-
-
-def run(job: ReportJob, terminal: bool, echo: Callable[..., None]) -> None:
-    limits = with_overrides(job.thresholds)
-    inputs = list(job.inputs) or bundled_runs()
-    if job.out is not None:
-        check_output(job.out, inputs)
-    datasets = load_inputs(inputs)
-    if job.format == "json":
-        _json(datasets, limits, job.out, echo)
-    elif job.out is not None:
-        echo(f"report: {write_report(datasets, job.out, limits)}")
-    elif job.format == "md" or not terminal:
-        echo(render_report(datasets, limits), nl=False)
-    else:
-        from cublas_audit.report.terminal import show
-
-        check_output(TERMINAL_REPORT, inputs)
-        show(datasets, limits)
-        written = write_report(datasets, TERMINAL_REPORT, limits)
-        echo(f"\nfull report (Markdown, plots beside it): {written}")
-
-
-def _json(
-    datasets: list[Dataset], limits: Thresholds, out: Path | None, echo: Callable[..., None]
-) -> None:
-    text = json.dumps(json_ready(findings_json(datasets, limits)), indent=2, allow_nan=False)
-    if out is None:
-        echo(text)
-    else:
-        echo(f"report: {write_text_atomic(out, text + chr(10))}")
 
 
 def check_output(out: Path, inputs: Sequence[Path]) -> None:

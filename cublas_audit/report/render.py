@@ -15,16 +15,16 @@ from typing import Any
 
 import pandas as pd
 
+from cublas_audit.judge.audited import Audited, Unjudged
 from cublas_audit.judge.finding import SEVERITIES, Finding, plain
-from cublas_audit.judge.rules import audit, prepare
+from cublas_audit.judge.rules import prepare
 from cublas_audit.judge.rules.frame import CALL_KIND
-from cublas_audit.judge.thresholds import Thresholds
 from cublas_audit.planning.modes import pipe_name
 from cublas_audit.report import candidates_report, repro
 from cublas_audit.report.markdown import md_code, md_number, md_table, md_text, shorten, template
 from cublas_audit.report.plots import plot
-from cublas_audit.table.inputs import Dataset, first_value, load_inputs
-from cublas_audit.table.rundir import PLOTS_DIR, REPORT_FILE, env_value
+from cublas_audit.table.inputs import Dataset, first_value
+from cublas_audit.table.rundir import PLOTS_DIR, env_value
 
 STALLS_SHOWN = 8
 
@@ -32,24 +32,16 @@ STALLS_SHOWN = 8
 # ----- report -----------------------------------------------------------------------------------
 
 
-def findings_of(datasets: Sequence[Dataset], thresholds: Thresholds) -> list[list[Finding]]:
-    return [audit(d.frame, thresholds, d.candidates) for d in datasets]
+def findings_json(audited: Sequence[Audited]) -> list[dict[str, Any]]:
+    return [f.to_json() for judged in audited for f in judged.findings]
 
 
-def findings_json(datasets: Sequence[Dataset], thresholds: Thresholds) -> list[dict[str, Any]]:
-    return [f.to_json() for found in findings_of(datasets, thresholds) for f in found]
-
-
-def render_report(
-    datasets: Sequence[Dataset], thresholds: Thresholds, plots: Path | None = None
-) -> str:
-    """The whole report; with `plots` (a directory), one PNG per GPU is written there and linked."""
-    all_findings = findings_of(datasets, thresholds)
-    sections = [
-        _section(dataset, found, thresholds, plots)
-        for dataset, found in zip(datasets, all_findings, strict=True)
-    ]
-    counts = {s: sum(f.severity == s for found in all_findings for f in found) for s in SEVERITIES}
+def render_report(audited: Sequence[Audited], plots: Path | None = None) -> str:
+    """The whole report of what was judged; with `plots` (a directory), one PNG per GPU is
+    written there and linked."""
+    datasets = [judged.dataset for judged in audited]
+    sections = [_section(judged, plots) for judged in audited]
+    counts = {s: sum(f.severity == s for j in audited for f in j.findings) for s in SEVERITIES}
     return template("report.md.j2").render(
         inputs=[md_code(_shown(path), in_table=False) for path in _unique_paths(datasets)],
         counts=counts,
@@ -59,20 +51,13 @@ def render_report(
     )
 
 
-def write_report(
-    datasets: Sequence[Dataset], out: Path, thresholds: Thresholds | None = None
-) -> Path:
+def write_report(audited: Sequence[Audited], out: Path) -> Path:
     """Writes the report to `out` and its plots to plots/ beside it."""
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    text = render_report(datasets, thresholds or Thresholds(), out.parent / PLOTS_DIR)
+    text = render_report(audited, out.parent / PLOTS_DIR)
     out.write_text(text)
     return out
-
-
-def write_run_report(run_dir: Path) -> Path:
-    """What the sweep calls when it finishes: run_dir/report.md and run_dir/plots/."""
-    return write_report(load_inputs([Path(run_dir)]), Path(run_dir) / REPORT_FILE)
 
 
 def _unique_paths(datasets: Sequence[Dataset]) -> list[Path]:
@@ -87,9 +72,8 @@ def _shown(path: Path) -> Path:
         return path
 
 
-def _section(
-    dataset: Dataset, found: list[Finding], thresholds: Thresholds, plots: Path | None
-) -> dict[str, Any]:
+def _section(judged: Audited, plots: Path | None) -> dict[str, Any]:
+    dataset, found = judged.dataset, judged.findings
     rows = prepare(dataset.frame)
     flags = _flags(found)
     return {
@@ -101,9 +85,18 @@ def _section(
         "stalls": _stall_tables(rows, found),
         "command": _command(dataset.env),
         "scripts": [repro.script(f) for f in found if f.severity == "high"],
-        "candidates": _candidates_section(dataset, thresholds),
+        "candidates": _candidates_section(judged),
+        "unjudged": [_unjudged(need) for need in judged.unjudged],
         "plot": plot(dataset.title, rows, plots) if plots is not None else None,
     }
+
+
+def _unjudged(need: Unjudged) -> str:
+    rules = " and ".join(md_code(rule, in_table=False) for rule in need.rules)
+    return (
+        f"{rules} judge {md_text(need.what)} ({md_code(need.column, in_table=False)}); "
+        "this table has none"
+    )
 
 
 def _finding_view(finding: Finding) -> dict[str, str]:
@@ -300,12 +293,11 @@ def _gpu_column(rows: pd.DataFrame, key: tuple[Any, ...]) -> pd.DataFrame | None
     return cells[~cells.index.duplicated()]
 
 
-def _candidates_section(dataset: Dataset, thresholds: Thresholds) -> str:
+def _candidates_section(judged: Audited) -> str:
     """The candidate audit's summary, flagged cases and repros, under the GPU's section."""
-    if dataset.candidates is None:
+    if judged.candidates is None:
         return ""
-    gap = thresholds.candidate_gap_pct / 100
-    return candidates_report.render_markdown(dataset.candidates, gap, level=3).rstrip()
+    return candidates_report.render_markdown(judged.candidates, level=3).rstrip()
 
 
 # ----- stall breakdown --------------------------------------------------------------------------

@@ -14,9 +14,9 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
+from cublas_audit.judge.audited import Audited
 from cublas_audit.judge.finding import SEVERITIES, Finding
-from cublas_audit.judge.rules import audit, prepare
-from cublas_audit.judge.thresholds import Thresholds
+from cublas_audit.judge.rules import prepare
 from cublas_audit.planning.modes import pipe_name
 from cublas_audit.report.markdown import shorten, visible
 from cublas_audit.table.dispatch import plain
@@ -31,11 +31,10 @@ def safe_text(value: object, style: str = "") -> Text:
     return Text(visible(value), style=style)
 
 
-def show(
-    datasets: Sequence[Dataset], thresholds: Thresholds, console: Console | None = None
-) -> None:
+def show(audited: Sequence[Audited], console: Console | None = None) -> None:
     console = console or Console()
-    found = [audit(d.frame, thresholds, d.candidates) for d in datasets]
+    datasets = [judged.dataset for judged in audited]
+    found = [judged.findings for judged in audited]
     if console.width >= WIDE:
         console.print(findings_table(datasets, found))
     else:  # a table's columns would split words: one finding a paragraph instead

@@ -3,14 +3,12 @@ cublas_audit.report.markdown's escaping."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pandas as pd
 
 from cublas_audit.judge.finding import Finding
-from cublas_audit.judge.rules import audit
-from cublas_audit.judge.thresholds import Thresholds
 from cublas_audit.observe.torch_trace import Trace, problems
 from cublas_audit.planning.grid import label_from_gpu_name
 from cublas_audit.report.markdown import md_code, md_number, md_table, md_text
@@ -60,15 +58,13 @@ def dispatch_table(trace: Trace, table: pd.DataFrame | None = None) -> pd.DataFr
     return from_records(records)
 
 
-def report_markdown(trace: Trace, thresholds: Thresholds | None = None) -> str:
-    """The trace's GEMMs audited with the same rules, each finding weighted by the share of the
-    trace's GEMM time its problems took, largest first; then the problem table."""
-    table = problems(trace)
-    frame = dispatch_table(trace, table)
-    findings = sorted(
-        ((_share(frame, f), f) for f in audit(frame, thresholds)),
-        key=lambda item: -item[0],
-    )
+def report_markdown(
+    trace: Trace, table: pd.DataFrame, frame: pd.DataFrame, found: Sequence[Finding]
+) -> str:
+    """The trace's GEMMs as audited (`found`: the rules' findings on `frame`, the trace as a
+    dispatch table), each finding weighted by the share of the trace's GEMM time its problems
+    took, largest first; then the problem table."""
+    findings = sorted(((share(frame, f), f) for f in found), key=lambda item: -item[0])
     lines = [
         "# cublas-audit: a PyTorch trace",
         "",
@@ -84,17 +80,18 @@ def report_markdown(trace: Trace, thresholds: Thresholds | None = None) -> str:
     ]
     if not findings:
         lines.append("None: no rule fired on what the trace records.")
-    for share, finding in findings:
+    for part, finding in findings:
         lines.append(
             f"- **{md_text(finding.severity)}** · `{md_text(finding.rule)}` · "
-            f"{100 * share:.1f} % of GEMM time · {md_text(finding.message)}"
+            f"{100 * part:.1f} % of GEMM time · {md_text(finding.message)}"
         )
     gemms = problems_markdown(trace, table).split("\n", 1)[1].lstrip("\n")  # without its title
     lines += ["", "## GEMMs", "", gemms]
     return "\n".join(lines)
 
 
-def _share(frame: pd.DataFrame, finding: Finding) -> float:
+def share(frame: pd.DataFrame, finding: Finding) -> float:
+    """The part of the trace's GEMM time the finding's problems took."""
     rows = [r for r in finding.rows if r in frame.index]
     return float(frame.loc[rows, "share"].astype(float).sum()) if rows else 0.0
 

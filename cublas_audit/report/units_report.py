@@ -11,22 +11,18 @@ import pandas as pd
 
 from cublas_audit.files import write_text_atomic
 from cublas_audit.judge.finding import Finding
-from cublas_audit.judge.thresholds import Thresholds
-from cublas_audit.judge.units import compare_units
 from cublas_audit.report.markdown import md_code, md_number, md_table, md_text, shorten
 from cublas_audit.table.dispatch import json_ready
-from cublas_audit.table.inputs import Dataset, load_run
+from cublas_audit.table.inputs import Dataset
 from cublas_audit.table.rundir import UNITS_JSON, UNITS_REPORT
 
 SHOWN = 40
 
 
 def write_units_report(
-    run_dir: Path, shards: Sequence[Path], thresholds: Thresholds | None = None
+    run_dir: Path, units: Sequence[Dataset], found: Sequence[Finding], spread: pd.DataFrame
 ) -> Path:
-    """units.md and units.json of a replicated run."""
-    units = [load_run(path) for path in shards]
-    found, spread = compare_units(units, thresholds)
+    """units.md and units.json of a replicated run, as judge.units compared its units."""
     records = {"findings": [f.to_json() for f in found], "spread": spread.to_dict("records")}
     write_text_atomic(run_dir / UNITS_JSON, json.dumps(json_ready(records), indent=1) + "\n")
     return write_text_atomic(run_dir / UNITS_REPORT, render(units, found, spread))

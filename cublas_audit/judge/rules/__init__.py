@@ -12,6 +12,7 @@ from collections.abc import Collection
 
 import pandas as pd
 
+from cublas_audit.judge.candidates import CandidateVerdicts
 from cublas_audit.judge.finding import Finding, order
 from cublas_audit.judge.rules.candidates import better_candidate
 from cublas_audit.judge.rules.frame import Rule, RuleContext, judged_columns, prepare
@@ -42,10 +43,11 @@ RULES: list[Rule] = [
 def audit(
     frame: pd.DataFrame,
     thresholds: Thresholds | None = None,
-    candidates: pd.DataFrame | None = None,
+    candidates: CandidateVerdicts | None = None,
     rules: Collection[str] | None = None,
 ) -> list[Finding]:
-    """The findings of a table (of every rule, or of the rules named), most severe first."""
+    """The findings of a table (of every rule, or of the rules named), most severe first; with
+    the run's candidate audit as judged (judge.audited.audit_dataset judges it once)."""
     context = RuleContext(judged_columns(prepare(frame)), thresholds or Thresholds(), candidates)
     chosen = [rule for rule in RULES if rules is None or rule_name(rule) in rules]
     found = [finding for rule in chosen for finding in rule(context)]

@@ -4,7 +4,6 @@ cuBLASLt rows of the same problem."""
 
 from __future__ import annotations
 
-from cublas_audit.judge.candidates import find_better_candidates
 from cublas_audit.judge.finding import Finding
 from cublas_audit.judge.rules.frame import RuleContext
 
@@ -14,10 +13,9 @@ def better_candidate(ctx: RuleContext) -> list[Finding]:
     candidates.csv): flagged on the table's cuBLASLt row of the same problem."""
     if ctx.candidates is None:
         return []
-    gap = ctx.thresholds.candidate_gap_pct / 100
     label = str(ctx.rows["gpu_label"].iloc[0]) if len(ctx.rows) else ""
     found = []
-    for item in find_better_candidates(ctx.candidates, gap):
+    for item in ctx.candidates.flagged:
         case = item["evidence"][0]
         same = ctx.rows[
             (ctx.rows["api"] == "cublasLt")

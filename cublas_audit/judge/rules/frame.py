@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from cublas_audit.judge.candidates import CandidateVerdicts
 from cublas_audit.judge.finding import Finding
 from cublas_audit.judge.thresholds import Thresholds
 from cublas_audit.observe.kernels import normalize
@@ -31,11 +32,12 @@ CALL_KIND = ["api", "routine", "mode", "batch"]
 
 @dataclass(frozen=True)
 class RuleContext:
-    """What a rule reads: the prepared table, the thresholds, the run's cuBLASLt candidate audit."""
+    """What a rule reads: the prepared table, the thresholds, the run's cuBLASLt candidate audit
+    as judged (judge.candidates.judge_candidates)."""
 
     rows: pd.DataFrame
     thresholds: Thresholds
-    candidates: pd.DataFrame | None = None
+    candidates: CandidateVerdicts | None = None
 
 
 Rule = Callable[[RuleContext], list[Finding]]

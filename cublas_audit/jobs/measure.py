@@ -1,5 +1,5 @@
-"""Each measuring command's whole job: measure (cublas_audit.run returns data), then write the
-reports of what it measured (cublas_audit.report). The CLI and the Python API call these; the
+"""Each measuring command's whole job: measure (cublas_audit.run returns data), then judge and
+write the reports of what it measured (jobs.reports). The CLI and the Python API call these; the
 run stage never picks or imports a report writer.
 """
 
@@ -11,13 +11,15 @@ from pathlib import Path
 
 import pandas as pd
 
+from cublas_audit.jobs.reports import (
+    write_candidates_report,
+    write_map_report,
+    write_run_report,
+    write_units_report,
+)
 from cublas_audit.judge.finding import Finding
 from cublas_audit.judge.thresholds import Thresholds
 from cublas_audit.observe.environment import Gpu
-from cublas_audit.report.candidates_report import write_candidates_run_report
-from cublas_audit.report.map_report import write_map_report
-from cublas_audit.report.render import write_run_report
-from cublas_audit.report.units_report import write_units_report
 from cublas_audit.run import dispatch_map, multi_gpu
 from cublas_audit.run.sweep import Progress
 from cublas_audit.run.sweep_setup import Measured, SweepOptions
@@ -49,7 +51,7 @@ def _report_of(measured: Measured, thresholds: Thresholds | None = None) -> Path
     if measured.phase == "map":
         return write_map_report(measured.run_dir, thresholds)
     if measured.phase == "candidates":
-        return write_candidates_run_report(measured.run_dir, measured.frame)
+        return write_candidates_report(measured.run_dir, measured.frame)
     return write_run_report(measured.run_dir)
 
 
@@ -73,7 +75,7 @@ def candidates_on_devices(
     """`candidates --devices`: the merged candidates.csv and its report."""
     multi = multi_gpu.candidates_on_devices(options, spread, progress_for)
     assert multi.frame is not None  # a sharded run's merged table
-    report = write_candidates_run_report(multi.run_dir, multi.frame)
+    report = write_candidates_report(multi.run_dir, multi.frame)
     return SweepResult(multi.run_dir, multi.frame, report, multi.shards)
 
 

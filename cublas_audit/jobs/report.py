@@ -1,0 +1,131 @@
+"""The `report` job: inputs -> judged once -> Markdown or JSON, to stdout, a file, or a terminal.
+
+In a terminal (no --format, stdout a TTY) a person gets what reads well there: the findings first,
+then each GPU's dispatch grid (report.terminal), and the full Markdown, plots beside it, is
+written to a file whose path is printed. `--format md` or a pipe gives the Markdown on stdout.
+A run of `candidates --devices` (candidates.csv, no dispatch table) is reported as its candidate
+audit. `--torch-trace` audits a profiler trace's GEMMs instead, with the same outputs.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from cublas_audit.errors import AuditError
+from cublas_audit.files import write_text_atomic
+from cublas_audit.judge.audited import audit_all
+from cublas_audit.judge.candidates import CandidateVerdicts, judge_candidates
+from cublas_audit.judge.rules import audit
+from cublas_audit.judge.thresholds import Thresholds, with_overrides
+from cublas_audit.observe.torch_trace import problems, read_trace
+from cublas_audit.report import candidates_report, torch_trace_report
+from cublas_audit.report.output import TERMINAL_REPORT, check_output
+from cublas_audit.report.render import findings_json, render_report, write_report
+from cublas_audit.table import rundir
+from cublas_audit.table.candidates_table import read_candidates
+from cublas_audit.table.dispatch import json_ready
+from cublas_audit.table.inputs import bundled_runs, load_inputs
+
+Echo = Callable[..., None]
+
+
+@dataclass(frozen=True)
+class ReportJob:
+    inputs: Sequence[Path] = ()
+    out: Path | None = None
+    format: str | None = None  # "md", "json", or None: by where the output goes
+    thresholds: Sequence[str] = field(default_factory=list)
+    torch_trace: Path | None = None
+
+
+def run(job: ReportJob, terminal: bool, echo: Echo) -> None:
+    limits = with_overrides(job.thresholds)
+    if job.torch_trace is not None:
+        if job.inputs:
+            raise AuditError("give run directories / tables or --torch-trace, not both")
+        _trace_report(job, limits, echo)
+        return
+    inputs = list(job.inputs) or bundled_runs()
+    if job.out is not None:
+        check_output(job.out, inputs)
+    runs = [path for path in inputs if not _candidates_run(path)]
+    audits = [_candidates_of(path, limits) for path in inputs if _candidates_run(path)]
+    audited = audit_all(load_inputs(runs), limits)
+    if job.format == "json":
+        found = findings_json(audited) + [item for a in audits for item in a.flagged]
+        _emit(json.dumps(json_ready(found), indent=2, allow_nan=False) + "\n", job.out, echo)
+        return
+    extra = "".join("\n" + candidates_report.render_markdown(a) for a in audits)
+    if not audited:  # candidate audits alone
+        _emit(extra.lstrip("\n"), job.out, echo)
+    elif job.out is not None:
+        echo(f"report: {_with_extra(write_report(audited, job.out), extra)}")
+    elif job.format == "md" or not terminal:
+        echo(render_report(audited) + extra, nl=False)
+    else:
+        from cublas_audit.report.terminal import show
+
+        check_output(TERMINAL_REPORT, inputs)
+        show(audited)
+        written = _with_extra(write_report(audited, TERMINAL_REPORT), extra)
+        echo(f"\nfull report (Markdown, plots beside it): {written}")
+
+
+def _candidates_run(path: Path) -> bool:
+    """A run directory of the candidate audit alone (`candidates --devices`): no dispatch table."""
+    path = Path(path)
+    return (
+        path.is_dir()
+        and not (path / rundir.TABLE_FILE).exists()
+        and (path / rundir.CANDIDATES_FILE).exists()
+    )
+
+
+def _candidates_of(run_dir: Path, limits: Thresholds) -> CandidateVerdicts:
+    """A candidates run judged at the threshold it confirmed its gaps at (its recorded one)."""
+    recorded = rundir.read_env(run_dir).get("candidate_threshold") if _has_env(run_dir) else None
+    threshold = float(recorded) if recorded is not None else limits.candidate_gap_pct / 100
+    return judge_candidates(read_candidates(run_dir), threshold)
+
+
+def _has_env(run_dir: Path) -> bool:
+    return (Path(run_dir) / rundir.ENV_FILE).is_file()
+
+
+def _with_extra(written: Path, extra: str) -> Path:
+    if extra:
+        write_text_atomic(written, written.read_text() + extra)
+    return written
+
+
+def _emit(text: str, out: Path | None, echo: Echo) -> None:
+    if out is None:
+        echo(text, nl=False)
+    else:
+        echo(f"report: {write_text_atomic(out, text)}")
+
+
+def _trace_report(job: ReportJob, limits: Thresholds, echo: Echo) -> None:
+    """A PyTorch trace's GEMMs audited with the same rules (kernels and durations as the
+    profiler recorded them), each finding weighted by its problems' share of GEMM time."""
+    assert job.torch_trace is not None
+    if job.out is not None:
+        check_output(job.out, [job.torch_trace])
+    trace = read_trace(job.torch_trace)
+    table = problems(trace)
+    frame = torch_trace_report.dispatch_table(trace, table)
+    found = audit(frame, limits)
+    if job.format == "json":
+        data: dict[str, Any] = {
+            "findings": [
+                {**f.to_json(), "share": torch_trace_report.share(frame, f)} for f in found
+            ],
+            "problems": table.to_dict("records"),
+        }
+        _emit(json.dumps(json_ready(data), indent=2, allow_nan=False) + "\n", job.out, echo)
+        return
+    _emit(torch_trace_report.report_markdown(trace, table, frame, found) + "\n", job.out, echo)

@@ -1,0 +1,53 @@
+"""A finished run's reports: its inputs loaded, judged once (judge.audited, judge.map_audit,
+judge.candidates, judge.units), then rendered and written (report). What every measuring job
+and `report` of a run directory call."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import pandas as pd
+
+from cublas_audit.judge.audited import audit_all
+from cublas_audit.judge.candidates import DEFAULT_THRESHOLD, judge_candidates
+from cublas_audit.judge.finding import Finding
+from cublas_audit.judge.map_audit import audit_map
+from cublas_audit.judge.thresholds import Thresholds
+from cublas_audit.judge.units import compare_units
+from cublas_audit.report import candidates_report, map_report, render, units_report
+from cublas_audit.table import rundir
+from cublas_audit.table.inputs import load_inputs, load_run
+
+
+def write_run_report(run_dir: Path, thresholds: Thresholds | None = None) -> Path:
+    """run_dir/report.md and run_dir/plots/ of a sweep's run."""
+    audited = audit_all(load_inputs([Path(run_dir)]), thresholds)
+    return render.write_report(audited, Path(run_dir) / rundir.REPORT_FILE)
+
+
+def write_map_report(
+    run_dir: Path, thresholds: Thresholds | None = None, found: list[Finding] | None = None
+) -> Path:
+    """A map run's report.md, pictures and findings.json, with its follow-up where it has one
+    (the map's findings as its run judged them, where given)."""
+    deep = Path(run_dir) / rundir.FOLLOW_UP_DIR
+    follow_up = load_run(deep) if (deep / rundir.TABLE_FILE).exists() else None
+    judged = audit_map(load_run(Path(run_dir)), thresholds, found, follow_up)
+    return map_report.write_map_report(Path(run_dir), judged)
+
+
+def write_candidates_report(run_dir: Path, frame: pd.DataFrame) -> Path:
+    """A candidates run's report.md, judged at the threshold the run confirmed its gaps at."""
+    recorded = rundir.read_env(run_dir).get("candidate_threshold")
+    verdicts = judge_candidates(frame, float(recorded or DEFAULT_THRESHOLD))
+    return candidates_report.write_candidates_run_report(run_dir, verdicts)
+
+
+def write_units_report(
+    run_dir: Path, shards: Sequence[Path], thresholds: Thresholds | None = None
+) -> Path:
+    """units.md and units.json of a replicated run: its units compared with the first."""
+    units = [load_run(path) for path in shards]
+    found, spread = compare_units(units, thresholds)
+    return units_report.write_units_report(run_dir, units, found, spread)

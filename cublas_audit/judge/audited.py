@@ -1,0 +1,63 @@
+"""Judging happens here, once per input: a GPU's table and its candidate audit become findings and
+candidate verdicts, with what could not be judged and why. Reports, the terminal and the API
+render an `Audited`; none of them calls a rule or compares with a threshold again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from cublas_audit.judge.candidates import CandidateVerdicts, judge_candidates
+from cublas_audit.judge.finding import Finding
+from cublas_audit.judge.map_audit import MAP_RULES
+from cublas_audit.judge.rules import audit
+from cublas_audit.judge.thresholds import Thresholds
+from cublas_audit.table.inputs import Dataset
+
+
+@dataclass(frozen=True)
+class Unjudged:
+    """Rules a table gives nothing to judge: the column they read is missing or empty."""
+
+    rules: tuple[str, ...]
+    column: str
+    what: str
+
+
+@dataclass(frozen=True)
+class Audited:
+    dataset: Dataset
+    findings: list[Finding]
+    candidates: CandidateVerdicts | None
+    thresholds: Thresholds
+    # what the rules could not judge on this table, said beside "no rule fired"
+    unjudged: list[Unjudged] = field(default_factory=list)
+
+
+def audit_dataset(dataset: Dataset, thresholds: Thresholds | None = None) -> Audited:
+    """One GPU's findings (and its candidate audit's verdicts, where the run has one)."""
+    thresholds = thresholds or Thresholds()
+    verdicts = None
+    if dataset.candidates is not None:
+        verdicts = judge_candidates(dataset.candidates, thresholds.candidate_gap_pct / 100)
+    found = audit(dataset.frame, thresholds, verdicts)
+    return Audited(dataset, found, verdicts, thresholds, unjudged(dataset))
+
+
+def audit_all(datasets: Sequence[Dataset], thresholds: Thresholds | None = None) -> list[Audited]:
+    return [audit_dataset(dataset, thresholds) for dataset in datasets]
+
+
+# Rules that judge nothing without a column, and what the column holds.
+NEEDS = (Unjudged(MAP_RULES, "kernel_time_ms", "kernel times, recorded by CUPTI"),)
+
+
+def unjudged(dataset: Dataset) -> list[Unjudged]:
+    """The rules a table gives nothing to judge, and the column they need."""
+    frame = dataset.frame
+    return [
+        need
+        for need in NEEDS
+        if need.column not in frame.columns or frame[need.column].isna().all()
+    ]
