@@ -218,7 +218,6 @@ def test_trace_dims_beyond_int32_are_flagged(
         assert limit.search(shown), "no word of the 32-bit limit"
 
 
-@pytest.mark.xfail(strict=True, reason=ISSUE + "numpy warnings leak to stderr")
 def test_trace_report_leaks_no_numpy_warning(tmp_path: Path) -> None:
     """A kernel recorded with a zero duration (the first cuBLAS kernel of the trace): the rules
     divide by it; whatever the report says of it, no RuntimeWarning reaches stderr."""
@@ -234,9 +233,6 @@ def test_trace_report_leaks_no_numpy_warning(tmp_path: Path) -> None:
     assert "Warning" not in result.stderr
 
 
-@pytest.mark.xfail(
-    strict=True, reason=ISSUE + "(found reproducing it) all-zero kernel durations crash, exit 4"
-)
 def test_trace_with_zero_kernel_durations_is_not_an_internal_error(tmp_path: Path) -> None:
     def zero(trace: dict[str, Any]) -> None:
         for kernel in gemm_kernels(trace):
