@@ -334,7 +334,6 @@ def test_out_whose_plots_directory_is_a_file_is_bad_input(tmp_path: Path) -> Non
     assert (tmp_path / "plots").read_text() == "mine\n"
 
 
-@pytest.mark.xfail(strict=True, reason="issue 25: a trace nested 100,000 levels deep is exit 4")
 @pytest.mark.parametrize("command", ["shapes", "report"])
 def test_a_trace_nested_too_deep_is_bad_input(tmp_path: Path, command: str) -> None:
     recorded = gzip.decompress(TRACE.read_bytes()).decode()

@@ -336,3 +336,24 @@ def test_reference_takes_the_shape_list_rows_it_can_compute(tmp_path: Path) -> N
     listed.write_text("m,n,k,layout\n64,64,64,tn\n")
     result = CliRunner().invoke(app, ["reference", "--shapes-file", str(listed)])
     assert result.exit_code == 2 and "all the reference computes" in result.output
+
+
+@pytest.mark.parametrize(
+    ("category", "key", "value"),
+    [("cpu_op", "dur", -1.0), ("cpu_op", "ts", float("inf")), ("kernel", "dur", float("nan"))],
+)
+def test_times_that_are_no_measurement_are_refused(
+    tmp_path: Path, category: str, key: str, value: float
+) -> None:
+    """The recorded trace with one event's time made impossible: a one-line error naming the
+    event, never a silent read (nor an OverflowError, exit 4, on an infinite start time)."""
+    with gzip.open(OPS, "rt") as stream:
+        trace = json.load(stream)
+    event = next(e for e in trace["traceEvents"] if e.get("cat") == category)
+    event[key] = value
+    path = tmp_path / "trace.json"
+    path.write_text(json.dumps(trace))
+    with pytest.raises(AuditError, match=rf"\({key}\) is {value!r}") as raised:
+        read_trace(path)
+    assert str(path) in str(raised.value) and "\n" not in str(raised.value)
+    assert event["name"][:40] in str(raised.value)
