@@ -11,15 +11,13 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from cublas_audit.errors import AuditError
-from cublas_audit.planning.cases import APIS, BROADCASTS, LAYOUTS, Case
+from cublas_audit.planning.cases import APIS, BROADCASTS, LAYOUTS, MAX_DIMENSION, Case
 from cublas_audit.planning.modes import MODE_NAMES as MODES
 
 DEFAULT_SIZES = (256, 512, 1024, 2048, 4096, 8192)
 DEFAULT_BATCHES = (4, 8, 16)
 _SAFE_LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 _DIGITS = re.compile(r"[0-9]+")
-# cuBLAS takes m, n, k and the batch count as 32-bit ints.
-MAX_DIMENSION = 2**31 - 1
 # No GPU holds a case this large; smaller ones that do not fit this GPU are skipped by the probe
 # (recorded with the reason), but this one is refused before anything runs.
 MAX_CASE_BYTES = 2**44
@@ -170,6 +168,8 @@ class Variants:
         (m x n*batch, packed B), which broadcast-slower-than-folded compares it with."""
         if case.broadcast != "a" or case.transb != "n" or case.ldb or case.batch < 2:
             return None
+        if case.n * case.batch > MAX_DIMENSION:
+            return None  # no one cuBLAS call is that wide: nothing to compare with
         return dataclasses.replace(
             case, n=case.n * case.batch, batch=1, broadcast="", strided=False, loop=False
         )
