@@ -278,7 +278,6 @@ def test_report_torch_trace_format_json_is_json() -> None:
 # ----- bad input is exit 2 with one line, never exit 4 --------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="issue 25: JSON shapes file of non-objects is exit 4")
 @pytest.mark.parametrize(
     "rows",
     [[[256, 256, 256, 1]], ["256x256x256"], [256]],  # the smoke run's first problem

@@ -325,7 +325,6 @@ def test_the_cli_refuses_these_options_with_exit_2(
     assert "Traceback" not in result.output
 
 
-@pytest.mark.xfail(strict=True, reason=ISSUE + "shapes-file rows skip the checks the CLI makes")
 @pytest.mark.parametrize("bad", sorted(SHAPE_ROWS))
 def test_shapes_file_rows_get_the_checks_the_cli_makes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, bad: str

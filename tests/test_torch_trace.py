@@ -288,6 +288,10 @@ def test_sweep_plans_exactly_the_trace_or_the_shape_list(tmp_path: Path) -> None
         ("m,n,k\n1,2,-3\n", "row 1: k: '-3' is not a positive integer"),
         ("m,n,k,layout\n4,4,4,xy\n", "row 1: layout: unknown value 'xy'"),
         ("m,n,k,lda\n64,4,4,8\n", "row 1: .*lda 8 is smaller than the 64 rows"),
+        ("m,n,k,lda\n64,4,4,x\n", "row 1: lda: 'x' is not an integer"),
+        ("m,n,k,bias\n4,4,4,maybe\n", "row 1: bias: 'maybe' is not one of 1, true"),
+        ("m,n,k,broadcast\n4,4,4,c\n", "row 1: broadcast: 'c' is not a or b"),
+        ("m,n,k,mode\n4,4,4,fp64\n", "row 1: mode: unknown value 'fp64'"),
     ],
 )
 def test_bad_shape_lists_name_the_row(tmp_path: Path, text: str, message: str) -> None:
@@ -297,6 +301,18 @@ def test_bad_shape_lists_name_the_row(tmp_path: Path, text: str, message: str) -
     path.write_text(text)
     with pytest.raises(AuditError, match=message):
         read_shapes_file(path, ["fp32"], ["cublas"])
+
+
+def test_a_json_shape_list_reads_each_object_as_written(tmp_path: Path) -> None:
+    """A key one object lacks takes its default, and the others' numbers stay integers (a table
+    built from the list would make the batch column 4.0 and NaN)."""
+    from cublas_audit.planning.shapes_file import read_shapes_file
+
+    path = tmp_path / "shapes.json"
+    path.write_text(json.dumps([{"m": 256, "n": 256, "k": 256, "batch": 4}, {"m": 7, "n": 100,
+                                "k": 100000, "beta": 0.5}]))  # fmt: skip
+    ids = [c.case_id for c in read_shapes_file(path, ["fp32"], ["cublas"])]
+    assert ids == ["cublas.fp32.256x256x256.b4.nn", "cublas.fp32.7x100x100000.b1.nn.beta0p5"]
 
 
 def test_threads_are_kept_apart() -> None:
