@@ -373,3 +373,29 @@ def test_times_that_are_no_measurement_are_refused(
         read_trace(path)
     assert str(path) in str(raised.value) and "\n" not in str(raised.value)
     assert event["name"][:40] in str(raised.value)
+
+
+def test_kernel_grids_and_ctas_are_the_recorded_ones(ops: pd.DataFrame) -> None:
+    """Each kernel's grid and block as the raw JSON records them (read here with gzip + json,
+    not through the reader), and a problem's `ctas` the largest grid of its kernels: checked on
+    every single-call problem whose kernels each ran once in the trace (a split-K GEMM and its
+    reduction among them)."""
+    with gzip.open(OPS, "rt") as stream:
+        raw = [e for e in json.load(stream)["traceEvents"] if e.get("cat") == "kernel"]
+    trace = read_trace(OPS)
+    for event in raw:
+        read = trace.activities[event["args"]["correlation"]]
+        assert [(a.grid, a.block) for a in read if a.name == event["name"]] == [
+            (tuple(event["args"]["grid"]), tuple(event["args"]["block"]))
+        ]
+    grids: dict[str, list[int]] = {}
+    for event in raw:
+        x, y, z = event["args"]["grid"]
+        grids.setdefault(event["name"], []).append(x * y * z)
+    checked = 0
+    for row in ops[ops["calls"] == 1].itertuples():
+        names = row.kernels.split(" + ")
+        if all(len(grids[name]) == 1 for name in names):
+            assert row.ctas == max(grids[name][0] for name in names), row.kernels
+            checked += 1
+    assert checked >= 10  # the nvjet, xmma and split-K cutlass kernels of record.py's calls
