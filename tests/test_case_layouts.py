@@ -101,3 +101,20 @@ def test_size_ranges_for_dense_grids() -> None:
     ]:
         with pytest.raises(AuditError, match=message):
             parse_int_list(bad, "--sizes")
+
+
+@pytest.mark.parametrize("field", ["m", "n", "k", "batch", "lda", "ldb"])
+def test_terms_cublas_takes_as_int32_are_refused_beyond_it(field: str) -> None:
+    """cuBLAS's m, n, k, batch count and leading dimensions are 32-bit ints: 2**31 - 1 is the
+    largest a case holds (as --sizes and --shapes already say)."""
+    fields = {"m": 64, "n": 64, "k": 64, "batch": 2, field: 2**31}
+    with pytest.raises(AuditError, match=f"{field} 2147483648 is larger than cuBLAS's 32-bit"):
+        Case("cublas", "fp32", **fields)
+
+
+def test_a_shared_batch_too_wide_to_fold_has_no_folded_companion() -> None:
+    """A batch of 2 of 64 x 2**30 x 64 with a shared A would fold into n = 2**31: no one call."""
+    wide = Case("cublas", "fp32", 64, 2**30, 64, 2, broadcast="a")
+    assert Variants.folded(wide) is None
+    narrow = Case("cublas", "fp32", 64, 2**29, 64, 2, broadcast="a")
+    assert Variants.folded(narrow) == Case("cublas", "fp32", 64, 2**30, 64, 1)

@@ -276,7 +276,6 @@ def test_report_torch_trace_format_json_is_json() -> None:
 # ----- bad input is exit 2 with one line, never exit 4 --------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="issue 25: JSON shapes file of non-objects is exit 4")
 @pytest.mark.parametrize(
     "rows",
     [[[256, 256, 256, 1]], ["256x256x256"], [256]],  # the smoke run's first problem
@@ -332,7 +331,6 @@ def test_out_whose_plots_directory_is_a_file_is_bad_input(tmp_path: Path) -> Non
     assert (tmp_path / "plots").read_text() == "mine\n"
 
 
-@pytest.mark.xfail(strict=True, reason="issue 25: a trace nested 100,000 levels deep is exit 4")
 @pytest.mark.parametrize("command", ["shapes", "report"])
 def test_a_trace_nested_too_deep_is_bad_input(tmp_path: Path, command: str) -> None:
     recorded = gzip.decompress(TRACE.read_bytes()).decode()

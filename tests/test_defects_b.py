@@ -116,7 +116,6 @@ def one_h100(monkeypatch: pytest.MonkeyPatch) -> None:
 # ----- traces read silently wrong ----------------------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason=ISSUE + "negative kernel duration read silently")
 @pytest.mark.parametrize("command", ["shapes", "report"])
 def test_trace_with_a_negative_kernel_duration_is_refused(tmp_path: Path, command: str) -> None:
     def negative(trace: dict[str, Any]) -> None:
@@ -129,7 +128,6 @@ def test_trace_with_a_negative_kernel_duration_is_refused(tmp_path: Path, comman
     assert re.search(r"dur(ation)?", line), line
 
 
-@pytest.mark.xfail(strict=True, reason=ISSUE + "infinite kernel duration read silently")
 @pytest.mark.parametrize("command", ["shapes", "report"])
 def test_trace_with_an_infinite_kernel_duration_is_refused(tmp_path: Path, command: str) -> None:
     def infinite(trace: dict[str, Any]) -> None:
@@ -141,7 +139,6 @@ def test_trace_with_an_infinite_kernel_duration_is_refused(tmp_path: Path, comma
     assert re.search(r"dur(ation)?", line), line
 
 
-@pytest.mark.xfail(strict=True, reason=ISSUE + "GEMM ops with unreadable dims dropped silently")
 def test_gemm_ops_with_unreadable_dims_are_not_dropped_silently(tmp_path: Path) -> None:
     """One of the 33 GEMM ops gets dims that are not a matrix product's (a string in them). Either
     the trace is refused naming it, or the op is kept in the account: a notice says one GEMM op
@@ -164,7 +161,6 @@ def test_gemm_ops_with_unreadable_dims_are_not_dropped_silently(tmp_path: Path) 
     assert shares < 0.999, f"shares renormalised to {shares} without the unreadable op"
 
 
-@pytest.mark.xfail(strict=True, reason=ISSUE + "trace with no GEMMs: 'no rule fired', exit 0")
 def test_report_of_a_trace_with_no_gemm_says_why_and_exits_2(tmp_path: Path) -> None:
     def without_gemms(trace: dict[str, Any]) -> None:
         gemm_ops = LEAF_OPS | {"aten::matmul", "aten::linear"}
@@ -180,7 +176,6 @@ def test_report_of_a_trace_with_no_gemm_says_why_and_exits_2(tmp_path: Path) -> 
     assert "GEMM" in line, line
 
 
-@pytest.mark.xfail(strict=True, reason=ISSUE + "trace without record_shapes: 'no rule fired'")
 def test_report_of_a_trace_recorded_without_record_shapes_says_so(tmp_path: Path) -> None:
     def without_shapes(trace: dict[str, Any]) -> None:
         trace["record_shapes"] = 0  # what torch.profiler writes with record_shapes=False
@@ -195,7 +190,6 @@ def test_report_of_a_trace_recorded_without_record_shapes_says_so(tmp_path: Path
     assert "record_shapes" in line, line
 
 
-@pytest.mark.xfail(strict=True, reason=ISSUE + "trace dims beyond int32 unflagged")
 @pytest.mark.parametrize("command", ["sweep", "shapes"])
 def test_trace_dims_beyond_int32_are_flagged(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, command: str
@@ -219,7 +213,6 @@ def test_trace_dims_beyond_int32_are_flagged(
         assert limit.search(shown), "no word of the 32-bit limit"
 
 
-@pytest.mark.xfail(strict=True, reason=ISSUE + "numpy warnings leak to stderr")
 def test_trace_report_leaks_no_numpy_warning(tmp_path: Path) -> None:
     """A kernel recorded with a zero duration (the first cuBLAS kernel of the trace): the rules
     divide by it; whatever the report says of it, no RuntimeWarning reaches stderr."""
@@ -235,9 +228,6 @@ def test_trace_report_leaks_no_numpy_warning(tmp_path: Path) -> None:
     assert "Warning" not in result.stderr
 
 
-@pytest.mark.xfail(
-    strict=True, reason=ISSUE + "(found reproducing it) all-zero kernel durations crash, exit 4"
-)
 def test_trace_with_zero_kernel_durations_is_not_an_internal_error(tmp_path: Path) -> None:
     def zero(trace: dict[str, Any]) -> None:
         for kernel in gemm_kernels(trace):
@@ -336,7 +326,6 @@ def test_the_cli_refuses_these_options_with_exit_2(
     assert "Traceback" not in result.output
 
 
-@pytest.mark.xfail(strict=True, reason=ISSUE + "shapes-file rows skip the checks the CLI makes")
 @pytest.mark.parametrize("bad", sorted(SHAPE_ROWS))
 def test_shapes_file_rows_get_the_checks_the_cli_makes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, bad: str

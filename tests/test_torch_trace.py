@@ -288,6 +288,10 @@ def test_sweep_plans_exactly_the_trace_or_the_shape_list(tmp_path: Path) -> None
         ("m,n,k\n1,2,-3\n", "row 1: k: '-3' is not a positive integer"),
         ("m,n,k,layout\n4,4,4,xy\n", "row 1: layout: unknown value 'xy'"),
         ("m,n,k,lda\n64,4,4,8\n", "row 1: .*lda 8 is smaller than the 64 rows"),
+        ("m,n,k,lda\n64,4,4,x\n", "row 1: lda: 'x' is not an integer"),
+        ("m,n,k,bias\n4,4,4,maybe\n", "row 1: bias: 'maybe' is not one of 1, true"),
+        ("m,n,k,broadcast\n4,4,4,c\n", "row 1: broadcast: 'c' is not a or b"),
+        ("m,n,k,mode\n4,4,4,fp64\n", "row 1: mode: unknown value 'fp64'"),
     ],
 )
 def test_bad_shape_lists_name_the_row(tmp_path: Path, text: str, message: str) -> None:
@@ -297,6 +301,18 @@ def test_bad_shape_lists_name_the_row(tmp_path: Path, text: str, message: str) -
     path.write_text(text)
     with pytest.raises(AuditError, match=message):
         read_shapes_file(path, ["fp32"], ["cublas"])
+
+
+def test_a_json_shape_list_reads_each_object_as_written(tmp_path: Path) -> None:
+    """A key one object lacks takes its default, and the others' numbers stay integers (a table
+    built from the list would make the batch column 4.0 and NaN)."""
+    from cublas_audit.planning.shapes_file import read_shapes_file
+
+    path = tmp_path / "shapes.json"
+    path.write_text(json.dumps([{"m": 256, "n": 256, "k": 256, "batch": 4}, {"m": 7, "n": 100,
+                                "k": 100000, "beta": 0.5}]))  # fmt: skip
+    ids = [c.case_id for c in read_shapes_file(path, ["fp32"], ["cublas"])]
+    assert ids == ["cublas.fp32.256x256x256.b4.nn", "cublas.fp32.7x100x100000.b1.nn.beta0p5"]
 
 
 def test_threads_are_kept_apart() -> None:
@@ -336,3 +352,50 @@ def test_reference_takes_the_shape_list_rows_it_can_compute(tmp_path: Path) -> N
     listed.write_text("m,n,k,layout\n64,64,64,tn\n")
     result = CliRunner().invoke(app, ["reference", "--shapes-file", str(listed)])
     assert result.exit_code == 2 and "all the reference computes" in result.output
+
+
+@pytest.mark.parametrize(
+    ("category", "key", "value"),
+    [("cpu_op", "dur", -1.0), ("cpu_op", "ts", float("inf")), ("kernel", "dur", float("nan"))],
+)
+def test_times_that_are_no_measurement_are_refused(
+    tmp_path: Path, category: str, key: str, value: float
+) -> None:
+    """The recorded trace with one event's time made impossible: a one-line error naming the
+    event, never a silent read (nor an OverflowError, exit 4, on an infinite start time)."""
+    with gzip.open(OPS, "rt") as stream:
+        trace = json.load(stream)
+    event = next(e for e in trace["traceEvents"] if e.get("cat") == category)
+    event[key] = value
+    path = tmp_path / "trace.json"
+    path.write_text(json.dumps(trace))
+    with pytest.raises(AuditError, match=rf"\({key}\) is {value!r}") as raised:
+        read_trace(path)
+    assert str(path) in str(raised.value) and "\n" not in str(raised.value)
+    assert event["name"][:40] in str(raised.value)
+
+
+def test_kernel_grids_and_ctas_are_the_recorded_ones(ops: pd.DataFrame) -> None:
+    """Each kernel's grid and block as the raw JSON records them (read here with gzip + json,
+    not through the reader), and a problem's `ctas` the largest grid of its kernels: checked on
+    every single-call problem whose kernels each ran once in the trace (a split-K GEMM and its
+    reduction among them)."""
+    with gzip.open(OPS, "rt") as stream:
+        raw = [e for e in json.load(stream)["traceEvents"] if e.get("cat") == "kernel"]
+    trace = read_trace(OPS)
+    for event in raw:
+        read = trace.activities[event["args"]["correlation"]]
+        assert [(a.grid, a.block) for a in read if a.name == event["name"]] == [
+            (tuple(event["args"]["grid"]), tuple(event["args"]["block"]))
+        ]
+    grids: dict[str, list[int]] = {}
+    for event in raw:
+        x, y, z = event["args"]["grid"]
+        grids.setdefault(event["name"], []).append(x * y * z)
+    checked = 0
+    for row in ops[ops["calls"] == 1].itertuples():
+        names = row.kernels.split(" + ")
+        if all(len(grids[name]) == 1 for name in names):
+            assert row.ctas == max(grids[name][0] for name in names), row.kernels
+            checked += 1
+    assert checked >= 10  # the nvjet, xmma and split-K cutlass kernels of record.py's calls

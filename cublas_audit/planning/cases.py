@@ -24,6 +24,9 @@ from cublas_audit.planning.modes import mode as mode_of
 # the candidate audit are given (cuBLAS's own default on Hopper is 32 MiB too).
 DEFAULT_WORKSPACE_BYTES = 32 * 1024 * 1024
 
+# cuBLAS takes m, n, k, the batch count and the leading dimensions as 32-bit ints.
+MAX_DIMENSION = 2**31 - 1
+
 LOOP_ROUTINE = "sgemm-loop"
 APIS = ("cublas", "cublasLt")
 
@@ -77,6 +80,12 @@ class Case:
     workspace_mib: int = -1
 
     def __post_init__(self) -> None:
+        for name in ("m", "n", "k", "batch", "lda", "ldb"):
+            if getattr(self, name) > MAX_DIMENSION:
+                raise AuditError(
+                    f"{name} {getattr(self, name)} is larger than cuBLAS's 32-bit limit "
+                    f"{MAX_DIMENSION}"
+                )
         for name in ("transa", "transb"):
             if getattr(self, name) not in TRANSPOSES:
                 raise AuditError(f"{name}: {getattr(self, name)!r} is not one of n, t")

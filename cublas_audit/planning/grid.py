@@ -7,19 +7,17 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from cublas_audit.errors import AuditError
-from cublas_audit.planning.cases import APIS, BROADCASTS, LAYOUTS, Case
+from cublas_audit.planning.cases import APIS, BROADCASTS, LAYOUTS, MAX_DIMENSION, Case
 from cublas_audit.planning.modes import MODE_NAMES as MODES
 
 DEFAULT_SIZES = (256, 512, 1024, 2048, 4096, 8192)
 DEFAULT_BATCHES = (4, 8, 16)
 _SAFE_LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 _DIGITS = re.compile(r"[0-9]+")
-# cuBLAS takes m, n, k and the batch count as 32-bit ints.
-MAX_DIMENSION = 2**31 - 1
 # No GPU holds a case this large; smaller ones that do not fit this GPU are skipped by the probe
 # (recorded with the reason), but this one is refused before anything runs.
 MAX_CASE_BYTES = 2**44
@@ -126,6 +124,11 @@ def call_kinds(single: bool | None, batched: bool | None) -> tuple[bool, bool]:
     )
 
 
+def option_name(setting: str) -> str:
+    """A setting's command-line option: workspace_mib -> --workspace-mib."""
+    return "--" + setting.replace("_", "-")
+
+
 @dataclass(frozen=True)
 class Variants:
     """How each planned problem is posed beyond its size: layouts (cuBLAS's transa + transb),
@@ -138,6 +141,26 @@ class Variants:
     beta: float = 0.0
     bias: bool = False
     workspace_mib: int = -1
+
+    def check(self, apis: Sequence[str], name: Callable[[str], str] = option_name) -> Variants:
+        """These settings themselves, or a one-line error naming the one that cannot be, as its
+        input names it (`name`: the command line's --workspace-mib, a shape list's workspace_mib
+        column): the checks each value gets beyond its parsing (parse_beta, parse_broadcast,
+        ...), made here once for both. ld_pad is 0 or more, a workspace 0 MiB or more (-1: the
+        default), and the bias epilogue and a workspace limit are cuBLASLt's: `apis` has it."""
+        if self.ld_pad < 0:
+            raise AuditError(f"{name('ld_pad')}: {self.ld_pad} is negative")
+        if self.workspace_mib < -1:
+            raise AuditError(
+                f"{name('workspace_mib')}: {self.workspace_mib} is no workspace size (0 MiB or "
+                "more, or -1 for the default)"
+            )
+        if (self.bias or self.workspace_mib >= 0) and "cublasLt" not in apis:
+            raise AuditError(
+                f"{name('bias')} and {name('workspace_mib')} are cuBLASLt settings "
+                f"({name('api')} cublasLt)"
+            )
+        return self
 
     def cases(self, api: str, mode: str, m: int, n: int, k: int, batch: int) -> list[Case]:
         """The calls of one problem: one per layout (with its loop companion where one applies)."""
@@ -170,6 +193,8 @@ class Variants:
         (m x n*batch, packed B), which broadcast-slower-than-folded compares it with."""
         if case.broadcast != "a" or case.transb != "n" or case.ldb or case.batch < 2:
             return None
+        if case.n * case.batch > MAX_DIMENSION:
+            return None  # no one cuBLAS call is that wide: nothing to compare with
         return dataclasses.replace(
             case, n=case.n * case.batch, batch=1, broadcast="", strided=False, loop=False
         )
@@ -179,19 +204,19 @@ def parse_layouts(text: str) -> tuple[str, ...]:
     return tuple(parse_choices(text, "--layouts", LAYOUTS))
 
 
-def parse_broadcast(text: str) -> str:
+def parse_broadcast(text: str, what: str = "--broadcast") -> str:
     if text not in BROADCASTS:
-        raise AuditError(f"--broadcast: {text!r} is not a or b (the operand with batch stride 0)")
+        raise AuditError(f"{what}: {text!r} is not a or b (the operand with batch stride 0)")
     return text
 
 
-def parse_beta(text: str) -> float:
+def parse_beta(text: str, what: str = "--beta") -> float:
     try:
         beta = float(text)
     except ValueError:
-        raise AuditError(f"--beta: {text!r} is not a number") from None
+        raise AuditError(f"{what}: {text!r} is not a number") from None
     if not math.isfinite(beta):
-        raise AuditError(f"--beta: {text!r} is not a finite number")
+        raise AuditError(f"{what}: {text!r} is not a finite number")
     return beta
 
 
@@ -232,10 +257,8 @@ def build_plan(
 ) -> list[Case]:
     """The grid of cases, smallest problems first so that an out-of-memory case comes last. A
     batched call of batch 1 is the strided-batched routine with one entry."""
-    variants = variants or Variants()
     apis = list(apis)
-    if (variants.bias or variants.workspace_mib >= 0) and "cublasLt" not in apis:
-        raise AuditError("--bias and --workspace-mib are cuBLASLt settings (--api cublasLt)")
+    variants = (variants or Variants()).check(apis)
     problems = sorted({(s, s, s) for s in sizes} | set(shapes))
     if not problems:
         raise AuditError("nothing to run: --sizes and --shapes are both empty")

@@ -115,6 +115,8 @@ def problems_markdown(trace: Trace, table: pd.DataFrame) -> str:
     ]
     if not len(table) and not trace.meta.get("record_shapes"):
         lines += ["No GEMM with recorded shapes: record the trace with record_shapes=True.", ""]
+    for notice in table.attrs.get("notices", ()):  # unreadable GEMM ops, 32-bit limits
+        lines += [f"Note: {md_text(notice)}", ""]
     headers = ["op", "mode", "MxNxK", "batch", "cuBLAS call", "calls", "GPU ms", "ms per call",
                "share", "kernels", "aux"]  # fmt: skip
     rows = [

@@ -127,6 +127,12 @@ def judged_columns(rows: pd.DataFrame) -> pd.DataFrame:
     return rows.drop(columns=unjudged)
 
 
+def measured(rows: pd.DataFrame, column: str) -> pd.DataFrame:
+    """The rows whose time in `column` is a measurement: a zero or negative time (a kernel a
+    trace recorded with no duration) measured nothing, so no rule divides by it."""
+    return rows[rows[column].astype(float).to_numpy() > 0]
+
+
 def dispatched(rows: pd.DataFrame) -> pd.DataFrame:
     """Profiled cuBLAS calls: rows with a kernel, loops excluded (they only carry a time)."""
     return rows[~rows["is_loop"] & rows["kernel_short"].notna()]

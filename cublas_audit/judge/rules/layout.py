@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from cublas_audit.judge.finding import Finding, of_group
-from cublas_audit.judge.rules.frame import RuleContext
+from cublas_audit.judge.rules.frame import RuleContext, measured
 from cublas_audit.judge.timed_rows import column, judged_time, pair_verdict, time_words
 from cublas_audit.judge.verdicts import Verdict
 
@@ -20,6 +20,7 @@ def layout_penalty(ctx: RuleContext) -> list[Finding]:
     rows = ctx.rows[~ctx.rows["is_loop"]].dropna(subset=["time_ms"])
     on = judged_time(rows)
     took = column(on)
+    rows = measured(rows, took)  # a zero time is no measurement: never the best, nor divided by
     key = ["gpu_label", "api", "routine", "mode", "m", "n", "k", "batch", "broadcast", "beta"]
     layouts = rows["transa"].astype(str).str.cat(rows["transb"].astype(str))
     posed = layouts.groupby([rows[c] for c in key], dropna=False).transform("nunique")
@@ -55,6 +56,7 @@ def broadcast_slower_than_folded(ctx: RuleContext) -> list[Finding]:
     rows = ctx.rows[~ctx.rows["is_loop"]].dropna(subset=["time_ms"])
     on = judged_time(rows)
     took = column(on)
+    rows = measured(rows, took)  # a zero time is no measurement: never the best, nor divided by
     shared = rows[(rows["broadcast"] == "a") & (rows["transb"] == "n")]
     single = rows[(rows["batch"] == 1) & (rows["broadcast"] == "")]
     found = []

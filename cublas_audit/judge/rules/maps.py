@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from cublas_audit.judge.finding import Finding, of_group, with_compared
-from cublas_audit.judge.rules.frame import RuleContext
+from cublas_audit.judge.rules.frame import RuleContext, measured
 from cublas_audit.judge.timed_rows import column, judged_time, pair_verdict, time_words
 from cublas_audit.judge.verdicts import Verdict
 
@@ -95,9 +95,10 @@ def dispatch_cliff(ctx: RuleContext) -> list[Finding]:
 
 
 def _kernel_timed(rows: pd.DataFrame) -> pd.DataFrame:
+    """The rows with a measured kernel time (above zero: the rules divide by it)."""
     if "kernel_time_ms" not in rows.columns:
         return rows.iloc[0:0]
-    return rows[~rows["is_loop"]].dropna(subset=["kernel_time_ms"])
+    return measured(rows[~rows["is_loop"]], "kernel_time_ms")
 
 
 def _neighbours(dims: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

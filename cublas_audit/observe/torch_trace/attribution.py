@@ -61,8 +61,35 @@ class _Attributed(NamedTuple):
     launch: Launch
 
 
+class UnreadGemm(NamedTuple):
+    """A leaf GEMM op whose problem the trace does not give (no input dims: recorded without
+    record_shapes; or dims that are no matrix product), with the kernels it launched itself."""
+
+    op: CpuOp
+    kernels: tuple[GpuActivity, ...]
+
+    @property
+    def gpu_ms(self) -> float:
+        return sum(k.duration_us for k in self.kernels) / 1e3
+
+
+@dataclass(frozen=True)
+class GemmAccount:
+    """Every leaf GEMM op of a trace: `calls`, those whose problem the recorded inputs give, and
+    `unread`, the others (their kernels' time is still part of the trace's GEMM time)."""
+
+    calls: list[GemmCall]
+    unread: list[UnreadGemm]
+
+
 def gemm_calls(trace: Trace) -> list[GemmCall]:
     """Every leaf GEMM op with a recorded problem, each with its kernels (module docstring)."""
+    return gemm_account(trace).calls
+
+
+def gemm_account(trace: Trace) -> GemmAccount:
+    """Every leaf GEMM op with its kernels (module docstring), those whose problem cannot be
+    read apart."""
     parent: dict[int, int] = {}
     attributed: list[_Attributed] = []
     for ops, launches in _by_thread(trace):
@@ -85,15 +112,17 @@ def gemm_calls(trace: Trace) -> list[GemmCall]:
         for activity in activities:
             mine = leaf == item.gemm and item.direct and _is_gemm_kernel(activity)
             (own if mine else aux)[leaf].append(activity)
-    calls = []
+    calls, unread = [], []
     for index, op in enumerate(trace.ops):
         if op.name not in LEAF_OPS:
             continue
         problem = problem_of(op)
-        if problem is not None:
+        if problem is None:
+            unread.append(UnreadGemm(op, tuple(own[index])))
+        else:
             via = _containers(trace.ops, parent, index)
             calls.append(GemmCall(problem, op, tuple(own[index]), tuple(aux[index]), via))
-    return calls
+    return GemmAccount(calls, unread)
 
 
 def _by_thread(trace: Trace) -> Iterator[tuple[list[int], list[Launch]]]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import math
 import re
 import sys
 from collections import defaultdict
@@ -119,6 +120,10 @@ def read_trace(path: Path | str) -> Trace:
         raise AuditError(f"{path}: not a JSON trace (not UTF-8 text: {_one_line(exc)})") from None
     except _NotJson as exc:
         raise AuditError(f"{path}: not a JSON trace ({exc})") from None
+    except RecursionError:  # json's decoder, on arrays or objects nested thousands deep
+        raise AuditError(f"{path}: not a JSON trace (nested too deeply)") from None
+    except _BadEvent as exc:
+        raise AuditError(f"{path}: {exc}") from None
     except _NotATrace as exc:
         raise AuditError(f"{path}: not a PyTorch profiler trace ({exc})") from None
     return trace
@@ -130,6 +135,10 @@ class _NotATrace(Exception):
 
 class _NotJson(Exception):
     """Text that is not JSON (or ends early), with where."""
+
+
+class _BadEvent(Exception):
+    """A trace event whose time cannot be a measurement (negative, infinite, NaN)."""
 
 
 def _parse_file(path: Path, trace: Trace) -> None:
@@ -245,6 +254,8 @@ class _Collector:
         start = event.get("ts")
         if kind is None or not isinstance(start, int | float):
             return
+        if not math.isfinite(start):
+            raise _BadEvent(f"{event.get('name')!r}: its start time (ts) is {start!r}")
         if kind == "op":
             self._op(event, start)
             return
@@ -263,6 +274,8 @@ class _Collector:
         name, duration = event.get("name"), event.get("dur")
         if not isinstance(name, str) or not isinstance(duration, int | float):
             return
+        if not (math.isfinite(duration) and duration >= 0):
+            raise _BadEvent(f"CPU op {name!r} at ts {start}: its duration (dur) is {duration!r}")
         args = event.get("args") if name in GEMM_OPS else None
         begin = _ns(start)
         self.trace.ops.append(
@@ -277,13 +290,23 @@ class _Collector:
 
 
 def _activity(kind: str, event: dict[str, Any], args: dict[str, Any], corr: int) -> GpuActivity:
-    duration = event.get("dur")
+    """The GPU activity of an event; one whose duration is there but is no time (negative,
+    infinite, NaN, not a number) is refused, naming it and its correlation id. One without a
+    duration reads as 0: not measured."""
+    name = str(event.get("name", ""))
+    duration = event.get("dur", 0.0)
+    if not isinstance(duration, int | float) or not (math.isfinite(duration) and duration >= 0):
+        shown = name if len(name) <= 100 else name[:100] + "..."
+        raise _BadEvent(
+            f"{kind} {shown!r} (correlation {corr}): its duration (dur) is {duration!r}, not a "
+            "time of 0 us or more"
+        )
     registers = args.get("registers per thread")
     return GpuActivity(
         kind,
-        sys.intern(str(event.get("name", ""))),
+        sys.intern(name),
         corr,
-        float(duration) if isinstance(duration, int | float) else 0.0,
+        float(duration),
         _ints(args.get("grid")),
         _ints(args.get("block")),
         registers if isinstance(registers, int) else 0,
