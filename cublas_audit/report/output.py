@@ -15,12 +15,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cublas_audit.errors import AuditError
-from cublas_audit.files import write_text_atomic
+from cublas_audit.files import never_replacing, write_text_atomic
 from cublas_audit.judge.thresholds import Thresholds, with_overrides
 from cublas_audit.report.render import findings_json, render_report, write_report
 from cublas_audit.table.dispatch import json_ready
 from cublas_audit.table.inputs import Dataset, bundled_runs, load_inputs
-from cublas_audit.table.rundir import REPORT_FILE, TABLE_FILE
+from cublas_audit.table.rundir import CANDIDATES_FILE, ENV_FILE, PLAN_FILE, REPORT_FILE, TABLE_FILE
 
 TERMINAL_REPORT = Path("cublas-audit-report") / REPORT_FILE
 
@@ -34,8 +34,13 @@ class ReportJob:
 
 
 def run(job: ReportJob, terminal: bool, echo: Callable[..., None]) -> None:
-    limits = with_overrides(job.thresholds)
     inputs = list(job.inputs) or bundled_runs()
+    with never_replacing(input_files(inputs)):  # no file written, plots too, replaces an input
+        _run(job, inputs, terminal, echo)
+
+
+def _run(job: ReportJob, inputs: list[Path], terminal: bool, echo: Callable[..., None]) -> None:
+    limits = with_overrides(job.thresholds)
     if job.out is not None:
         check_output(job.out, inputs)
     datasets = load_inputs(inputs)
@@ -79,3 +84,15 @@ def check_output(out: Path, inputs: Sequence[Path]) -> None:
         inside_run = source.is_dir() and source in target.parents and target.name != REPORT_FILE
         if target in (table, source) or inside_run:
             raise AuditError(f"--out: {out} would overwrite the input {given}")
+
+
+def input_files(inputs: Sequence[Path]) -> list[Path]:
+    """The files a report reads: each table given, and each run directory's table, env.json,
+    plan.json and candidates.csv."""
+    files: list[Path] = []
+    for given in map(Path, inputs):
+        if given.is_dir():
+            files += [given / name for name in (TABLE_FILE, ENV_FILE, PLAN_FILE, CANDIDATES_FILE)]
+        else:
+            files.append(given)
+    return files

@@ -15,6 +15,7 @@ from typing import Any
 
 import pandas as pd
 
+from cublas_audit.files import write_text_atomic
 from cublas_audit.judge.finding import SEVERITIES, Finding, plain
 from cublas_audit.judge.rules import audit, prepare
 from cublas_audit.judge.rules.frame import CALL_KIND
@@ -64,10 +65,8 @@ def write_report(
 ) -> Path:
     """Writes the report to `out` and its plots to plots/ beside it."""
     out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
     text = render_report(datasets, thresholds or Thresholds(), out.parent / PLOTS_DIR)
-    out.write_text(text)
-    return out
+    return write_text_atomic(out, text)
 
 
 def write_run_report(run_dir: Path) -> Path:
