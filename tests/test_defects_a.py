@@ -301,7 +301,6 @@ def test_out_under_a_regular_file_is_bad_input(tmp_path: Path, command: str) -> 
     assert blocker.is_file() and blocker.read_text() == ""
 
 
-@pytest.mark.xfail(strict=True, reason="issue 25: an over-long --out file name is exit 4")
 @pytest.mark.parametrize("command", ["report", "report-json", "shapes"])
 def test_an_over_long_out_file_name_is_bad_input(tmp_path: Path, command: str) -> None:
     result = runner.invoke(app, _writing(command, tmp_path / ("r" * 300 + ".md")))

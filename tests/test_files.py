@@ -133,3 +133,57 @@ def test_a_name_too_long_and_a_file_in_the_way_are_refused(tmp_path: Path) -> No
     with pytest.raises(AuditError, match="afile is not a directory"):
         write_text_atomic(blocker / "sub" / "r.md", "x\n")
     assert blocker.read_text() == ""
+
+
+# ----- report's check up front: refused before anything is read or written -----------------------
+
+
+def test_report_refuses_a_plot_path_holding_an_input_before_writing(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from cublas_audit.cli import app
+
+    table = tmp_path / "t.csv"
+    table.write_bytes(SMOKE_TABLE.read_bytes())
+    (tmp_path / "plots").mkdir()
+    (tmp_path / "plots" / "h100-NVIDIA-H100-80GB-HBM3.png").hardlink_to(table)
+    result = CliRunner().invoke(app, ["report", str(table), "--out", str(tmp_path / "r.md")])
+    assert result.exit_code == 2 and "would overwrite an input" in result.stderr
+    assert result.stderr.count("\n") == 1
+    assert sorted(p.name for p in tmp_path.rglob("*")) == [
+        "h100-NVIDIA-H100-80GB-HBM3.png",
+        "plots",
+        "t.csv",
+    ]  # no report, no temporary file
+    assert table.read_bytes() == SMOKE_TABLE.read_bytes()
+
+
+def test_report_json_out_ignores_a_plots_file_beside_it(tmp_path: Path) -> None:
+    """JSON writes no plots: a file named plots beside --out is no obstacle."""
+    from typer.testing import CliRunner
+
+    from cublas_audit.cli import app
+
+    (tmp_path / "plots").write_text("mine\n")
+    out = tmp_path / "findings.json"
+    argv = ["report", str(SMOKE_TABLE), "--format", "json", "--out", str(out)]
+    result = CliRunner().invoke(app, argv)
+    assert result.exit_code == 0, result.stderr
+    assert out.read_text().startswith("[")
+
+
+def test_terminal_report_refused_before_the_summary_is_shown(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file where cublas-audit-report/ goes: refused up front, not after the findings print."""
+    from typer.testing import CliRunner
+
+    from cublas_audit.cli import app
+    from tests.test_defects_a import as_terminal
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "cublas-audit-report").write_text("mine\n")
+    as_terminal(monkeypatch)
+    result = CliRunner().invoke(app, ["report", str(SMOKE_TABLE)])
+    assert result.exit_code == 2 and "cublas-audit-report is not a directory" in result.stderr
+    assert result.stdout == ""
