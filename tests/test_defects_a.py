@@ -157,7 +157,6 @@ def test_diff_of_identical_full_names_has_no_kernel_change(tmp_path: Path) -> No
 # ----- inputs never overwritten -------------------------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="issue 25: report --out through a hard link to the input")
 def test_report_out_hard_linked_to_the_input_is_refused(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -173,7 +172,6 @@ def test_report_out_hard_linked_to_the_input_is_refused(
     refused(result)
 
 
-@pytest.mark.xfail(strict=True, reason="issue 25: report's plots replace an input")
 def test_report_plots_never_replace_an_input(tmp_path: Path) -> None:
     table = write(smoke_table(), tmp_path / "t.csv")
     # Where the report puts this table's plot (plots/ beside --out): found by writing one.
@@ -190,7 +188,6 @@ def test_report_plots_never_replace_an_input(tmp_path: Path) -> None:
     refused(result)
 
 
-@pytest.mark.xfail(strict=True, reason="issue 25: shapes --out renames over a non-regular file")
 @pytest.mark.parametrize("kind", ["fifo", "symlink-to-dev-null"])
 def test_shapes_out_never_replaces_a_special_file(tmp_path: Path, kind: str) -> None:
     target = tmp_path / "out.md"
@@ -292,7 +289,6 @@ def test_a_json_shape_list_of_non_objects_is_bad_input(tmp_path: Path, rows: lis
     assert not (tmp_path / "run").exists()
 
 
-@pytest.mark.xfail(strict=True, reason="issue 25: --out under a regular file is exit 4")
 @pytest.mark.parametrize("command", ["report", "report-json", "shapes"])
 def test_out_under_a_regular_file_is_bad_input(tmp_path: Path, command: str) -> None:
     blocker = tmp_path / "afile"
@@ -302,16 +298,12 @@ def test_out_under_a_regular_file_is_bad_input(tmp_path: Path, command: str) -> 
     assert blocker.is_file() and blocker.read_text() == ""
 
 
-@pytest.mark.xfail(strict=True, reason="issue 25: an over-long --out file name is exit 4")
 @pytest.mark.parametrize("command", ["report", "report-json", "shapes"])
 def test_an_over_long_out_file_name_is_bad_input(tmp_path: Path, command: str) -> None:
     result = runner.invoke(app, _writing(command, tmp_path / ("r" * 300 + ".md")))
     refused(result)
 
 
-@pytest.mark.xfail(
-    strict=True, reason="issue 25: a file named like the default output directory is exit 4"
-)
 def test_a_file_where_the_terminal_report_directory_goes_is_bad_input(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -323,7 +315,6 @@ def test_a_file_where_the_terminal_report_directory_goes_is_bad_input(
     assert (tmp_path / "cublas-audit-report").read_text() == "mine\n"
 
 
-@pytest.mark.xfail(strict=True, reason="issue 25: --out DIR/r.md with DIR/plots a file is exit 4")
 def test_out_whose_plots_directory_is_a_file_is_bad_input(tmp_path: Path) -> None:
     (tmp_path / "plots").write_text("mine\n")
     result = runner.invoke(app, ["report", str(SMOKE), "--out", str(tmp_path / "r.md")])
@@ -376,7 +367,6 @@ def _disk_full(monkeypatch: pytest.MonkeyPatch, under: Path) -> Iterator[None]:
         yield
 
 
-@pytest.mark.xfail(strict=True, reason="issue 25: ENOSPC is exit 4, not 'no space left'")
 @pytest.mark.parametrize("command", ["report", "report-json", "shapes"])
 def test_a_full_disk_is_no_space_left(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, command: str

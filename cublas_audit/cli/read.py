@@ -108,7 +108,7 @@ def shapes_command(
 ) -> None:
     """The distinct GEMMs of a PyTorch trace: shapes in PyTorch's and cuBLAS's terms, calls, GPU
     time and share, the kernels they ran (through correlation ids), the copies around them."""
-    from cublas_audit.files import write_text_atomic
+    from cublas_audit.files import never_replacing, write_text_atomic
     from cublas_audit.observe.torch_trace import problems, read_trace
     from cublas_audit.report.output import check_output
     from cublas_audit.report.torch_trace_report import problems_markdown
@@ -125,4 +125,5 @@ def shapes_command(
     if out is None:
         typer.echo(text, nl=False)
     else:
-        typer.echo(f"shapes: {write_text_atomic(out, text)}")
+        with never_replacing([torch_trace]):
+            typer.echo(f"shapes: {write_text_atomic(out, text)}")

@@ -16,14 +16,14 @@ from pathlib import Path
 from typing import Any
 
 from cublas_audit.errors import AuditError
-from cublas_audit.files import write_text_atomic
+from cublas_audit.files import never_replacing, write_text_atomic
 from cublas_audit.judge.audited import audit_all
 from cublas_audit.judge.candidates import CandidateVerdicts, judge_candidates
 from cublas_audit.judge.rules import audit
 from cublas_audit.judge.thresholds import Thresholds, with_overrides
 from cublas_audit.observe.torch_trace import problems, read_trace
 from cublas_audit.report import candidates_report, torch_trace_report
-from cublas_audit.report.output import TERMINAL_REPORT, check_output
+from cublas_audit.report.output import TERMINAL_REPORT, check_output, input_files
 from cublas_audit.report.render import findings_json, render_report, write_report
 from cublas_audit.table import rundir
 from cublas_audit.table.candidates_table import read_candidates
@@ -43,15 +43,21 @@ class ReportJob:
 
 
 def run(job: ReportJob, terminal: bool, echo: Echo) -> None:
+    if job.torch_trace is not None and job.inputs:
+        raise AuditError("give run directories / tables or --torch-trace, not both")
+    inputs = [job.torch_trace] if job.torch_trace is not None else list(job.inputs)
+    inputs = inputs or bundled_runs()
+    with never_replacing(input_files(inputs)):  # no file written, plots too, replaces an input
+        if job.torch_trace is not None:
+            _trace_report(job, echo)
+        else:
+            _report(job, inputs, terminal, echo)
+
+
+def _report(job: ReportJob, inputs: list[Path], terminal: bool, echo: Echo) -> None:
     limits = with_overrides(job.thresholds)
-    if job.torch_trace is not None:
-        if job.inputs:
-            raise AuditError("give run directories / tables or --torch-trace, not both")
-        _trace_report(job, limits, echo)
-        return
-    inputs = list(job.inputs) or bundled_runs()
     if job.out is not None:
-        check_output(job.out, inputs)
+        check_output(job.out, inputs, plots=job.format != "json")
     runs = [path for path in inputs if not _candidates_run(path)]
     audits = [_candidates_of(path, limits) for path in inputs if _candidates_run(path)]
     audited = audit_all(load_inputs(runs), limits)
@@ -69,7 +75,7 @@ def run(job: ReportJob, terminal: bool, echo: Echo) -> None:
     else:
         from cublas_audit.report.terminal import show
 
-        check_output(TERMINAL_REPORT, inputs)
+        check_output(TERMINAL_REPORT, inputs, plots=True)
         show(audited)
         written = _with_extra(write_report(audited, TERMINAL_REPORT), extra)
         echo(f"\nfull report (Markdown, plots beside it): {written}")
@@ -109,10 +115,11 @@ def _emit(text: str, out: Path | None, echo: Echo) -> None:
         echo(f"report: {write_text_atomic(out, text)}")
 
 
-def _trace_report(job: ReportJob, limits: Thresholds, echo: Echo) -> None:
+def _trace_report(job: ReportJob, echo: Echo) -> None:
     """A PyTorch trace's GEMMs audited with the same rules (kernels and durations as the
     profiler recorded them), each finding weighted by its problems' share of GEMM time."""
     assert job.torch_trace is not None
+    limits = with_overrides(job.thresholds)
     if job.out is not None:
         check_output(job.out, [job.torch_trace])
     trace = read_trace(job.torch_trace)

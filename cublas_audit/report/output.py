@@ -10,23 +10,60 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from cublas_audit.errors import AuditError
-from cublas_audit.table.rundir import REPORT_FILE, TABLE_FILE
+from cublas_audit.files import check_target, inode_keys
+from cublas_audit.table.rundir import (
+    CANDIDATES_FILE,
+    ENV_FILE,
+    PLAN_FILE,
+    PLOTS_DIR,
+    REPORT_FILE,
+    TABLE_FILE,
+)
 
 TERMINAL_REPORT = Path("cublas-audit-report") / REPORT_FILE
 
 
-def check_output(out: Path, inputs: Sequence[Path]) -> None:
-    """An output file that is an input, a file inside an input run directory other than its
-    report, or a directory, is refused before anything is read or written."""
+def check_output(out: Path, inputs: Sequence[Path], plots: bool = False) -> None:
+    """Refused before anything is read or written (one line, exit 2): an output that cannot be
+    written (a name too long, under a file, a directory, a FIFO or a device, no permission), that
+    is an input under any name (the same path, a symlink, a hard link), that lies inside an input
+    run directory other than as its report; with `plots`, a plots/ beside it that is not a
+    directory or that holds an input where a plot would go."""
     target = out.resolve()
-    if out.is_dir():
-        raise AuditError(f"--out: {out} is a directory; name the report file")
-    parent = next((p for p in target.parents if p.exists()), Path("/"))
-    if not os.access(parent, os.W_OK) or (out.exists() and not os.access(out, os.W_OK)):
-        raise AuditError(f"--out: {out} cannot be written here")
     for given in inputs:
         source = Path(given).resolve()
         table = source / TABLE_FILE if source.is_dir() else source
         inside_run = source.is_dir() and source in target.parents and target.name != REPORT_FILE
         if target in (table, source) or inside_run:
             raise AuditError(f"--out: {out} would overwrite the input {given}")
+    read = inode_keys(input_files(inputs))
+    if inode_keys([out]) & read:
+        raise AuditError(f"--out: {out} would overwrite an input (the same file, another name)")
+    check_target(out)
+    parent = next((p for p in target.parents if p.exists()), Path("/"))
+    if not os.access(parent, os.W_OK) or (out.exists() and not os.access(out, os.W_OK)):
+        raise AuditError(f"--out: {out} cannot be written here")
+    if plots:
+        _check_plots(out.parent / PLOTS_DIR, read)
+
+
+def _check_plots(plots: Path, read: frozenset[tuple[int, int]]) -> None:
+    """plots/ beside the report: a directory (or nothing yet), none of its pictures an input."""
+    if plots.exists() and not plots.is_dir():
+        raise AuditError(f"--out: {plots} is not a directory (the report's plots go there)")
+    if plots.is_dir():
+        for picture in sorted(plots.glob("*.png")):
+            if inode_keys([picture]) & read:
+                raise AuditError(f"--out: the plot {picture} would overwrite an input")
+
+
+def input_files(inputs: Sequence[Path]) -> list[Path]:
+    """The files a report reads: each table given, and each run directory's table, env.json,
+    plan.json and candidates.csv."""
+    files: list[Path] = []
+    for given in map(Path, inputs):
+        if given.is_dir():
+            files += [given / name for name in (TABLE_FILE, ENV_FILE, PLAN_FILE, CANDIDATES_FILE)]
+        else:
+            files.append(given)
+    return files

@@ -9,6 +9,7 @@ from typing import Any
 
 import pandas as pd
 
+from cublas_audit.files import write_file
 from cublas_audit.judge.rules.frame import CALL_KIND
 from cublas_audit.table.rundir import PLOTS_DIR
 
@@ -45,19 +46,25 @@ def plot(title: str, rows: pd.DataFrame, plots: Path) -> str | None:
 
 
 def save_figure(figure: Any, title: str, plots: Path, dpi: int, tight: bool = False) -> str:
-    """The one way a picture is written: plots/<title as a file name>.png, returned as the
-    report's relative link. A label with characters the font lacks (a GPU named in CJK) is drawn
-    with boxes for them, without matplotlib's glyph warnings on stderr."""
+    """The one way a picture is written: plots/<title as a file name>.png (through
+    files.write_file), returned as the report's relative link. A label with characters the font
+    lacks (a GPU named in CJK) is drawn with boxes for them, without matplotlib's glyph warnings
+    on stderr."""
     from matplotlib import pyplot as plt
 
-    plots.mkdir(parents=True, exist_ok=True)
     name = re.sub(r"[^A-Za-z0-9._-]+", "-", title).strip("-") + ".png"
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="Glyph .* missing from", category=UserWarning)
-        if tight:
-            figure.tight_layout()
-        figure.savefig(plots / name, dpi=dpi, **({} if tight else {"bbox_inches": "tight"}))
-    plt.close(figure)
+    options = {} if tight else {"bbox_inches": "tight"}
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="Glyph .* missing from", category=UserWarning)
+            if tight:
+                figure.tight_layout()
+            # through the one writer: a temporary file and a rename, never over an input
+            write_file(
+                plots / name, lambda png: figure.savefig(png, format="png", dpi=dpi, **options)
+            )
+    finally:
+        plt.close(figure)
     return f"{PLOTS_DIR}/{name}"
 
 

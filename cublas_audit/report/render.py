@@ -15,6 +15,7 @@ from typing import Any
 
 import pandas as pd
 
+from cublas_audit.files import write_text_atomic
 from cublas_audit.judge.audited import Audited, Unjudged
 from cublas_audit.judge.finding import SEVERITIES, Finding, plain
 from cublas_audit.judge.rules import prepare
@@ -54,10 +55,8 @@ def render_report(audited: Sequence[Audited], plots: Path | None = None) -> str:
 def write_report(audited: Sequence[Audited], out: Path) -> Path:
     """Writes the report to `out` and its plots to plots/ beside it."""
     out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
     text = render_report(audited, out.parent / PLOTS_DIR)
-    out.write_text(text)
-    return out
+    return write_text_atomic(out, text)
 
 
 def _unique_paths(datasets: Sequence[Dataset]) -> list[Path]:
