@@ -127,7 +127,7 @@ for what in "$@"; do
         made+=("benchmarks/results/reference_$label.json")
         ;;
     gpu-tests)
-        step gpu-tests 240 $py -m pytest -q -m gpu -p no:cacheprovider ${GPU_TESTS:-}
+        step gpu-tests 240 $py -m pytest -q -m gpu -n 0 -p no:cacheprovider ${GPU_TESTS:-}
         ;;
     observer)
         step observer 150 $py benchmarks/observer_overhead.py \

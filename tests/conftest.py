@@ -4,6 +4,7 @@ slow, self-contained work of a few modules runs in the background while the othe
 from __future__ import annotations
 
 import math
+import os
 import shutil
 import subprocess
 from collections.abc import Sequence
@@ -60,7 +61,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    if session.config.option.collectonly:
+    # Under pytest-xdist every worker collects every test: a module's slow work then runs in the
+    # worker its tests are sent to (--dist loadfile), when its fixture first asks for it.
+    if session.config.option.collectonly or os.environ.get("PYTEST_XDIST_WORKER"):
         return
     work = {
         _module(item): item.module

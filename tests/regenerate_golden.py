@@ -19,6 +19,7 @@ article's published tables and TFLOP/s worked out by hand.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -31,7 +32,7 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:  # run as a script: `tests` and `cublas_audit` from this checkout
     sys.path.insert(0, str(REPO))
 
-from cublas_audit.judge.audited import audit_all  # noqa: E402
+from cublas_audit.judge.audited import Audited, audit_all, audit_dataset  # noqa: E402
 from cublas_audit.judge.diff import compare  # noqa: E402
 from cublas_audit.judge.thresholds import Thresholds  # noqa: E402
 from cublas_audit.report.diff_report import to_markdown  # noqa: E402
@@ -62,14 +63,23 @@ def fixture_report(name: str) -> str:
     )
 
 
+@functools.cache
+def _audited(run: Path) -> Audited:
+    """A bundled run loaded and judged once: audit.md and the run's own report both show it."""
+    (dataset,) = load_inputs([run])
+    return audit_dataset(dataset, Thresholds())
+
+
 def bundled_audit(plots: Path) -> str:
     """reports/audit.md, its plots written to `plots`."""
-    return render_report(audit_all(load_inputs(bundled_runs()), Thresholds()), plots)
+    return render_report(
+        [_audited(run.resolve().relative_to(REPO)) for run in bundled_runs()], plots
+    )
 
 
 def run_report(run: Path, plots: Path) -> str:
     """reports/<gpu>/<run>/report.md, its plot written to `plots`."""
-    return render_report(audit_all(load_inputs([run.relative_to(REPO)]), Thresholds()), plots)
+    return render_report([_audited(run.relative_to(REPO))], plots)
 
 
 def diff_sides(committed: Path) -> tuple[Path, Path]:

@@ -8,10 +8,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+import pandas as pd
+
 from cublas_audit.judge.candidates import CandidateVerdicts, judge_candidates
 from cublas_audit.judge.finding import Finding
 from cublas_audit.judge.map_audit import MAP_RULES
-from cublas_audit.judge.rules import audit
+from cublas_audit.judge.rules import audit, prepare
 from cublas_audit.judge.thresholds import Thresholds
 from cublas_audit.table.inputs import Dataset
 
@@ -28,6 +30,8 @@ class Unjudged:
 @dataclass(frozen=True)
 class Audited:
     dataset: Dataset
+    # the table as the rules read it (rules.prepare: main launches, derived columns), once
+    rows: pd.DataFrame
     findings: list[Finding]
     candidates: CandidateVerdicts | None
     thresholds: Thresholds
@@ -41,8 +45,9 @@ def audit_dataset(dataset: Dataset, thresholds: Thresholds | None = None) -> Aud
     verdicts = None
     if dataset.candidates is not None:
         verdicts = judge_candidates(dataset.candidates, thresholds.candidate_gap_pct / 100)
-    found = audit(dataset.frame, thresholds, verdicts)
-    return Audited(dataset, found, verdicts, thresholds, unjudged(dataset))
+    rows = prepare(dataset.frame)
+    found = audit(dataset.frame, thresholds, verdicts, prepared=rows)
+    return Audited(dataset, rows, found, verdicts, thresholds, unjudged(dataset))
 
 
 def audit_all(datasets: Sequence[Dataset], thresholds: Thresholds | None = None) -> list[Audited]:

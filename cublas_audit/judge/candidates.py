@@ -216,10 +216,14 @@ def judge_candidates(
             summary["left_on_table"], summary["confirm_left_on_table"], strict=True
         )
     ]
-    keyed = frame.set_index(["case_id", "candidate"])
-    described = [
-        describe(keyed.loc[key]) if key in keyed.index else ""
-        for key in zip(summary["case_id"], summary["best_candidate"], strict=True)
-    ]
+    # each case's best candidate, described: one merge, not a lookup per case
+    columns = ["case_id", "candidate", "algo_id", "tile", "stages", "split_k"]
+    best = summary[["case_id", "best_candidate"]].merge(
+        frame[columns].drop_duplicates(["case_id", "candidate"]),
+        left_on=["case_id", "best_candidate"],
+        right_on=["case_id", "candidate"],
+        how="left",
+    )
+    described = [describe(row) if pd.notna(row["candidate"]) else "" for _, row in best.iterrows()]
     summary = summary.assign(flagged=flagged, best_described=described)
     return CandidateVerdicts(frame, summary, find_better_candidates(frame, threshold), threshold)

@@ -18,7 +18,6 @@ import pandas as pd
 from cublas_audit.files import write_text_atomic
 from cublas_audit.judge.audited import Audited, Unjudged
 from cublas_audit.judge.finding import SEVERITIES, Finding, plain
-from cublas_audit.judge.rules import prepare
 from cublas_audit.judge.rules.frame import CALL_KIND
 from cublas_audit.planning.modes import pipe_name
 from cublas_audit.report import candidates_report, repro
@@ -46,9 +45,9 @@ def render_report(audited: Sequence[Audited], plots: Path | None = None) -> str:
     return template("report.md.j2").render(
         inputs=[md_code(_shown(path), in_table=False) for path in _unique_paths(datasets)],
         counts=counts,
-        side_by_side=side_by_side(datasets) if len(datasets) > 1 else [],
+        side_by_side=side_by_side(audited) if len(audited) > 1 else [],
         sections=sections,
-        kernel_names=_kernel_names(datasets),
+        kernel_names=_kernel_names(audited),
     )
 
 
@@ -72,8 +71,7 @@ def _shown(path: Path) -> Path:
 
 
 def _section(judged: Audited, plots: Path | None) -> dict[str, Any]:
-    dataset, found = judged.dataset, judged.findings
-    rows = prepare(dataset.frame)
+    dataset, found, rows = judged.dataset, judged.findings, judged.rows
     flags = _flags(found)
     return {
         "title": md_text(dataset.title),
@@ -247,10 +245,10 @@ def _efficiency_table(rows: pd.DataFrame) -> str:
     return md_table([*headers, "cuBLAS FMA %", "reference FMA %"], body)
 
 
-def side_by_side(datasets: Sequence[Dataset]) -> list[dict[str, str]]:
+def side_by_side(audited: Sequence[Audited]) -> list[dict[str, str]]:
     """Per call kind present on two or more GPUs: size | A kernel | A % | B kernel | B % ..."""
-    prepared = [prepare(d.frame) for d in datasets]
-    prepared = [rows[~rows["is_loop"]] for rows in prepared]
+    datasets = [judged.dataset for judged in audited]
+    prepared = [judged.rows[~judged.rows["is_loop"]] for judged in audited]
     # Column names as short as the article's ("5090 kernel"): the label, unless two share it.
     labels = [d.gpu_label for d in datasets]
     names = [d.gpu_label if labels.count(d.gpu_label) == 1 else d.title for d in datasets]
@@ -352,11 +350,11 @@ def _stall_table(flagged: pd.Series, healthy: pd.Series, stalls: Sequence[str]) 
 # ----- kernel names and plots -------------------------------------------------------------------
 
 
-def _kernel_names(datasets: Sequence[Dataset]) -> str:
+def _kernel_names(audited: Sequence[Audited]) -> str:
     """Each full kernel name once, next to the short name the tables use."""
     pairs: dict[str, str] = {}
-    for dataset in datasets:
-        rows = prepare(dataset.frame).dropna(subset=["kernel"])
+    for judged in audited:
+        rows = judged.rows.dropna(subset=["kernel"])
         for short, full in zip(rows["kernel_short"], rows["kernel"], strict=True):
             if str(full) != str(short):
                 pairs.setdefault(str(full), str(short))

@@ -16,7 +16,6 @@ from rich.text import Text
 
 from cublas_audit.judge.audited import Audited
 from cublas_audit.judge.finding import SEVERITIES, Finding
-from cublas_audit.judge.rules import prepare
 from cublas_audit.planning.modes import pipe_name
 from cublas_audit.report.markdown import shorten, visible
 from cublas_audit.table.dispatch import plain
@@ -39,8 +38,8 @@ def show(audited: Sequence[Audited], console: Console | None = None) -> None:
         console.print(findings_table(datasets, found))
     else:  # a table's columns would split words: one finding a paragraph instead
         console.print(findings_list(datasets, found))
-    for dataset in datasets:
-        for table in dispatch_grids(dataset):
+    for judged in audited:
+        for table in dispatch_grids(judged.dataset, judged.rows):
             console.print(table)
 
 
@@ -83,9 +82,9 @@ def _where(finding: Finding) -> str:
     return f"{call}, batch {finding.batch}"
 
 
-def dispatch_grids(dataset: Dataset) -> list[Table]:
-    """One table per (api, routine, mode): size rows, batch columns."""
-    rows = prepare(dataset.frame)
+def dispatch_grids(dataset: Dataset, rows: pd.DataFrame) -> list[Table]:
+    """One table per (api, routine, mode): size rows, batch columns (`rows`: the prepared
+    table, as judged)."""
     rows = rows[~rows["is_loop"]]
     tables = []
     for (api, routine, mode), group in rows.groupby(GRID_KEY, sort=True):

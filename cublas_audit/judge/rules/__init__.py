@@ -45,10 +45,12 @@ def audit(
     thresholds: Thresholds | None = None,
     candidates: CandidateVerdicts | None = None,
     rules: Collection[str] | None = None,
+    prepared: pd.DataFrame | None = None,
 ) -> list[Finding]:
     """The findings of a table (of every rule, or of the rules named), most severe first; with
     the run's candidate audit as judged (judge.audited.audit_dataset judges it once)."""
-    context = RuleContext(judged_columns(prepare(frame)), thresholds or Thresholds(), candidates)
+    rows = prepare(frame) if prepared is None else prepared  # `prepared`: the caller's, of frame
+    context = RuleContext(judged_columns(rows), thresholds or Thresholds(), candidates)
     chosen = [rule for rule in RULES if rules is None or rule_name(rule) in rules]
     found = [finding for rule in chosen for finding in rule(context)]
     return sorted(found, key=order)
