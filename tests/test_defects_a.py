@@ -1,7 +1,7 @@
 """Issue 25, the newcomer's trial: each defect found, pinned by a test of the correct behaviour.
 
-Each test is marked `xfail(strict=True)` while its defect stands (run with `--runxfail` to see it
-fail for the defect's reason); the fix removes the marker. Every table is a real recorded one
+Each test was committed marked `xfail(strict=True)` and seen failing for its defect's reason; the
+commit that fixed the defect removed the marker (git log -p of this file shows both). Every table is a real recorded one
 (tests/fixtures/h100-smoke, the H100's smoke run; the PyTorch trace tests/fixtures/torch_traces/
 ops.json.gz, recorded on the H100), copied to tmp_path and changed only as each defect needs: a
 kernel renamed, a label with an escape sequence, a file put where an output will go.

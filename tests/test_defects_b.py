@@ -1,6 +1,7 @@
 """Issue 25: the defects a newcomer's trial found, each pinned by a test of the correct behaviour.
 
-Each test is marked xfail(strict=True) while the defect stands; the fix removes its marker.
+Each test was committed marked xfail(strict=True) and seen failing for its defect's reason; the
+commit that fixed the defect removed the marker (git log -p of this file shows both).
 Every input is real recorded data (the H100's bundled runs and tables under reports/, the traces
 under tests/fixtures/torch_traces/ recorded on an H100) or a small copy of it broken the way a
 user's file can be (one kernel's duration made negative, one column duplicated, ...): no

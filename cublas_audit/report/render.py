@@ -1,7 +1,9 @@
-"""The Markdown report: inputs (run directories or tables) -> one section per GPU, plots beside it.
+"""The Markdown report of what was judged (judge.audited: one `Audited` per GPU) -> one section
+per GPU, plots beside it. Nothing here judges: findings, candidate verdicts and what could not be
+judged arrive with each `Audited`.
 
 Pure table-to-text functions feed a jinja2 template (templates/report.md.j2); the only I/O is
-reading the inputs and writing the report and its PNG plots. Every cell that holds user or kernel
+writing the report and its PNG plots. Every cell that holds user or kernel
 text goes through `md_text` or `md_code`, so names with `<`, `>`, `|` and `::` render on GitHub.
 """
 

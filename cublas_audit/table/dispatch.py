@@ -1,4 +1,5 @@
-"""The dispatch table: its schema, validation, and CSV / Parquet read and write.
+"""The dispatch table: its schema, the checks of each column's values, typing, and writing
+(reading, with every check of table.validation, is validation.read_table).
 
 One row per kernel launch of a (case, provider). The required columns are the contract every
 importer honours (docs/schema.md); every other column is optional and downstream code copes when
