@@ -26,8 +26,10 @@ from cublas_audit.cli.options import (
     ProbePython,
     Resume,
     Shapes,
+    ShapesFile,
     Single,
     Sizes,
+    TorchTrace,
 )
 from cublas_audit.cli.progress import with_progress
 from cublas_audit.errors import AuditError
@@ -72,12 +74,8 @@ def candidates_command(
     broadcast: Broadcast = "",
     beta: Beta = "0",
     bias: Bias = False,
-    shapes_file: Path | None = typer.Option(
-        None, metavar="FILE", help="The problems of a shape list (as for sweep), not the grid."
-    ),
-    torch_trace: Path | None = typer.Option(
-        None, metavar="FILE", help="The GEMMs of a PyTorch profiler trace, not the grid."
-    ),
+    shapes_file: ShapesFile = None,
+    torch_trace: TorchTrace = None,
     devices: Devices = None,
     allow_mixed: AllowMixed = False,
     resume: Resume = None,

@@ -27,9 +27,11 @@ from cublas_audit.cli.options import (
     Resume,
     RunDir,
     Shapes,
+    ShapesFile,
     Single,
     Sizes,
     Thresholds,
+    TorchTrace,
 )
 from cublas_audit.cli.progress import with_progress
 from cublas_audit.errors import AuditError
@@ -87,17 +89,8 @@ def sweep_command(
     workspace_mib: int = typer.Option(
         -1, min=-1, metavar="MIB", help="cuBLASLt calls: workspace limit (default 32 MiB)."
     ),
-    shapes_file: Path | None = typer.Option(
-        None,
-        metavar="FILE",
-        help="Run the problems of a shape list (CSV or JSON: m, n, k and optional batch, layout, "
-        "mode, api, lda, ldb, broadcast, beta, bias, workspace_mib, strided) instead of the grid.",
-    ),
-    torch_trace: Path | None = typer.Option(
-        None,
-        metavar="FILE",
-        help="Run exactly the GEMMs of a PyTorch profiler trace (plain or .gz), not the grid.",
-    ),
+    shapes_file: ShapesFile = None,
+    torch_trace: TorchTrace = None,
     devices: Devices = None,
     replicate: Replicate = False,
     allow_mixed: AllowMixed = False,
@@ -184,12 +177,8 @@ def map_command(
     probe_python: ProbePython = None,
     cublas_lib: CublasLib = None,
     probe_env: ProbeEnv = None,
-    shapes_file: Path | None = typer.Option(
-        None, metavar="FILE", help="Map the problems of a shape list (as for sweep)."
-    ),
-    torch_trace: Path | None = typer.Option(
-        None, metavar="FILE", help="Map the GEMMs of a PyTorch profiler trace."
-    ),
+    shapes_file: ShapesFile = None,
+    torch_trace: TorchTrace = None,
     threshold: Thresholds = None,
     devices: Devices = None,
     replicate: Replicate = False,

@@ -82,6 +82,21 @@ Thresholds = Annotated[
         help="Override a threshold (repeatable; names in docs/report.md).",
     ),
 ]
+ShapesFile = Annotated[
+    Path | None,
+    typer.Option(
+        metavar="FILE",
+        help="The problems of a shape list (CSV or JSON: m, n, k and optional batch, layout, "
+        "mode, api, lda, ldb, broadcast, beta, bias, workspace_mib, strided) instead of the grid.",
+    ),
+]
+TorchTrace = Annotated[
+    Path | None,
+    typer.Option(
+        metavar="FILE",
+        help="Exactly the GEMMs of a PyTorch profiler trace (plain or .gz) instead of the grid.",
+    ),
+]
 GpuLabel = Annotated[
     str | None,
     typer.Option(
