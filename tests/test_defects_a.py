@@ -2,9 +2,10 @@
 
 Each test was committed marked `xfail(strict=True)` and seen failing for its defect's reason; the
 commit that fixed the defect removed the marker (git log -p of this file shows both). Every table
-is a real recorded one (tests/fixtures/h100-smoke, the H100's smoke run; the PyTorch trace tests/fixtures/torch_traces/
-ops.json.gz, recorded on the H100), copied to tmp_path and changed only as each defect needs: a
-kernel renamed, a label with an escape sequence, a file put where an output will go.
+is a real recorded one (tests/fixtures/h100-smoke, the H100's smoke run; the PyTorch trace
+tests/fixtures/torch_traces/ops.json.gz, recorded on the H100), copied to tmp_path and changed
+only as each defect needs: a kernel renamed, a label with an escape sequence, a file put where an
+output will go.
 """
 
 from __future__ import annotations
