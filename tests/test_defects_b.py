@@ -497,3 +497,18 @@ def test_a_run_and_its_own_table_are_the_same_input() -> None:
         ["report", "--format", "json", str(H100_RUN), str(H100_RUN / "dispatch.csv")]
     )
     assert "the same table as" in one_line_error(result, 2)
+
+
+def test_a_candidates_run_beside_a_sweep_run_is_one_report(tmp_path: Path) -> None:
+    """Both inputs in one file: the sweep's sections, then the candidates run's audit, judged at
+    the threshold it was recorded with; in JSON its confirmed gap is a finding like the rules'."""
+    out = tmp_path / "both.md"
+    result, _ = invoke(["report", str(H100_RUN), str(CANDIDATES_DEVICES), "--out", str(out)])
+    assert result.exit_code == 0, result.stderr
+    text = out.read_text()
+    assert text.startswith("# cuBLAS dispatch audit")
+    assert "## cuBLASLt heuristic candidates" in text.split("# cuBLAS dispatch audit", 1)[1]
+    shown, _ = invoke(["report", "--format", "json", str(CANDIDATES_DEVICES)])
+    found = json.loads(shown.stdout)
+    assert [f["rule"] for f in found] == ["better-candidate"]
+    assert (found[0]["sizes"], found[0]["batch"], found[0]["mode"]) == (["256x256x256"], 8, "fp32")

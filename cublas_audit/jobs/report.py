@@ -69,7 +69,7 @@ def _report(job: ReportJob, inputs: list[Path], terminal: bool, echo: Echo) -> N
     if not audited:  # candidate audits alone
         _emit(extra.lstrip("\n"), job.out, echo)
     elif job.out is not None:
-        echo(f"report: {_with_extra(write_report(audited, job.out), extra)}")
+        echo(f"report: {write_report(audited, job.out, extra)}")
     elif job.format == "md" or not terminal:
         echo(render_report(audited) + extra, nl=False)
     else:
@@ -77,7 +77,7 @@ def _report(job: ReportJob, inputs: list[Path], terminal: bool, echo: Echo) -> N
 
         check_output(TERMINAL_REPORT, inputs, plots=True)
         show(audited)
-        written = _with_extra(write_report(audited, TERMINAL_REPORT), extra)
+        written = write_report(audited, TERMINAL_REPORT, extra)
         echo(f"\nfull report (Markdown, plots beside it): {written}")
 
 
@@ -100,12 +100,6 @@ def _candidates_of(run_dir: Path, limits: Thresholds) -> CandidateVerdicts:
 
 def _has_env(run_dir: Path) -> bool:
     return (Path(run_dir) / rundir.ENV_FILE).is_file()
-
-
-def _with_extra(written: Path, extra: str) -> Path:
-    if extra:
-        write_text_atomic(written, written.read_text() + extra)
-    return written
 
 
 def _emit(text: str, out: Path | None, echo: Echo) -> None:

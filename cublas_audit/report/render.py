@@ -53,11 +53,12 @@ def render_report(audited: Sequence[Audited], plots: Path | None = None) -> str:
     )
 
 
-def write_report(audited: Sequence[Audited], out: Path) -> Path:
-    """Writes the report to `out` and its plots to plots/ beside it."""
+def write_report(audited: Sequence[Audited], out: Path, appendix: str = "") -> Path:
+    """Writes the report (and `appendix`, Markdown rendered elsewhere) to `out` and its plots to
+    plots/ beside it."""
     out = Path(out)
     text = render_report(audited, out.parent / PLOTS_DIR)
-    return write_text_atomic(out, text)
+    return write_text_atomic(out, text + appendix)
 
 
 def _unique_paths(datasets: Sequence[Dataset]) -> list[Path]:

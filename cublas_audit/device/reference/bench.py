@@ -26,6 +26,7 @@ from cublas_audit.device.reference.config import (
 )
 from cublas_audit.device.timing import time_interleaved
 from cublas_audit.errors import AuditError
+from cublas_audit.files import write_text_atomic
 from cublas_audit.planning.cases import Case
 
 TOLERANCE = operands.tolerance("fp32")
@@ -225,8 +226,7 @@ def merged_table(
 
 def write_table(table: dict[str, Any], out: Path | None) -> Path:
     path = out or DATA_DIR / f"strategy_{table['arch'].replace('_', '')}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(table, indent=1) + "\n")
+    write_text_atomic(path, json.dumps(table, indent=1) + "\n")
     load_table.cache_clear()
     return path
 
