@@ -109,3 +109,19 @@ def test_the_child_runs_in_the_view_whatever_directory_the_sweep_starts_in(
         )
         assert done.returncode == 0, done.stderr
         assert json.loads(done.stdout)["package"] == str(view / PACKAGE / "__init__.py")
+
+
+def test_every_package_of_the_source_tree_is_in_the_wheel() -> None:
+    """pyproject.toml lists the packages a wheel holds: a stage folder left out of it is a
+    wheel that cannot import itself (`No module named 'cublas_audit.jobs'`)."""
+    import tomllib
+
+    root = Path(__file__).resolve().parent.parent
+    listed = set(
+        tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
+    )
+    found = {
+        ".".join(init.parent.relative_to(root).parts)
+        for init in (root / "cublas_audit").rglob("__init__.py")
+    }
+    assert found - listed == set()
