@@ -13,6 +13,7 @@ import pandas as pd
 from cublas_audit.judge.candidates import CandidateVerdicts, judge_candidates
 from cublas_audit.judge.finding import Finding
 from cublas_audit.judge.map_audit import MAP_RULES
+from cublas_audit.judge.roofline import Machine, machine_of, with_roofline
 from cublas_audit.judge.rules import audit, prepare
 from cublas_audit.judge.thresholds import Thresholds
 from cublas_audit.table.inputs import Dataset
@@ -37,6 +38,7 @@ class Audited:
     thresholds: Thresholds
     # what the rules could not judge on this table, said beside "no rule fired"
     unjudged: list[Unjudged] = field(default_factory=list)
+    machine: Machine | None = None  # the roofline's figures the findings were judged with
 
 
 def audit_dataset(dataset: Dataset, thresholds: Thresholds | None = None) -> Audited:
@@ -45,9 +47,10 @@ def audit_dataset(dataset: Dataset, thresholds: Thresholds | None = None) -> Aud
     verdicts = None
     if dataset.candidates is not None:
         verdicts = judge_candidates(dataset.candidates, thresholds.candidate_gap_pct / 100)
-    rows = prepare(dataset.frame)
-    found = audit(dataset.frame, thresholds, verdicts, prepared=rows)
-    return Audited(dataset, rows, found, verdicts, thresholds, unjudged(dataset))
+    machine = machine_of(dataset.env, dataset.frame)
+    rows = with_roofline(prepare(dataset.frame), machine)
+    found = audit(dataset.frame, thresholds, verdicts, prepared=rows, machine=machine)
+    return Audited(dataset, rows, found, verdicts, thresholds, unjudged(dataset), machine)
 
 
 def audit_all(datasets: Sequence[Dataset], thresholds: Thresholds | None = None) -> list[Audited]:

@@ -50,6 +50,17 @@ class Thresholds:
     # SMs, for a problem whose operands give every SM at least `underfill_bytes_per_sm` to read,
     # and takes at least `underfill_min_ms` (pytorch#114911: a K = 131072 gemv on one SM, 412 us
     # where the mm took 11.9 us; a 256^3 call on 16 CTAs for 8 us is not worth a finding).
+    # The roofline (judge.roofline): a memory-bound call (arithmetic intensity below the GPU's
+    # ridge point) moving at least this share of the GPU's DRAM bandwidth is near its bound, so
+    # no utilization rule calls it slow (an fp32 LM head, 4x32000x2048, moves 69 % of the H100's
+    # 3.35 TB/s at 13 % FMA pipe: a GEMV kernel is the right pick); one below it, taking at least
+    # `memory_bound_min_ms`, is low-utilization on its bandwidth. Only calls that move at least
+    # `memory_bound_min_bytes` are judged on DRAM bandwidth: smaller operands stay in L2 (50 MB on
+    # an H100) between timed calls, and launch latency dominates them, so the DRAM roofline says
+    # nothing about them (they are judged as before, against the best utilization).
+    memory_bound_min_pct: float = 50.0
+    memory_bound_min_ms: float = 0.05
+    memory_bound_min_bytes: float = 128 * 2**20
     underfill_sm_fraction: float = 0.25
     underfill_bytes_per_sm: float = 4096
     underfill_min_ms: float = 0.05

@@ -20,6 +20,7 @@ import pandas as pd
 from cublas_audit.files import write_text_atomic
 from cublas_audit.judge.audited import Audited, Unjudged
 from cublas_audit.judge.finding import SEVERITIES, Finding, plain
+from cublas_audit.judge.roofline import Machine
 from cublas_audit.judge.rules.frame import CALL_KIND
 from cublas_audit.planning.modes import pipe_name
 from cublas_audit.report import candidates_report, repro
@@ -78,7 +79,7 @@ def _section(judged: Audited, plots: Path | None) -> dict[str, Any]:
     flags = _flags(found)
     return {
         "title": md_text(dataset.title),
-        "env": md_table(["", ""], env_rows(dataset)),
+        "env": md_table(["", ""], [*env_rows(dataset), *roofline_rows(judged.machine)]),
         "findings": {s: [_finding_view(f) for f in found if f.severity == s] for s in SEVERITIES},
         "dispatch": _dispatch_tables(rows, flags),
         "efficiency": _efficiency_table(rows),
@@ -89,6 +90,21 @@ def _section(judged: Audited, plots: Path | None) -> dict[str, Any]:
         "unjudged": [_unjudged(need) for need in judged.unjudged],
         "plot": plot(dataset.title, rows, plots) if plots is not None else None,
     }
+
+
+def roofline_rows(machine: Machine | None) -> list[tuple[str, str]]:
+    """The roofline's figures the findings were judged with, and where each comes from."""
+    if machine is None:
+        return [("roofline", "not known for this GPU: utilization judged without a bound")]
+    peaks = ", ".join(f"{mode} {peak:.1f}" for mode, peak in machine.peaks.items())
+    dram = f"{machine.dram_gbps / 1000:.2f} TB/s" if machine.dram_gbps else "unknown"
+    return [
+        ("roofline DRAM", md_text(f"{dram} ({machine.dram_source})")),
+        (
+            "roofline peaks",
+            md_text(f"TFLOP/s {peaks} ({machine.peak_source})" if peaks else "unknown"),
+        ),
+    ]
 
 
 def _unjudged(need: Unjudged) -> str:

@@ -17,6 +17,7 @@ import pandas as pd
 
 from cublas_audit.judge.candidates import CandidateVerdicts
 from cublas_audit.judge.finding import Finding
+from cublas_audit.judge.roofline import Machine
 from cublas_audit.judge.thresholds import Thresholds
 from cublas_audit.observe.kernels import normalize
 from cublas_audit.planning.cases import LOOP_ROUTINE, Case
@@ -38,6 +39,8 @@ class RuleContext:
     rows: pd.DataFrame
     thresholds: Thresholds
     candidates: CandidateVerdicts | None = None
+    # the GPU's roofline figures (judge.roofline), where known: rows then carry the bound columns
+    machine: Machine | None = None
 
 
 Rule = Callable[[RuleContext], list[Finding]]

@@ -1,0 +1,133 @@
+"""Roofline bounds (judge.roofline) and the utilization rules judged against them.
+
+The numbers are hand-computed from recorded facts: the H100's env.json of a bundled run (132 SMs,
+1980 MHz max SM clock, cc 9.0), its data sheet (3.35 TB/s HBM3), a bundled run's measured times,
+and the fp32 LM head measured on the H100 (../shared/DESIGN.md, 2026-11-25: cuBLAS
+`gemmSN_TN_kernel`, a 32000x2048 matrix times 4 vectors, 262 MB moved in 0.114 ms, 13 % FMA pipe).
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from cublas_audit.judge.audited import audit_dataset
+from cublas_audit.judge.roofline import (
+    Machine,
+    bound_words,
+    bytes_moved,
+    machine_of,
+    with_roofline,
+)
+from cublas_audit.judge.rules import audit, prepare
+from cublas_audit.table.dispatch import from_records
+from cublas_audit.table.inputs import load_run
+from cublas_audit.table.rundir import read_env
+from tests.conftest import REPORTS
+
+H100_RUN = REPORTS / "h100" / "20261123-145452-batched"
+
+
+def test_the_h100s_figures_come_from_its_env_and_data_sheet() -> None:
+    machine = machine_of(read_env(H100_RUN), pd.DataFrame())
+    assert machine is not None
+    assert machine.dram_gbps == 3350.0 and "data sheet" in machine.dram_source
+    # FP32: 132 SMs x 128 lanes x 2 FLOP x 1.98 GHz = 66.9 TFLOP/s (DESIGN.md's figure)
+    assert machine.peaks["fp32"] == pytest.approx(66.9, abs=0.05)
+    # BF16 dense: 132 x 4096 FLOP/clock x 1.98 GHz = 1070.5; TF32 half of it
+    assert machine.peaks["bf16"] == pytest.approx(1070.5, abs=0.1)
+    assert machine.peaks["tf32"] == pytest.approx(535.3, abs=0.1)
+    # the ridge: 66.9e12 / 3.35e12 = 19.97 FLOP/B for fp32
+    assert machine.ridge("fp32") == pytest.approx(19.97, abs=0.01)
+
+
+def test_an_unknown_gpu_has_no_figures() -> None:
+    assert machine_of({"gpu_name": "Some Future GPU"}, pd.DataFrame()) is None
+
+
+def lm_head() -> pd.DataFrame:
+    """The recorded LM head as cuBLAS ran it: m = 32000, n = 4, k = 2048, fp32, 0.114 ms."""
+    return from_records(
+        [
+            {"gpu_label": "h100", "api": "cublas", "routine": "aten::linear", "mode": "fp32",
+             "m": 32000, "n": 4, "k": 2048, "batch": 1, "kernel": "gemmSN_TN_kernel",
+             "fma_pct": 13.0, "time_ms": 0.114, "kernel_time_ms": 0.114, "status": "ok",
+             "case_id": "trace.linear.0"}
+        ]
+    )  # fmt: skip
+
+
+H100 = Machine("NVIDIA H100 80GB HBM3", 3350.0, "data sheet", {"fp32": 66.9}, "spec")
+
+
+def test_the_lm_head_moves_262_mb_at_2_flop_per_byte_69_percent_of_dram() -> None:
+    rows = with_roofline(prepare(lm_head()), H100)
+    row = rows.iloc[0]
+    # 4 B x (32000 x 2048 + 2048 x 4 + 32000 x 4) = 4 x 65,672,192 = 262,688,768 B
+    assert int(bytes_moved(rows).iloc[0]) == 262_688_768
+    # 2 x 32000 x 4 x 2048 / 262,688,768 = 524,288,000 / 262,688,768 = 1.99585 FLOP/B, under
+    # the 19.97 ridge
+    assert row["intensity"] == pytest.approx(1.99585, abs=1e-5)
+    assert row["bound_side"] == "memory"
+    # bound: 1.99585 x 3.35 TB/s = 6.6861 TFLOP/s; attained 524.288e6 / 0.114e-3 = 4.5990
+    assert row["bound_tflops"] == pytest.approx(6.6861, abs=1e-4)
+    assert row["roofline_pct"] == pytest.approx(68.78, abs=0.01)
+
+
+def test_a_memory_bound_gemv_near_its_bound_is_no_finding_and_without_a_roofline_it_is() -> None:
+    frame = lm_head()
+    judged = audit(frame, prepared=with_roofline(prepare(frame), H100), machine=H100)
+    assert judged == []
+    # the same row with no figures for the GPU: judged as before, a legacy code path
+    (legacy,) = audit(frame)
+    assert legacy.rule == "legacy-kernel"
+    assert "no roofline bound" in legacy.message
+
+
+def test_a_memory_bound_call_far_below_its_bandwidth_is_low_utilization_stating_the_bound() -> None:
+    frame = lm_head()
+    frame["kernel_time_ms"] = 0.4  # as if it moved its 262.7 MB 3.5x slower: 19.6 % of DRAM
+    frame["time_ms"] = 0.4
+    found = audit(frame, prepared=with_roofline(prepare(frame), H100), machine=H100)
+    # 524.288e6 FLOP / 0.4 ms = 1.3107 TFLOP/s of a 6.6861 bound: 19.6 %, under 50 %: slow on its
+    # bandwidth, and the legacy GEMV kernel is a finding again
+    assert sorted(f.rule for f in found) == ["legacy-kernel", "low-utilization"]
+    words = "memory-bound at 2.0 FLOP/B: 20 % of the 3.35 TB/s this GPU moves"
+    assert all(words in f.message for f in found)
+
+
+def test_the_bundled_h100_run_gets_its_bounds_and_keeps_its_findings() -> None:
+    judged = audit_dataset(load_run(H100_RUN))
+    rows = judged.rows.set_index("case_id")
+    big = rows.loc["cublas.fp32.8192x8192x8192.b8.nn"]
+    # 8192^3 fp32: 2 x 8192 / (4 x 3) = 1365 FLOP/B, far past the ridge: the FP32 peak bounds it
+    assert big["bound_side"] == "compute"
+    assert big["intensity"] == pytest.approx(2 * 8192 / 12, abs=0.5)
+    assert big["bound_tflops"] == pytest.approx(66.9, abs=0.05)
+    flops = 2 * 8192**3 * 8
+    attained = flops / (float(big["time_ms"]) / 1e3) / 1e12  # no CUPTI in that run: call time
+    assert big["roofline_pct"] == pytest.approx(100 * attained / big["bound_tflops"], rel=1e-9)
+    # every call of the default grid is compute-bound at fp32 (the smallest, 256^3: 42.7 FLOP/B)
+    assert set(judged.rows["bound_side"].dropna()) == {"compute"}
+    assert [f.rule for f in judged.findings] == ["better-candidate", "reference-faster"]
+
+
+def test_bound_words_say_which_bound_applies() -> None:
+    rows = with_roofline(prepare(lm_head()), H100)
+    assert bound_words(rows, H100).startswith("memory-bound at 2.0 FLOP/B: 69 % of the 3.35 TB/s")
+    assert bound_words(rows, None).startswith("no roofline bound")
+
+
+def test_bytes_moved_reads_a_broadcast_operand_once_and_c_again_when_beta_is_not_zero() -> None:
+    """Pure arithmetic on shapes: fp16 (2 B), m = 64, n = 32, k = 16, batch 4."""
+    base = {"gpu_label": "x", "api": "cublas", "mode": "fp16", "m": 64, "n": 32, "k": 16,
+            "batch": 4, "kernel": "k", "fma_pct": None, "time_ms": 1.0}  # fmt: skip
+    rows = from_records(
+        [
+            base,  # A 64x16x4 + B 16x32x4 + C 64x32x4 = 4096 + 2048 + 8192 = 14336 el.
+            {**base, "broadcast": "a"},  # A once: 1024 + 2048 + 8192 = 11264
+            {**base, "beta": 0.5},  # C read too: 14336 + 8192 = 22528
+            {**base, "api": "cublasLt", "bias": 1},  # + a bias of m: 14336 + 64 = 14400
+        ]
+    )
+    assert list(bytes_moved(rows).astype(int)) == [2 * 14336, 2 * 11264, 2 * 22528, 2 * 14400]
