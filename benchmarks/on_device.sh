@@ -69,7 +69,7 @@ if ! importable; then
     exit 1
 fi
 
-label=$($py -c 'from cublas_audit import environment as e, cases as c
+label=$($py -c 'from cublas_audit.observe import environment as e; from cublas_audit.planning import grid as c
 print(c.label_from_gpu_name(e.collect().gpu_name or ""))')
 stamp=$(date -u +%Y%m%d-%H%M%S)
 run="reports/$label/$stamp"
