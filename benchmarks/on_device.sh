@@ -25,6 +25,10 @@
 #               reports/<label>/checks/<timestamp>-batched-replicate/
 #   multi-candidates  the default batched candidate audit sharded over every GPU (`candidates
 #               --batched --devices all`) into reports/<label>/checks/<timestamp>-candidates-devices/
+#   roofline    the PyTorch traces of tests/fixtures/torch_traces/record.py into OUT/traces/, then
+#               `sweep --torch-trace llama.json.gz --candidates` into reports/<label>/traces/ and the
+#               bf16 K=140 batch 8 problem packed (ldb 140: 280-byte rows) and padded (ldb 144)
+#               (benchmarks/shapes/k140.csv) into reports/<label>/checks/<timestamp>-k140/
 #   no-ncu      `sweep --batched` with no ncu to be found (a user and mount namespace hides
 #               /usr/local/cuda/bin and /opt/nvidia/nsight-compute; PATH without them)
 # What the steps made is packed into OUT/results.tgz after each step (without the binary .ncu-rep
@@ -125,6 +129,14 @@ for what in "$@"; do
             --skip-check --table-out "$out/strategy.json" \
             --json "benchmarks/results/reference_$label.json"
         made+=("benchmarks/results/reference_$label.json")
+        ;;
+    roofline)
+        step traces 150 $py tests/fixtures/torch_traces/record.py "$out/traces"
+        step llama-sweep 300 $py -m cublas_audit sweep --torch-trace "$out/traces/llama.json.gz" \
+            --candidates --gpu-label "$label" --out "reports/$label/traces/$stamp-llama"
+        step k140 200 $py -m cublas_audit sweep --shapes-file benchmarks/shapes/k140.csv \
+            --candidates --gpu-label "$label" --out "reports/$label/checks/$stamp-k140"
+        made+=("reports/$label/traces/$stamp-llama" "reports/$label/checks/$stamp-k140")
         ;;
     gpu-tests)
         step gpu-tests 240 $py -m pytest -q -m gpu -n 0 -p no:cacheprovider ${GPU_TESTS:-}
