@@ -214,7 +214,7 @@ RECORDED_FORMS = [
         "*, T6 *, T6 *, const T6 *, const T6 *, const T6 *, const T6 *, const T6 *)",
         "splitKreduce",
         "splitk-reduce",
-        None,
+        "fma",
     ),
     (
         "void (anonymous namespace)::softmax_warp_forward<c10::BFloat16, c10::BFloat16, float, 8,"

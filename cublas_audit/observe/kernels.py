@@ -33,8 +33,8 @@ class KernelInfo:
     arch: str = ""
     layout: str = ""  # nvjet's layout suffix (NNT, TNT, ...): the same kernel serves each layout
     # The pipe the kernel computes on: "tensor" (HMMA/GMMA: tensorop, nvjet, tensor-core xmma,
-    # cutlass3x), "fma" (FFMA: simt, FFMA xmma, magma, gemv/dot), None where the name does not
-    # say (a short `xmma_...` name, a reduction, another library's kernel).
+    # cutlass3x), "fma" (FFMA: simt, FFMA xmma, magma, gemv/dot, split-K's FP32 reduction), None
+    # where the name does not say (a short `xmma_...` name, another library's kernel).
     pipe: str | None = None
 
 
@@ -186,7 +186,7 @@ def _reference(name: str) -> KernelInfo | None:
 def _splitk(name: str) -> KernelInfo | None:
     if not _SPLITK.search(name):
         return None
-    return KernelInfo(name, "splitKreduce", "splitk-reduce")
+    return KernelInfo(name, "splitKreduce", "splitk-reduce", pipe="fma")  # FP32 adds
 
 
 def _simt(name: str) -> KernelInfo | None:
