@@ -4,17 +4,22 @@ each GPU's dispatch grid, and the full Markdown written to a file whose path it 
 from __future__ import annotations
 
 import io
+import re
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from rich.console import Console
+from rich.text import Text
 
 from cublas_audit.jobs import report
 from cublas_audit.judge.audited import audit_all
 from cublas_audit.report import render
 from cublas_audit.report.output import TERMINAL_REPORT
-from cublas_audit.report.terminal import show
+from cublas_audit.report.terminal import cell, dispatch_grids, show
 from cublas_audit.table.inputs import bundled_runs, load_inputs
+
+from .conftest import REPORTS
 
 
 def test_findings_come_first_most_severe_first_then_the_grids() -> None:
@@ -45,3 +50,56 @@ def test_a_terminal_gets_the_summary_and_the_markdown_in_a_file(
     assert written.read_text().startswith("# cuBLAS dispatch audit")
     assert str(TERMINAL_REPORT) in lines[-1]
     assert "Findings:" in capsys.readouterr().out
+
+
+def _grids(run: Path) -> dict[str, list[str]]:
+    """Each grid of a recorded run as the terminal prints it: title -> its lines."""
+    (judged,) = audit_all(load_inputs([run]))
+    grids = {}
+    for table in dispatch_grids(judged.dataset, judged.rows):
+        out = io.StringIO()
+        Console(file=out, width=400, color_system=None).print(table)
+        title = table.title.plain if isinstance(table.title, Text) else str(table.title)
+        grids[title.removeprefix(f"{judged.dataset.title} · ")] = out.getvalue().splitlines()
+    return grids
+
+
+def test_tensor_core_grids_head_and_fill_their_cells_with_tensor_percent() -> None:
+    """The H100 single run: tf32 and bf16x dispatch tensor-core kernels (tensorop s1688gemm,
+    sm90 xmma); each cell shows the tensor-pipe % the CSV records, the heading says 'tensor %'."""
+    run = REPORTS / "h100" / "20261123-012340-single"
+    recorded = pd.read_csv(run / "dispatch.csv")
+    main = recorded[(recorded["role"] == "main") & recorded["mode"].isin(["tf32", "bf16x"])]
+    grids = _grids(run)
+    for _, row in main.iterrows():
+        lines = grids[f"{row['api']} {row['routine']} {row['mode']} (kernel, tensor %, TFLOP/s)"]
+        line = next(line for line in lines if line.startswith(f"│ {row['m']} "))
+        assert f" {row['tensor_pct']:.0f}% {row['tflops']:.1f} " in line
+        assert f" {row['fma_pct']:.0f}% " not in line
+    assert "cublas cublasSgemm fp32 (kernel, FMA %, TFLOP/s)" in grids
+
+
+def test_nvjet_cells_never_show_the_fma_pipes_zero() -> None:
+    """The ops run's fp16 grid: nvjet kernels at the tensor-pipe % the CSV records."""
+    run = REPORTS / "h100" / "traces" / "20261123-233621-ops"
+    recorded = pd.read_csv(run / "dispatch.csv", low_memory=False)
+    nvjet = recorded[
+        (recorded["role"] == "main")
+        & (recorded["family"] == "nvjet")
+        & (recorded["api"] == "cublas")
+        & (recorded["routine"] == "cublasGemmEx")
+        & (recorded["mode"] == "fp16")
+    ]
+    assert len(nvjet) >= 4
+    text = "\n".join(_grids(run)["cublas cublasGemmEx fp16 (kernel, tensor %, TFLOP/s)"])
+    for _, row in nvjet.iterrows():
+        assert f"{row['kernel_short']} {row['tensor_pct']:.0f}% {row['tflops']:.1f}" in text
+    assert not re.search(r"nvjet_\S+ 0%", text)
+
+
+def test_a_cell_without_its_pipes_column_shows_no_percentage() -> None:
+    (judged,) = audit_all(load_inputs([REPORTS / "h100" / "20261123-012340-single"]))
+    rows = judged.rows.drop(columns=["tensor_pct"])
+    tf32 = rows[(rows["mode"] == "tf32") & (rows["m"] == 256)].iloc[0]
+    assert "%" not in cell(tf32)
+    assert cell(tf32).endswith(f" {tf32['tflops_shown']:.1f}")

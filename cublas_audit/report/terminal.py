@@ -1,5 +1,7 @@
 """The report as a person reads it in a terminal (rich): the findings first, then each GPU's
 dispatch grid, size by batch, a cell the dispatched kernel with its pipe utilization and TFLOP/s.
+The utilization is of the pipe the kernel computes on (report.summary.kernel_pipe: tensor % for a
+tensor-core kernel, FMA % for an FFMA one), and the grid's heading names that pipe.
 Text from tables is printed as text, never as rich markup, and through `safe_text` alone: a
 table's label or kernel name holding escape sequences (clear the screen, set the window title)
 reaches the terminal written out, as Markdown gets it (markdown.visible).
@@ -16,8 +18,8 @@ from rich.text import Text
 
 from cublas_audit.judge.audited import Audited
 from cublas_audit.judge.finding import SEVERITIES, Finding
-from cublas_audit.planning.modes import pipe_name
 from cublas_audit.report.markdown import shorten, visible
+from cublas_audit.report.summary import kernel_pipe, pipe_heading, pipe_util
 from cublas_audit.table.dispatch import plain
 from cublas_audit.table.inputs import Dataset
 
@@ -88,27 +90,38 @@ def dispatch_grids(dataset: Dataset, rows: pd.DataFrame) -> list[Table]:
     rows = rows[~rows["is_loop"]]
     tables = []
     for (api, routine, mode), group in rows.groupby(GRID_KEY, sort=True):
-        pipe = pipe_name(str(mode)).replace("-pipe", " %")
-        title = f"{dataset.title} · {api} {routine} {mode} (kernel, {pipe}, TFLOP/s)"
+        pipes = {index: _pipe(row) for index, row in group.iterrows()}
+        with_kernel = {pipes[i] for i in group.index[group["kernel_short"].notna()]}
+        heading = pipe_heading(with_kernel or {kernel_pipe(None, mode)})
+        title = f"{dataset.title} · {api} {routine} {mode} (kernel, {heading}, TFLOP/s)"
         table = Table(title=safe_text(title), title_justify="left")
         batches = sorted(group["batch"].unique())
         table.add_column("size")
         for batch in batches:
             table.add_column(f"batch {batch}", overflow="fold")
         for (_size, shape), cells in group.groupby(["size", "shape"], sort=True):
-            by_batch = {row["batch"]: cell(row) for _, row in cells.iterrows()}
+            by_batch = {row["batch"]: cell(row, pipes[i]) for i, row in cells.iterrows()}
             table.add_row(safe_text(shape), *(safe_text(by_batch.get(b, "")) for b in batches))
         tables.append(table)
     return tables
 
 
-def cell(row: pd.Series) -> str:
+def _pipe(row: pd.Series) -> str:
+    """The pipe of the row's kernel (its full name, else its short one), else of its mode."""
+    name = row.get("kernel_name")
+    return kernel_pipe(name if plain(name) else row.get("kernel_short"), row["mode"])
+
+
+def cell(row: pd.Series, pipe: str | None = None) -> str:
+    """`kernel util% TFLOP/s`: the utilization of `pipe` (by default the kernel's own), none
+    where the table lacks that pipe's column."""
     status = plain(row.get("status"))
     if status not in (None, "ok"):
         return str(status)
     parts = [shorten(str(row["kernel_short"]), 28)] if plain(row["kernel_short"]) else ["—"]
-    if plain(row["util"]) is not None:
-        parts.append(f"{row['util']:.0f}%")
+    util = pipe_util(row, pipe or _pipe(row))
+    if util is not None:
+        parts.append(f"{util:.0f}%")
     if plain(row["tflops_shown"]) is not None:
         parts.append(f"{row['tflops_shown']:.1f}")
     return " ".join(parts)
