@@ -27,7 +27,8 @@
 #               --batched --devices all`) into reports/<label>/checks/<timestamp>-candidates-devices/
 #   roofline    the PyTorch traces of tests/fixtures/torch_traces/record.py into OUT/traces/, then
 #               `sweep --torch-trace llama.json.gz --candidates` into reports/<label>/traces/ and the
-#               bf16 K=140 batch 8 problem packed (ldb 140: 280-byte rows) and padded (ldb 144)
+#               bf16 K=140 batch 8 problem packed (ldb 140: 280-byte rows), with ldb 144, and K padded
+#               to 144
 #               (benchmarks/shapes/k140.csv) into reports/<label>/checks/<timestamp>-k140/
 #   no-ncu      `sweep --batched` with no ncu to be found (a user and mount namespace hides
 #               /usr/local/cuda/bin and /opt/nvidia/nsight-compute; PATH without them)

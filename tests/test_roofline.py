@@ -131,3 +131,24 @@ def test_bytes_moved_reads_a_broadcast_operand_once_and_c_again_when_beta_is_not
         ]
     )
     assert list(bytes_moved(rows).astype(int)) == [2 * 14336, 2 * 11264, 2 * 22528, 2 * 14400]
+
+
+LLAMA = REPORTS / "h100" / "traces" / "20261125-074414-llama"
+
+
+def test_the_llama_traces_memory_bound_calls_near_their_bound_are_no_findings() -> None:
+    """The Llama-style block recorded on the H100 (tests/fixtures/torch_traces/llama.json.gz),
+    swept with ncu: the fp32 LM head (gemmSN_TN_kernel, 13 % FMA pipe) moves 67 % of DRAM
+    bandwidth, the attention bmm (64 x 512x512x128, 25-33 % tensor pipe) 72-80 %: the
+    utilization rules flagged all of them against the 93 % of the MLP's GEMMs before."""
+    judged = audit_dataset(load_run(LLAMA))
+    rows = judged.rows.set_index("case_id")
+    head = rows.loc["cublas.fp32.32000x4x2048.b1.tn"]
+    assert head["bound_side"] == "memory" and 60 < head["roofline_pct"] < 75
+    bmm = rows.loc["cublas.bf16.128x512x512.b64.nn"]
+    # 2 x 128 x 512 x 512 x 64 / (2 B x 64 x (128x512 + 512x512 + 128x512)) = 85.3 FLOP/B,
+    # under the bf16 ridge (1070.5 / 3.35 = 319.6)
+    assert bmm["intensity"] == pytest.approx(85.33, abs=0.01) and bmm["bound_side"] == "memory"
+    assert judged.findings == []
+    mlp = rows.loc["cublas.bf16.5632x2048x2048.b1.tn"]
+    assert mlp["bound_side"] == "compute" and mlp["util"] > 90

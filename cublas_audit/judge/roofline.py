@@ -180,19 +180,20 @@ def attained_ms(rows: pd.DataFrame) -> pd.Series:
     return _column(rows, "kernel_time_ms", np.nan).astype("Float64").fillna(call)
 
 
-def memory_bound(rows: pd.DataFrame, min_bytes: float) -> pd.Series:
-    """Rows judged on DRAM bandwidth: intensity below the GPU's ridge point and at least
-    `min_bytes` moved (False where the bound is unknown)."""
+def memory_bound(rows: pd.DataFrame, min_bytes: float = 0.0) -> pd.Series:
+    """Rows whose intensity is below the GPU's ridge point, of at least `min_bytes` moved (False
+    where the bound is unknown)."""
     if "bound_side" not in rows.columns:
         return pd.Series(False, index=rows.index)
     side = rows["bound_side"].eq(MEMORY).fillna(False).astype(bool)
     return side & rows["bytes_moved"].ge(min_bytes).fillna(False).astype(bool)
 
 
-def near_memory_bound(rows: pd.DataFrame, min_pct: float, min_bytes: float) -> pd.Series:
-    """Memory-bound rows that move at least `min_pct` % of the GPU's bandwidth: the right pick."""
+def near_memory_bound(rows: pd.DataFrame, min_pct: float) -> pd.Series:
+    """Memory-bound rows that move at least `min_pct` % of the GPU's DRAM bandwidth: as fast as
+    their bytes allow, whatever their pipe utilization (the right pick)."""
     near = rows["roofline_pct"].ge(min_pct).fillna(False).astype(bool)
-    return memory_bound(rows, min_bytes) & near
+    return memory_bound(rows) & near
 
 
 def bound_words(rows: pd.DataFrame, machine: Machine | None) -> str:

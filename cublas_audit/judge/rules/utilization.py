@@ -56,9 +56,7 @@ def legacy_kernel(ctx: RuleContext) -> list[Finding]:
     # A matrix-vector problem (M or N = 1) is what gemv and dot kernels are for, and so is one
     # that is memory-bound and moves data near the GPU's bandwidth.
     vector = (legacy["family"] == "gemv") & (legacy[["m", "n"]].min(axis=1) == 1)
-    legacy = legacy[
-        ~vector & ~near_memory_bound(legacy, t.memory_bound_min_pct, t.memory_bound_min_bytes)
-    ]
+    legacy = legacy[~vector & ~near_memory_bound(legacy, t.memory_bound_min_pct)]
     found = []
     for group in by_kernel(legacy):
         kernel, family = str(group["kernel_short"].iloc[0]), str(group["family"].iloc[0])
@@ -79,9 +77,10 @@ def legacy_kernel(ctx: RuleContext) -> list[Finding]:
 def low_utilization(ctx: RuleContext) -> list[Finding]:
     t = ctx.thresholds
     rows = dispatched(ctx.rows)
-    memory = memory_bound(rows, t.memory_bound_min_bytes)
+    near = near_memory_bound(rows, t.memory_bound_min_pct)  # as fast as its bytes allow
+    memory = memory_bound(rows, t.memory_bound_min_bytes) & ~near  # judged on its bandwidth
     found = _slow_memory_bound(rows[memory], ctx)
-    compute = rows[~memory].dropna(subset=["util"])
+    compute = rows[~memory & ~near].dropna(subset=["util"])
     for _, same_pipe in compute.groupby(["gpu_label", "mode"], sort=True):
         best = same_pipe.sort_values("util", kind="stable").iloc[-1]
         fills = same_pipe["m"] * same_pipe["n"] * same_pipe["batch"] >= t.fill_min_elements
