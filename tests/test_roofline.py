@@ -152,3 +152,21 @@ def test_the_llama_traces_memory_bound_calls_near_their_bound_are_no_findings() 
     assert judged.findings == []
     mlp = rows.loc["cublas.bf16.5632x2048x2048.b1.tn"]
     assert mlp["bound_side"] == "compute" and mlp["util"] > 90
+
+
+K140 = REPORTS / "h100" / "checks" / "20261125-074637-k140"
+
+
+def test_the_k140_problem_reads_as_its_cause_with_the_padded_variants_measured_gain() -> None:
+    """bf16 1024x1024x140 batch 8 on the H100, packed, with ldb 144, and with K 144: K = 140
+    (280 bytes) keeps the sm80 kernel whatever ldb is; K = 144 gets nvjet, its kernels 2.16x
+    faster (0.0209915 / 0.009728 ms, CUPTI, as recorded in the run's dispatch.csv)."""
+    found = audit_dataset(load_run(K140)).findings
+    causes = [f for f in found if f.rule == "unaligned-operand"]
+    assert [f.sizes for f in causes] == [["1024x1024x140"], ["1024x1024x140 ldb144"]]
+    first = causes[0]
+    assert first.severity == "high"  # measured beyond the noise model, >= high_ratio (1.25)
+    assert "K = 140 is not a multiple of 8 bf16 elements (16 bytes)" in first.message
+    assert "(an sm80 kernel)" in first.message and "2.16x faster" in first.message
+    assert first.effect == pytest.approx(1 - 0.009728 / 0.0209915, abs=1e-4)
+    assert not any("1024x1024x144" in f.sizes[0] for f in found)  # the aligned one is no finding

@@ -16,6 +16,7 @@ from cublas_audit.judge.candidates import CandidateVerdicts
 from cublas_audit.judge.finding import Finding, order
 from cublas_audit.judge.roofline import Machine, with_roofline
 from cublas_audit.judge.rules.candidates import better_candidate
+from cublas_audit.judge.rules.causes import unaligned_operand
 from cublas_audit.judge.rules.frame import Rule, RuleContext, judged_columns, prepare
 from cublas_audit.judge.rules.layout import broadcast_slower_than_folded, layout_penalty
 from cublas_audit.judge.rules.maps import dispatch_cliff, size_inversion
@@ -35,6 +36,7 @@ RULES: list[Rule] = [
     better_candidate,
     layout_penalty,
     broadcast_slower_than_folded,
+    unaligned_operand,
     underfilled_grid,
     size_inversion,
     dispatch_cliff,

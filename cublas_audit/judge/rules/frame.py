@@ -118,7 +118,7 @@ def _variant(record: Mapping[Hashable, Any]) -> str:
 # Columns no rule reads (the stall breakdown, the other counters, provenance): the report shows
 # them, the rules would only copy them through every filter and group of a table.
 _UNJUDGED = (
-    "schema_version", "status_detail", "driver_version", "cublas_version", "gpu_name", "cc",
+    "schema_version", "status_detail", "driver_version", "cublas_version", "gpu_name",
     "fma_inst_pct", "ipc", "cycles_active", "issue_active_pct", "warps_active_pct", "dram_pct",
     "registers", "smem_bytes", "ref_kernel",
 )  # fmt: skip
