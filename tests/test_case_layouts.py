@@ -118,3 +118,21 @@ def test_a_shared_batch_too_wide_to_fold_has_no_folded_companion() -> None:
     assert Variants.folded(wide) is None
     narrow = Case("cublas", "fp32", 64, 2**29, 64, 2, broadcast="a")
     assert Variants.folded(narrow) == Case("cublas", "fp32", 64, 2**30, 64, 1)
+
+
+def test_an_unaligned_tensor_core_case_is_planned_beside_its_aligned_companion() -> None:
+    """bf16 (2 B): K = 140 rounds up to 144, a multiple of 8 elements (16 bytes), and a padded
+    ldb goes (the companion is packed); fp32 (the FMA pipe) and aligned cases get none."""
+    from cublas_audit.planning.cases import with_aligned_companions
+
+    k140 = Case("cublas", "bf16", 1024, 1024, 140, 8, ldb=144)
+    fp32 = Case("cublas", "fp32", 1024, 1024, 140, 8)
+    aligned = Case("cublas", "bf16", 1024, 1024, 144, 8)
+    planned = with_aligned_companions([k140, fp32, aligned])
+    assert [c.case_id for c in planned] == [
+        "cublas.bf16.1024x1024x140.b8.nn.ldb144",
+        "cublas.fp32.1024x1024x140.b8.nn",
+        "cublas.bf16.1024x1024x144.b8.nn",  # the companion of the first is the third: once
+    ]
+    fp16 = with_aligned_companions([Case("cublas", "fp16", 100, 7, 20000, 1)])
+    assert [c.case_id for c in fp16][1] == "cublas.fp16.104x8x20000.b1.nn"

@@ -82,16 +82,21 @@ class Machine:
 def machine_of(env: Mapping[str, Any], frame: pd.DataFrame) -> Machine | None:
     """The GPU's figures: measured (env.json's `roofline`), else derived; None if unknown."""
     name = str(env.get("gpu_name") or _first(frame, "gpu_name") or "")
+    peaks = _derived_peaks(env, frame)
+    peak_source = (
+        "SMs x SM clock x issue rate per SM and clock (compute capability "
+        f"{env.get('cc') or _first(frame, 'cc')})"
+    )
     measured = env.get("roofline")
     if isinstance(measured, Mapping) and measured.get("dram_gbps"):
+        recorded = {str(k): float(v) for k, v in (measured.get("peaks_tflops") or {}).items()}
         return Machine(
             name,
             float(measured["dram_gbps"]),
             str(measured.get("dram_source") or "measured"),
-            {str(k): float(v) for k, v in (measured.get("peaks_tflops") or {}).items()},
-            str(measured.get("peak_source") or "measured"),
+            recorded or peaks,
+            str(measured.get("peak_source") or "measured") if recorded else peak_source,
         )
-    peaks = _derived_peaks(env, frame)
     sheet = next((gbps for key, gbps in DATA_SHEET_GBPS if key in name), None)
     if sheet is None and not peaks:
         return None
@@ -100,10 +105,7 @@ def machine_of(env: Mapping[str, Any], frame: pd.DataFrame) -> Machine | None:
         sheet,
         f"data sheet of the {name}" if sheet else "unknown",
         peaks,
-        "SMs x SM clock x issue rate per SM and clock (compute capability "
-        f"{env.get('cc') or _first(frame, 'cc')})"
-        if peaks
-        else "unknown",
+        peak_source if peaks else "unknown",
     )
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -238,3 +238,22 @@ def candidate_problems(cases: Iterable[Case]) -> list[Case]:
         key = (case.mode, case.m, case.n, case.k, case.batch)
         seen.setdefault(key, Case("cublasLt", *key))
     return list(seen.values())
+
+
+ALIGN_BYTES = 16  # the row alignment Hopper's TMA-based tensor-core kernels need
+
+
+def with_aligned_companions(cases: Sequence[Case]) -> list[Case]:
+    """The cases, each tensor-core one whose M, N or K is no 16-byte multiple followed by the same
+    problem with them rounded up and packed (zero padding leaves the product as it was): the
+    cause removed, measured beside it, so that `unaligned-operand` states the effect."""
+    planned = list(cases)
+    for case in cases:
+        spec = mode_of(case.mode)
+        if case.loop or spec.pipe != "tensor-pipe":
+            continue
+        per = ALIGN_BYTES // spec.element_bytes
+        m, n, k = (-(-value // per) * per for value in (case.m, case.n, case.k))
+        if (m, n, k) != (case.m, case.n, case.k):
+            planned.append(replace(case, m=m, n=n, k=k, lda=0, ldb=0))
+    return list(dict.fromkeys(planned))

@@ -309,11 +309,24 @@ def start_run(config: SweepConfig, env: environment.Environment, options: SweepO
             "candidate_min_reps": config.candidate_min_reps,
             "workspace_bytes": config.workspace_bytes,
             "phase": config.phase,
+            "roofline": measured_roofline(env),
             "command": options.command,
             "tool_version": __version__,
             "started": datetime.now(UTC).isoformat(timespec="seconds"),
         },
     )
+
+
+def measured_roofline(env: environment.Environment) -> dict[str, Any] | None:
+    """The GPU's DRAM bandwidth, measured once for the run's roofline (device.roofline: well
+    under a second); None where this interpreter has no CuPy (the probe's may, but the bound
+    then comes from the data sheet, and the report says so)."""
+    from cublas_audit.device.roofline import measure_dram
+
+    try:
+        return measure_dram(env.device_index or 0)
+    except ImportError:  # CuPy, imported by the measurement
+        return None
 
 
 def default_run_dir(label: str) -> Path:

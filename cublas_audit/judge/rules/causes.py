@@ -23,9 +23,9 @@ from cublas_audit.judge.rules.frame import RuleContext, dispatched
 from cublas_audit.judge.timed_rows import judged_time, pair_verdict, time_words
 from cublas_audit.judge.verdicts import Verdict
 from cublas_audit.observe.kernels import normalize
+from cublas_audit.planning.cases import ALIGN_BYTES
 from cublas_audit.planning.modes import MODES
 
-ALIGN_BYTES = 16
 SAME_PROBLEM = ["gpu_label", "api", "routine", "mode", "batch", "broadcast", "beta"]
 
 
