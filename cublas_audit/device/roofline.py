@@ -21,6 +21,10 @@ def measure_dram(device: int = 0) -> dict[str, Any]:
     import cupy
 
     started = time.perf_counter()
+    # nvidia-smi's index, as CUDA numbers the devices this process sees (a probe environment that
+    # pins CUDA_VISIBLE_DEVICES leaves this process's numbering alone; two shards of one GPU)
+    if device >= cupy.cuda.runtime.getDeviceCount():
+        device = 0
     with cupy.cuda.Device(device):
         source = cupy.ones(MIB * 2**20 // 4, dtype=cupy.float32)
         target = cupy.empty_like(source)
