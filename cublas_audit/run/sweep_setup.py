@@ -119,15 +119,17 @@ def sweep(options: SweepOptions, progress: Progress | None = None) -> Measured:
 
 
 def check_fits_memory(cases: Sequence[Case], memory_gb: float | None) -> None:
-    """Every case's operands fit the GPU (its memory as nvidia-smi reports it): one that cannot
-    is refused before any GPU work, naming the bytes, instead of failing inside the probe."""
-    if memory_gb is None:
+    """A plan none of whose cases fits the GPU (its memory as nvidia-smi reports it) is refused
+    before any GPU work, naming the bytes: it would measure nothing (under ncu: "ncu wrote no
+    report"). Where some fit, the probe records each case that runs out of memory as skipped and
+    the sweep goes on."""
+    if memory_gb is None or not cases:
         return
-    largest = max(cases, key=lambda case: case.bytes_needed, default=None)
-    if largest is not None and largest.bytes_needed > memory_gb * 1e9:
+    smallest = min(cases, key=lambda case: case.bytes_needed)
+    if smallest.bytes_needed > memory_gb * 1e9:
         raise AuditError(
-            f"{largest.case_id} needs {largest.bytes_needed / 1e9:,.1f} GB of operands; the GPU "
-            f"has {memory_gb:g} GB of memory: leave that size out"
+            f"{smallest.case_id} needs {smallest.bytes_needed / 1e9:,.1f} GB of operands; the "
+            f"GPU has {memory_gb:g} GB of memory: no case of this plan fits"
         )
 
 
