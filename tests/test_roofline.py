@@ -170,3 +170,19 @@ def test_the_k140_problem_reads_as_its_cause_with_the_padded_variants_measured_g
     assert "(an sm80 kernel)" in first.message and "2.16x faster" in first.message
     assert first.effect == pytest.approx(1 - 0.009728 / 0.0209915, abs=1e-4)
     assert not any("1024x1024x144" in f.sizes[0] for f in found)  # the aligned one is no finding
+
+
+def test_proof_ranks_first_within_a_severity() -> None:
+    """A finding with a measured alternative (its `effect`, the time given back) is listed before
+    an observation of the same severity, the larger gain first; severity still leads."""
+    from dataclasses import replace
+
+    from cublas_audit.judge.finding import order
+
+    found = audit_dataset(load_run(K140)).findings
+    (cause,) = [f for f in found if f.rule == "unaligned-operand" and "ldb" not in f.sizes[0]]
+    observed = replace(cause, rule="legacy-kernel", effect=0.0)
+    smaller = replace(cause, effect=cause.effect / 2)
+    info = replace(cause, severity="info")
+    ranked = sorted([info, observed, smaller, cause], key=order)
+    assert ranked == [cause, smaller, observed, info]

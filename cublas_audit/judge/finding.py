@@ -57,10 +57,13 @@ class Finding:
         return asdict(self)
 
 
-def order(finding: Finding) -> tuple[int, str, str, str, str, int, str]:
-    """The order findings are listed in: most severe first, then by GPU, rule and call."""
+def order(finding: Finding) -> tuple[int, float, str, str, str, str, int, str]:
+    """The order findings are listed in: most severe first; within a severity, proof first (the
+    share of time a measured alternative gives back, `effect`, largest first; an observation
+    without a measured alternative has none), then by GPU, rule and call."""
     return (
         SEVERITIES.index(finding.severity),
+        -finding.effect,
         finding.gpu_label,
         finding.rule,
         finding.api,
