@@ -186,3 +186,29 @@ def test_proof_ranks_first_within_a_severity() -> None:
     info = replace(cause, severity="info")
     ranked = sorted([info, observed, smaller, cause], key=order)
     assert ranked == [cause, smaller, observed, info]
+
+
+def test_the_roofline_thresholds_hold_at_their_boundaries() -> None:
+    """`memory_bound_min_pct` is "at least": at the LM head's own 68.78 % it is near its bound (no
+    finding), a hair above it is not; `memory_bound_min_bytes` too: at its 262,688,768 bytes it
+    is judged on bandwidth, one byte more and it is not (then legacy-kernel only)."""
+    import math
+
+    from cublas_audit.judge.thresholds import Thresholds
+
+    frame = lm_head()
+    rows = with_roofline(prepare(frame), H100)
+    pct, moved = float(rows["roofline_pct"].iloc[0]), float(rows["bytes_moved"].iloc[0])
+
+    def rules(**limits: float) -> list[str]:
+        found = audit(frame, Thresholds(**limits), prepared=rows, machine=H100)
+        return sorted(f.rule for f in found)
+
+    assert rules(memory_bound_min_pct=pct) == []
+    above = math.nextafter(pct, math.inf)
+    assert rules(memory_bound_min_pct=above) == ["legacy-kernel", "low-utilization"]
+    assert rules(memory_bound_min_pct=above, memory_bound_min_bytes=moved) == [
+        "legacy-kernel",
+        "low-utilization",
+    ]
+    assert rules(memory_bound_min_pct=above, memory_bound_min_bytes=moved + 1) == ["legacy-kernel"]
