@@ -212,3 +212,28 @@ def test_the_roofline_thresholds_hold_at_their_boundaries() -> None:
         "low-utilization",
     ]
     assert rules(memory_bound_min_pct=above, memory_bound_min_bytes=moved + 1) == ["legacy-kernel"]
+
+
+def test_the_causes_a_table_shows_are_named_on_real_rows() -> None:
+    """The H100's ops trace swept (reports/h100/traces/20261123-233621-ops): its recorded CTAs
+    against 132 SMs, its split-K reductions, its unaligned tensor-core dimensions."""
+    from cublas_audit.judge.rules.causes import named_causes
+
+    rows = audit_dataset(load_run(REPORTS / "h100" / "traces" / "20261123-233621-ops")).rows
+    rows = rows.set_index("case_id", drop=False)
+
+    def causes(case_id: str) -> str:
+        return named_causes(rows.loc[[case_id]])
+
+    # 192 CTAs / 132 SMs = 1.45 waves: the second wave leaves 1 - 0.45 = 55 % idle
+    assert causes("cublas.fp32.384x512x256.b1.nn") == (
+        "its 192 CTAs are 1.45 waves on 132 SMs: the last wave leaves 55% of them idle"
+    )
+    # bf16 100x7x20000 nt: 4 CTAs (3 % of 132), a splitKreduce after the GEMM, M and N unaligned
+    assert causes("cublas.bf16.100x7x20000.b1.nt") == (
+        "M = 100 is not a multiple of 8 bf16 elements (16 bytes); N = 7 is not a multiple of 8 "
+        "bf16 elements (16 bytes); its 4 CTAs fill 3% of the 132 SMs; cuBLAS split K (a "
+        "reduction kernel follows the GEMM)"
+    )
+    # FP32 (the FMA pipe's simt kernels take any alignment): no alignment cause
+    assert "16 bytes" not in causes("cublas.fp32.100x7x20000.b1.nt")

@@ -20,6 +20,7 @@ import pandas as pd
 
 from cublas_audit.judge.finding import Finding, of_group
 from cublas_audit.judge.rules.frame import RuleContext, dispatched
+from cublas_audit.judge.rules.occupancy import ctas
 from cublas_audit.judge.timed_rows import judged_time, pair_verdict, time_words
 from cublas_audit.judge.verdicts import Verdict
 from cublas_audit.observe.kernels import normalize
@@ -141,3 +142,30 @@ _WORK = (
     "Pad the dimension (or the leading dimension) to a multiple of 16 bytes with zeros, e.g. "
     "round K up to 144: the product is unchanged and the Hopper kernels become eligible."
 )
+
+
+def named_causes(group: pd.DataFrame) -> str:
+    """What the table says about why a call is slow, for its largest case: a dimension no
+    16-byte multiple (`unaligned`), a grid short of one wave or with a nearly empty last wave
+    (CTAs against the GPU's SMs), and whether cuBLAS split K (a reduction kernel follows the
+    GEMM). "" where the table shows none."""
+    row = group.sort_values("size", kind="stable").iloc[-1]
+    mode = MODES.get(str(row["mode"]))
+    said = unaligned(row) if mode is not None and mode.pipe == "tensor-pipe" else []
+    count = float(ctas(group.loc[[row.name]]).iloc[0])
+    sms = float(row["sm_count"]) if "sm_count" in row and pd.notna(row["sm_count"]) else 0.0
+    if count > 0 and sms > 0:
+        waves = count / sms
+        idle = 1 - (waves - int(waves))
+        grid = f"its {int(count)} CTA{'s' if count != 1 else ''}"
+        if waves < 1:
+            said.append(f"{grid} fill {waves:.0%} of the {int(sms)} SMs")
+        elif 0.5 <= idle < 1:
+            said.append(
+                f"{grid} are {waves:.2f} waves on {int(sms)} SMs: the last wave "
+                f"leaves {idle:.0%} of them idle"
+            )
+    after = str(row.get("traced_kernels") or "").split(" + ")[1:]  # the launches after the GEMM
+    if any("reduce" in name.lower() for name in after):
+        said.append("cuBLAS split K (a reduction kernel follows the GEMM)")
+    return "; ".join(said)

@@ -23,7 +23,7 @@ def underfilled_grid(ctx: RuleContext) -> list[Finding]:
     if "sm_count" not in rows.columns or rows["sm_count"].isna().all():
         return []
     rows = rows[rows["sm_count"].notna()]
-    rows = rows.assign(ctas=_ctas(rows))
+    rows = rows.assign(ctas=ctas(rows))
     sms = rows["sm_count"].astype(float)
     item = rows["mode"].map(lambda mode: mode_element_bytes(str(mode))).astype(float)
     volume = (rows["m"] * rows["k"] + rows["k"] * rows["n"] + rows["m"] * rows["n"]).astype(float)
@@ -58,7 +58,7 @@ def mode_element_bytes(mode: str) -> int:
         return 4
 
 
-def _ctas(rows: pd.DataFrame) -> pd.Series:
+def ctas(rows: pd.DataFrame) -> pd.Series:
     """CTAs of each row's main launch: CUPTI's count, else the product of ncu's grid."""
     none = pd.Series(np.nan, index=rows.index)
     traced = pd.to_numeric(rows.get("traced_ctas", none), errors="coerce").astype(float)

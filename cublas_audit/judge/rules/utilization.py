@@ -17,6 +17,7 @@ from cublas_audit.judge.roofline import (
     memory_bound,
     near_memory_bound,
 )
+from cublas_audit.judge.rules.causes import named_causes
 from cublas_audit.judge.rules.frame import RuleContext, by_kernel, dispatched, kernel_runs
 from cublas_audit.observe.kernels import LEGACY_FAMILIES
 from cublas_audit.planning.modes import pipe_name
@@ -64,7 +65,7 @@ def legacy_kernel(ctx: RuleContext) -> list[Finding]:
         message = (
             f"{kernel} (family {family}) is dispatched at {size_list(group)}: a code path older "
             f"than this GPU, at {pct_range(group['util'])} {pipe_name(mode)} utilization; "
-            f"{bound_words(group, ctx.machine)}."
+            f"{bound_words(group, ctx.machine)}{_causes(group)}."
         )
         workaround = (
             "Reshape or re-batch the problem so it leaves the legacy path, or call cuBLASLt and "
@@ -102,7 +103,7 @@ def _slow_memory_bound(rows: pd.DataFrame, ctx: RuleContext) -> list[Finding]:
         message = (
             f"{group['kernel_short'].iloc[0]} at {size_list(group)}: "
             f"{bound_words(group, ctx.machine)}, below the {t.memory_bound_min_pct:.0f} % a "
-            "memory-bound call can reach."
+            f"memory-bound call can reach{_causes(group)}."
         )
         workaround = (
             "Compare a cuBLASLt heuristic candidate or a batched form of the call; a GEMV that "
@@ -122,10 +123,15 @@ def _low_utilization_finding(
         f"{pipe_name(mode)} utilization at {size_list(group)}, {worst / best['util']:.0%} of the "
         f"{best['util']:.0f} % this GPU reaches in {mode} with {best['kernel_short']} "
         f"({best['routine'] or best['api']}, {best['shape']}, batch {best['batch']}); "
-        f"{bound_words(group, machine)}."
+        f"{bound_words(group, machine)}{_causes(group)}."
     )
     workaround = (
         "Compare with the call that reaches the best utilization: a different batch split, a loop "
         "of single calls, or a cuBLASLt heuristic candidate may dispatch the better kernel."
     )
     return of_group("low-utilization", "medium", group, message, workaround)
+
+
+def _causes(group: pd.DataFrame) -> str:
+    causes = named_causes(group)
+    return f"; why: {causes}" if causes else ""
