@@ -45,6 +45,11 @@ def plot(title: str, rows: pd.DataFrame, plots: Path) -> str | None:
     return save_figure(figure, title, plots, dpi=90, tight=True)
 
 
+def picture_name(title: str) -> str:
+    """A picture's file name under plots/: its title, every run of other characters a dash."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", title).strip("-") + ".png"
+
+
 def save_figure(figure: Any, title: str, plots: Path, dpi: int, tight: bool = False) -> str:
     """The one way a picture is written: plots/<title as a file name>.png (through
     files.write_file), returned as the report's relative link. A label with characters the font
@@ -52,7 +57,7 @@ def save_figure(figure: Any, title: str, plots: Path, dpi: int, tight: bool = Fa
     on stderr."""
     from matplotlib import pyplot as plt
 
-    name = re.sub(r"[^A-Za-z0-9._-]+", "-", title).strip("-") + ".png"
+    name = picture_name(title)
     options = {} if tight else {"bbox_inches": "tight"}
     try:
         with warnings.catch_warnings():

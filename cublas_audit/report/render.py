@@ -192,6 +192,8 @@ _CELL_COLUMNS = (
     "shape",
     "status",
     "kernel_short",
+    "roofline_pct",
+    "bound_side",
     "util",
     "tflops_shown",
     "time_ms",
@@ -226,13 +228,22 @@ def _dispatch_tables(rows: pd.DataFrame, flags: Mapping[int, list[str]]) -> list
                 _kernel_cell(record),
                 md_number(record["util"], 0),
                 md_number(record["tflops_shown"], 1),
+                _bound_cell(record),
                 ", ".join(flags.get(int(index), [])),
             )
             for index, record in zip(group.index, _records(group), strict=True)
         ]
-        table = md_table(["size", "kernel", pipe, "TFLOP/s", "findings"], body)
+        headers = ["size", "kernel", pipe, "TFLOP/s", "of its bound", "findings"]
+        table = md_table(headers, body)
         tables.append({"heading": _heading(key), "table": table})
     return tables
+
+
+def _bound_cell(record: Mapping[Hashable, Any]) -> str:
+    """'72 % (memory)': the throughput attained over the roofline bound that applies; empty
+    where the GPU's figures are unknown."""
+    pct, side = plain(record.get("roofline_pct")), plain(record.get("bound_side"))
+    return "" if pct is None or side is None else f"{pct:.0f} % ({side})"
 
 
 def _efficiency_table(rows: pd.DataFrame) -> str:
