@@ -70,14 +70,6 @@ class Machine:
             return None
         return peak * 1e12 / (self.dram_gbps * 1e9)
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "dram_gbps": self.dram_gbps,
-            "dram_source": self.dram_source,
-            "peaks_tflops": dict(self.peaks),
-            "peak_source": self.peak_source,
-        }
-
 
 def machine_of(env: Mapping[str, Any], frame: pd.DataFrame) -> Machine | None:
     """The GPU's figures: measured (env.json's `roofline`), else derived; None if unknown."""

@@ -32,16 +32,6 @@ class Observer(StrEnum):
             )
         return cls(text)
 
-    @property
-    def profiles(self) -> bool:
-        """Runs the probe under ncu."""
-        return self is Observer.ncu
-
-    @property
-    def traces(self) -> bool:
-        """Records each call's kernels (names, kernel-only times)."""
-        return self is not Observer.events
-
 
 # What a map observes with: its pass is cheap; --follow-up takes flagged cases to ncu.
 MAP_OBSERVERS = (Observer.cupti, Observer.events)
