@@ -37,7 +37,7 @@ from cublas_audit.judge.diff import compare  # noqa: E402
 from cublas_audit.judge.thresholds import Thresholds  # noqa: E402
 from cublas_audit.report.diff_report import to_markdown  # noqa: E402
 from cublas_audit.report.render import render_report  # noqa: E402
-from cublas_audit.table.inputs import bundled_runs, load_inputs, load_one_gpu  # noqa: E402
+from cublas_audit.table.inputs import Dataset, bundled_runs, load_inputs  # noqa: E402
 from cublas_audit.table.rundir import PLOTS_DIR, REPORT_FILE, TABLE_FILE  # noqa: E402
 
 GOLDEN = REPO / "tests" / "golden"
@@ -64,10 +64,16 @@ def fixture_report(name: str) -> str:
 
 
 @functools.cache
-def _audited(run: Path) -> Audited:
-    """A bundled run loaded and judged once: audit.md and the run's own report both show it."""
+def _loaded(run: Path) -> Dataset:
+    """A bundled run loaded once: audit.md, its own report and the diffs all read it."""
     (dataset,) = load_inputs([run])
-    return audit_dataset(dataset, Thresholds())
+    return dataset
+
+
+@functools.cache
+def _audited(run: Path) -> Audited:
+    """A bundled run judged once: audit.md and the run's own report both show it."""
+    return audit_dataset(_loaded(run), Thresholds())
 
 
 def bundled_audit(plots: Path) -> str:
@@ -90,7 +96,7 @@ def diff_sides(committed: Path) -> tuple[Path, Path]:
 def bundled_diff(committed: Path) -> str:
     """reports/diffs/<name>.md: the diff of the runs its own A and B lines name."""
     a, b = diff_sides(committed)
-    return to_markdown(compare(load_one_gpu(a), load_one_gpu(b)))
+    return to_markdown(compare(_loaded(a), _loaded(b)))
 
 
 def render_bundled(out: Path) -> None:
