@@ -130,6 +130,12 @@ def test_findings_serialize_with_the_documented_keys() -> None:
         "kernel_short": "simt_128x32_8x5",
         "util": 42.0,
         "time_ms": None,
+        # 2 x 8192^3 x 8 FLOP / (4 B x 3 x 8192^2 x 8) = 8192 / 6 = 1365.3333 FLOP/B; the
+        # published table names no GPU, so no bound
+        "intensity": 1365.3333,
+        "bound_side": None,
+        "bound_tflops": None,
+        "roofline_pct": None,
     }
 
 

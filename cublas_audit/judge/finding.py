@@ -27,6 +27,11 @@ EVIDENCE_COLUMNS = (
     "time_ms",
     "ref_time_ms",
     "loop_time_ms",
+    # the roofline (judge.roofline), where the GPU's figures are known
+    "intensity",
+    "bound_side",
+    "bound_tflops",
+    "roofline_pct",
 )
 
 
