@@ -17,8 +17,9 @@ from typing import Any
 
 from cublas_audit.errors import AuditError
 from cublas_audit.files import never_replacing, write_text_atomic
+from cublas_audit.jobs.reports import recorded_verdicts
 from cublas_audit.judge.audited import audit_all
-from cublas_audit.judge.candidates import CandidateVerdicts, judge_candidates
+from cublas_audit.judge.candidates import CandidateVerdicts
 from cublas_audit.judge.rules import audit
 from cublas_audit.judge.thresholds import Thresholds, with_overrides
 from cublas_audit.observe.torch_trace import problems, read_trace
@@ -93,13 +94,8 @@ def _candidates_run(path: Path) -> bool:
 
 def _candidates_of(run_dir: Path, limits: Thresholds) -> CandidateVerdicts:
     """A candidates run judged at the threshold it confirmed its gaps at (its recorded one)."""
-    recorded = rundir.read_env(run_dir).get("candidate_threshold") if _has_env(run_dir) else None
-    threshold = float(recorded) if recorded is not None else limits.candidate_gap_pct / 100
-    return judge_candidates(read_candidates(run_dir), threshold)
-
-
-def _has_env(run_dir: Path) -> bool:
-    return (Path(run_dir) / rundir.ENV_FILE).is_file()
+    fallback = limits.candidate_gap_pct / 100
+    return recorded_verdicts(Path(run_dir), read_candidates(run_dir), fallback)
 
 
 def _emit(text: str, out: Path | None, echo: Echo) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 
 from cublas_audit.judge.audited import audit_all
-from cublas_audit.judge.candidates import DEFAULT_THRESHOLD, judge_candidates
+from cublas_audit.judge.candidates import DEFAULT_THRESHOLD, CandidateVerdicts, judge_candidates
 from cublas_audit.judge.finding import Finding
 from cublas_audit.judge.map_audit import audit_map
 from cublas_audit.judge.thresholds import Thresholds
@@ -39,9 +39,18 @@ def write_map_report(
 
 def write_candidates_report(run_dir: Path, frame: pd.DataFrame) -> Path:
     """A candidates run's report.md, judged at the threshold the run confirmed its gaps at."""
-    recorded = rundir.read_env(run_dir).get("candidate_threshold")
-    verdicts = judge_candidates(frame, float(recorded or DEFAULT_THRESHOLD))
+    verdicts = recorded_verdicts(run_dir, frame, DEFAULT_THRESHOLD)
     return candidates_report.write_candidates_run_report(run_dir, verdicts)
+
+
+def recorded_verdicts(run_dir: Path, frame: pd.DataFrame, fallback: float) -> CandidateVerdicts:
+    """A candidates run's audit judged at the threshold its env.json recorded (it confirmed its
+    gaps at that one), else at `fallback`."""
+    env = rundir.ENV_FILE
+    recorded = (
+        rundir.read_env(run_dir).get("candidate_threshold") if (run_dir / env).is_file() else None
+    )
+    return judge_candidates(frame, float(recorded) if recorded is not None else fallback)
 
 
 def write_units_report(

@@ -115,8 +115,9 @@ def find_better_candidates(
         rows = frame[frame["case_id"] == case_id]
         first = rows.iloc[0]
         default = rows[rows["is_default"] == 1].iloc[0]
-        timed = rows[(rows["status"] == "ok") & rows["time_ms"].notna()]
-        best = timed.sort_values(["time_ms", "candidate"]).iloc[0]  # as _best picks it
+        picked = _best([{str(k): v for k, v in r.items()} for r in rows.to_dict("records")])
+        assert picked is not None  # a finite left_on_table implies a timed best
+        best = rows[rows["candidate"] == picked["candidate"]].iloc[0]
         findings.append(_finding(first, default, best))
     return findings
 
