@@ -15,12 +15,17 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from cublas_audit.errors import AuditError
 from cublas_audit.files import write_text_atomic
 from cublas_audit.planning.cases import MAX_DIMENSION, Case
 from cublas_audit.planning.modes import MODE_NAMES
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+T = TypeVar("T", bound="DataclassInstance")
 
 SCHEMA = "cublas-audit-fix"
 SCHEMA_VERSION = 1
@@ -355,7 +360,7 @@ _TYPES: dict[str, tuple[type, ...]] = {
 }
 
 
-def _record(cls: type, data: Any, where: str) -> Any:
+def _record(cls: type[T], data: Any, where: str) -> T:
     """A dataclass from a JSON object: every field present (or defaulted) and of its type."""
     if not isinstance(data, Mapping):
         raise ValueError(f"{where} is not an object")
