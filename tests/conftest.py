@@ -28,7 +28,11 @@ ZERO_NOISE = NoiseModel((math.inf,), (0.0,), {"device": "none: no run-to-run noi
 # their tests run last, when it is done. Each has a `background_work()` that returns what its
 # tests check, through the fixture named here (which calls `background_result`); the work starts
 # only if a selected test uses that fixture. A Path it returns is removed at the end.
-BACKGROUND = {"tests.test_bundled": "rendered", "tests.test_reference_build": "ptxas_reports"}
+BACKGROUND = {
+    "tests.test_bundled": "rendered",
+    "tests.test_reference_build": "ptxas_reports",
+    "tests.test_fix_report": "compiled",
+}
 _STARTED = pytest.StashKey[dict[str, "Future[Any]"]]()
 _POOL = pytest.StashKey[ThreadPoolExecutor]()
 _PROCESSES: list[subprocess.Popen[str]] = []

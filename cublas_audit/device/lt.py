@@ -18,6 +18,7 @@ from typing import Any
 
 from cublas_audit.errors import ToolMissingError
 from cublas_audit.planning.cases import DEFAULT_WORKSPACE_BYTES, Case
+from cublas_audit.planning.lt_enums import SPECS
 from cublas_audit.planning.modes import mode as mode_of
 
 # cuBLASLt never assumes more than 256-byte alignment; telling it less than the truth only
@@ -234,12 +235,12 @@ class LtGemm:
             index=index,
             algo=algo,
             algo_id=get("ID"),
-            tile=_enum_name(self.lt, "MatmulTile", get("TILE_ID"), "TILE_"),
-            stages=_enum_name(self.lt, "MatmulStages", get("STAGES_ID"), "STAGES_"),
+            tile=_enum_name(self.lt, "tile", get("TILE_ID")),
+            stages=_enum_name(self.lt, "stages", get("STAGES_ID")),
             split_k=get("SPLITK_NUM"),
-            reduction_scheme=_enum_name(self.lt, "ReductionScheme", get("REDUCTION_SCHEME"), ""),
+            reduction_scheme=_enum_name(self.lt, "reduction_scheme", get("REDUCTION_SCHEME")),
             cta_swizzling=get("CTA_SWIZZLING"),
-            cluster_shape=_enum_name(self.lt, "ClusterShape", get("CLUSTER_SHAPE_ID"), "SHAPE_"),
+            cluster_shape=_enum_name(self.lt, "cluster_shape", get("CLUSTER_SHAPE_ID")),
             custom_option=get("CUSTOM_OPTION"),
             inner_shape=get("INNER_SHAPE_ID"),
             workspace_bytes=int(result["workspace_size"][0]),
@@ -329,16 +330,18 @@ def algo_config_get(lt: ModuleType, algo: Any, name: str) -> int | None:
     return int(buf[0])
 
 
-def _enum_name(lt: ModuleType, enum_name: str, value: int | None, prefix: str) -> str | None:
-    """MatmulTile 18 -> '128x128'; an id this binding does not know keeps its number."""
+def _enum_name(lt: ModuleType, column: str, value: int | None) -> str | None:
+    """MatmulTile 18 -> '128x64', the name the table records (planning.lt_enums.SPECS says which
+    enum and prefix); an id this binding does not know keeps its number."""
     if value is None:
         return None
-    enum = getattr(lt, enum_name, None)
+    spec = SPECS[column]
+    enum = getattr(lt, spec.nvmath_enum, None)
     try:
         name = str(enum(value).name) if enum is not None else str(value)
     except ValueError:
         return str(value)
-    return name.removeprefix(prefix)
+    return name.removeprefix(spec.nvmath_prefix)
 
 
 def _scalar(dtype: Any, value: int) -> Any:

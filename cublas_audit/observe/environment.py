@@ -221,6 +221,15 @@ def format_cublas_version(version: int) -> str:
     return f"{version // 10000}.{version % 10000 // 100}.{version % 100}"
 
 
+def cublas_version_number(text: str) -> int:
+    """'13.1.0' -> 130100, format_cublas_version's inverse (what cublasLtGetVersion returns); a
+    ValueError for text that is not MAJOR.MINOR.PATCH."""
+    match = re.fullmatch(r"(\d+)\.(\d+)\.(\d+)", text.strip())
+    if not match or int(match[2]) > 99 or int(match[3]) > 99:
+        raise ValueError(f"cuBLAS version {text!r} is not MAJOR.MINOR.PATCH")
+    return int(match[1]) * 10000 + int(match[2]) * 100 + int(match[3])
+
+
 def _ncu_version(path: str) -> str | None:
     out = _run([path, "--version"])
     match = re.search(r"Version\s+([\d.]+)", out or "")

@@ -1,0 +1,90 @@
+"""cuBLASLt's algorithm enums as names and numbers, without a GPU or nvmath.
+
+The candidates table (and fix.json's `Pin`) records four algorithm attributes by the names
+nvmath's enums give them, less a prefix (device.lt `_enum_name`): tile '128x64', stages '8x5',
+reduction scheme 'INPLACE', cluster shape '4x1x1' or 'AUTO'. What is written for another program
+(a TunableOp results file, a C snippet) needs cuBLASLt's numbers instead: this module maps one to
+the other through cublas_audit/data/cublaslt_enums.json, which tools/cublaslt_enums.py generates
+from nvmath's enums (tests/test_lt_enums.py checks it against them on a GPU machine). A value the
+binding did not know is recorded as its number ('201'); it maps to itself.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from cublas_audit.errors import AuditError
+
+ENUMS_FILE = Path(__file__).resolve().parent.parent / "data" / "cublaslt_enums.json"
+
+
+@dataclass(frozen=True)
+class EnumSpec:
+    """One enum: the table column holding it, its C type and the prefix its C names share, and
+    nvmath's enum class with the prefix the table's names drop from nvmath's member names."""
+
+    column: str
+    c_type: str
+    c_prefix: str
+    nvmath_enum: str
+    nvmath_prefix: str
+
+
+SPECS: dict[str, EnumSpec] = {
+    spec.column: spec
+    for spec in (
+        EnumSpec("tile", "cublasLtMatmulTile_t", "CUBLASLT_MATMUL_TILE_", "MatmulTile", "TILE_"),
+        EnumSpec("stages", "cublasLtMatmulStages_t", "CUBLASLT_MATMUL_STAGES_", "MatmulStages",
+                 "STAGES_"),
+        EnumSpec("reduction_scheme", "cublasLtReductionScheme_t", "CUBLASLT_REDUCTION_SCHEME_",
+                 "ReductionScheme", ""),
+        EnumSpec("cluster_shape", "cublasLtClusterShape_t", "CUBLASLT_CLUSTER_SHAPE_",
+                 "ClusterShape", "SHAPE_"),
+    )
+}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class LtEnum:
+    """One enum's table names and their numbers."""
+
+    spec: EnumSpec
+    values: Mapping[str, int]
+
+    def number(self, name: str) -> int:
+        """'128x64' -> 18; a number the table kept as text ('201') is itself."""
+        if name in self.values:
+            return self.values[name]
+        if name.isdigit():
+            return int(name)
+        raise AuditError(
+            f"{self.spec.column} {name!r} is not a {self.spec.c_type} name this cublas-audit "
+            f"knows ({ENUMS_FILE.name} comes from tools/cublaslt_enums.py)"
+        )
+
+    def name(self, number: int) -> str:
+        """18 -> '128x64'; a number the enum lacks stays a number, as the table keeps it."""
+        for name, value in self.values.items():
+            if value == number:
+                return name
+        return str(number)
+
+    def c_name(self, name: str) -> str | None:
+        """'128x64' -> 'CUBLASLT_MATMUL_TILE_128x64'; None for a bare number."""
+        return self.spec.c_prefix + name if name in self.values else None
+
+
+@functools.cache
+def lt_enums() -> dict[str, LtEnum]:
+    """The four enums by table column, from the shipped JSON (read once)."""
+    data = json.loads(ENUMS_FILE.read_text())
+    return {column: LtEnum(spec, data["enums"][column]) for column, spec in SPECS.items()}
+
+
+def enum_number(column: str, name: str) -> int:
+    """The cuBLASLt number of a table name: enum_number('stages', '8x5') == 28."""
+    return lt_enums()[column].number(name)

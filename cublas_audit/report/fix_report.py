@@ -1,0 +1,110 @@
+"""A FixSet in Markdown (templates/fix_report.md.j2): the fixes with their measured times and
+verdicts, the TunableOp file with the exact environment that applies it and the fixes it cannot
+carry, and each pin as a standalone C function (report.lt_snippet).
+
+Rendering only: the FixSet already holds every verdict, and report.tunableop decided what the
+file carries. Every text reaches Markdown through report.markdown's escaping.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+
+from cublas_audit.report.lt_snippet import c_snippet
+from cublas_audit.report.markdown import md_code, md_fence, md_table, md_text, template
+from cublas_audit.report.tunableop import (
+    DEVICE_FILE_NAME,
+    TORCH_DEFAULT_LT_WORKSPACE_KIB,
+    TunableOpExport,
+)
+from cublas_audit.table.fix_file import Fix, FixSet
+
+FIX_COLUMNS = (
+    "fix", "problem", "kind", "default", "ms", "fixed", "ms", "speedup", "timing", "verdict",
+    "change",
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Snippet:
+    title: str
+    code: str
+
+
+def render_fix_report(
+    fixes: FixSet,
+    tunable: TunableOpExport | None,
+    directory: Path,
+    no_tunable: str = "",
+) -> str:
+    """The Markdown section. `tunable`: the file written into `directory` (None: none was
+    written, for the reason `no_tunable`, e.g. no torch version known)."""
+    return template("fix_report.md.j2").render(
+        stamp=_stamp_words(fixes),
+        sources=", ".join(md_code(source, in_table=False) for source in fixes.sources),
+        fixes=fixes.fixes,
+        table=md_table(FIX_COLUMNS, [fix_row(fix) for fix in fixes.fixes]),
+        tunable=tunable,
+        no_tunable=no_tunable or "none was written",
+        **(_tunable_context(fixes, tunable, directory) if tunable else {}),
+        snippets=[_snippet(fix, fixes) for fix in fixes.pins()],
+    )
+
+
+def _snippet(fix: Fix, fixes: FixSet) -> Snippet:
+    return Snippet(
+        md_text(f"{fix.id}: {fix.problem.name}"), md_fence(c_snippet(fix, fixes.stamp), "c")
+    )
+
+
+def fix_row(fix: Fix) -> list[str]:
+    confirm = fix.confirm_speedup
+    speedup = f"{fix.speedup:.2f}x" + (f", confirm {confirm:.2f}x" if confirm else "")
+    return [
+        md_text(fix.id),
+        md_text(fix.problem.name),
+        md_text(fix.kind),
+        md_code(fix.default.kernel) if fix.default.kernel else "—",
+        f"{fix.default.ms:.4g}",
+        md_code(fix.fixed.kernel) if fix.fixed.kernel else "—",
+        f"{fix.fixed.ms:.4g}",
+        speedup,
+        md_text(fix.timing),
+        md_text(fix.verdict),
+        md_text(fix.change),
+    ]
+
+
+def environment_lines(environment: dict[str, str]) -> str:
+    """`export KEY=VALUE` lines, each value quoted for a POSIX shell."""
+    return "\n".join(f"export {key}={shlex.quote(value)}" for key, value in environment.items())
+
+
+def _tunable_context(fixes: FixSet, tunable: TunableOpExport, directory: Path) -> dict[str, object]:
+    environment = tunable.environment(directory)
+    carried = [fix for fix in fixes.fixes if fix.id in tunable.carried]
+    return {
+        "file_name": str(Path(directory) / DEVICE_FILE_NAME),
+        "filename": environment["PYTORCH_TUNABLEOP_FILENAME"],
+        "carried": len(tunable.carried),
+        "total": len(fixes.fixes),
+        "lt_version": tunable.file.validator("CUBLASLT_VERSION") or "",
+        "device": tunable.file.validator("CUDA_DEVICE") or "",
+        "environment": md_fence(environment_lines(environment), "sh"),
+        "workspace_bytes": max((f.pin.workspace_bytes for f in carried if f.pin), default=0),
+        "default_kib": TORCH_DEFAULT_LT_WORKSPACE_KIB,
+        "not_carried": md_table(
+            ("fix", "problem", "why"),
+            [
+                [md_text(cell) for cell in (n.fix_id, n.problem, n.reason)]
+                for n in tunable.not_carried
+            ],
+        ),
+    }
+
+
+def _stamp_words(fixes: FixSet) -> str:
+    label = f" (label {fixes.stamp.gpu_label})" if fixes.stamp.gpu_label else ""
+    return fixes.stamp.words() + label
