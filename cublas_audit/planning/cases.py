@@ -261,11 +261,11 @@ def misaligned_strides(case: Case) -> list[str]:
 
 
 def with_cause_removed_companions(cases: Sequence[Case]) -> list[Case]:
-    """The cases, each tensor-core one whose M, N, K or a leading dimension is no 16-byte
-    multiple followed by the same problem with the cause removed, measured beside it so that
-    `unaligned-operand` states the effect: padded (M, N, K rounded up, packed: zero padding leaves
-    the product as it was) and in the other layout (`other_layout`: the dimensions as they were,
-    every leading dimension aligned)."""
+    """The cases, each tensor-core one whose M, N or K is no 16-byte multiple followed by the
+    same problem with the cause removed, measured beside it so that `unaligned-operand` states
+    the effect: padded (M, N, K rounded up, packed: zero padding leaves the product as it was)
+    and in the other layout (`other_layout`: the dimensions as they were, every leading
+    dimension aligned)."""
     planned = list(cases)
     for case in cases:
         if case.loop or mode_of(case.mode).pipe != "tensor-pipe":
