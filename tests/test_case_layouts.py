@@ -123,16 +123,97 @@ def test_a_shared_batch_too_wide_to_fold_has_no_folded_companion() -> None:
 def test_an_unaligned_tensor_core_case_is_planned_beside_its_aligned_companion() -> None:
     """bf16 (2 B): K = 140 rounds up to 144, a multiple of 8 elements (16 bytes), and a padded
     ldb goes (the companion is packed); fp32 (the FMA pipe) and aligned cases get none."""
-    from cublas_audit.planning.cases import with_aligned_companions
+    from cublas_audit.planning.cases import with_cause_removed_companions
 
     k140 = Case("cublas", "bf16", 1024, 1024, 140, 8, ldb=144)
     fp32 = Case("cublas", "fp32", 1024, 1024, 140, 8)
     aligned = Case("cublas", "bf16", 1024, 1024, 144, 8)
-    planned = with_aligned_companions([k140, fp32, aligned])
+    planned = with_cause_removed_companions([k140, fp32, aligned])
     assert [c.case_id for c in planned] == [
         "cublas.bf16.1024x1024x140.b8.nn.ldb144",
         "cublas.fp32.1024x1024x140.b8.nn",
         "cublas.bf16.1024x1024x144.b8.nn",  # the companion of the first is the third: once
     ]
-    fp16 = with_aligned_companions([Case("cublas", "fp16", 100, 7, 20000, 1)])
+    fp16 = with_cause_removed_companions([Case("cublas", "fp16", 100, 7, 20000, 1)])
     assert [c.case_id for c in fp16][1] == "cublas.fp16.104x8x20000.b1.nn"
+
+
+def test_the_leading_dimensions_and_batch_strides_cublas_is_given_are_checked_in_bytes() -> None:
+    """bf16 (2 B) 1020x1024x141, batch 2, nn: lda = m = 1020 (2040 B), ldb = k = 141 (282 B),
+    ldc = m; A's batch stride 1020 x 141 = 143820 elements (287640 B, 17977.5 x 16); B's
+    141 x 1024 (288768 B) and C's 1020 x 1024 (2088960 B) are 16-byte multiples. A single call
+    has no batch stride to check."""
+    from cublas_audit.planning.cases import misaligned_strides
+
+    assert misaligned_strides(Case("cublas", "bf16", 1020, 1024, 141, 2)) == [
+        "lda = 1020 (2040 bytes)",
+        "stride_a = 143820 (287640 bytes)",
+        "ldb = 141 (282 bytes)",
+        "ldc = 1020 (2040 bytes)",
+    ]
+    assert misaligned_strides(Case("cublas", "bf16", 1020, 1024, 141, 1)) == [
+        "lda = 1020 (2040 bytes)",
+        "ldb = 141 (282 bytes)",
+        "ldc = 1020 (2040 bytes)",
+    ]
+    # the recorded K = 140 problem: only ldb (= k, packed nn); with ldb 144 nothing
+    assert misaligned_strides(Case("cublas", "bf16", 1024, 1024, 140, 8)) == [
+        "ldb = 140 (280 bytes)"
+    ]
+    assert misaligned_strides(Case("cublas", "bf16", 1024, 1024, 140, 8, ldb=144)) == []
+
+
+def companions(case: Case) -> list[str]:
+    from cublas_audit.planning.cases import with_cause_removed_companions
+
+    return [c.case_id for c in with_cause_removed_companions([case])[1:]]
+
+
+@pytest.mark.parametrize("layout", ["nn", "tn", "tt"])
+def test_an_unaligned_k_is_measured_padded_and_in_layout_nt(layout: str) -> None:
+    """bf16 1024x1024x140: packed, lda is m (transa n) or k (t), ldb k (transb n) or n (t), ldc
+    m; with K the only unaligned dimension, nt alone has every leading dimension aligned
+    (lda = m = 1024, ldb = n = 1024)."""
+    case = Case("cublas", "bf16", 1024, 1024, 140, 8, layout[0], layout[1])
+    assert companions(case) == [
+        f"cublas.bf16.1024x1024x144.b8.{layout}",  # padded, in the case's own layout
+        "cublas.bf16.1024x1024x140.b8.nt",
+    ]
+
+
+def test_an_unaligned_n_is_measured_in_the_nearest_layout_with_ldb_k() -> None:
+    """bf16 N = 1020 (2040 bytes): nt's ldb = n is unaligned; nn's ldb = k = 1024 is not
+    (transb flipped, transa kept). nn itself has every leading dimension aligned (and its
+    batch strides: 1024 x 1020 x 2 B = 130560 x 16): only the padded companion."""
+    nt = Case("cublasLt", "bf16", 1024, 1020, 1024, 8, "n", "t")
+    assert companions(nt) == [
+        "cublasLt.bf16.1024x1024x1024.b8.nt",
+        "cublasLt.bf16.1024x1020x1024.b8.nn",
+    ]
+    assert companions(Case("cublasLt", "bf16", 1024, 1020, 1024, 8)) == [
+        "cublasLt.bf16.1024x1024x1024.b8.nn"
+    ]
+
+
+def test_no_layout_removes_an_unaligned_m_nor_k_and_n_together() -> None:
+    """ldc = m in every layout; with K and N both unaligned ldb is one of them whatever transb.
+    A given unaligned lda on aligned dimensions is the case's own layout packed: no other
+    layout (nor padding) is planned for it."""
+    assert companions(Case("cublas", "bf16", 1020, 1024, 1024, 8)) == [
+        "cublas.bf16.1024x1024x1024.b8.nn"
+    ]
+    assert companions(Case("cublas", "bf16", 1024, 1020, 140, 8)) == [
+        "cublas.bf16.1024x1024x144.b8.nn"
+    ]
+    assert companions(Case("cublas", "bf16", 1024, 1024, 1024, 8, lda=1028)) == []
+
+
+def test_the_fma_pipe_and_an_aligned_tf32_k_get_no_layout_companion() -> None:
+    """fp32 runs on the FMA pipe (simt kernels take any alignment): no companion at all. tf32
+    is 4 B: K = 140 is 560 bytes (35 x 16), aligned; K = 142 (568 bytes) is not -> nt."""
+    assert companions(Case("cublas", "fp32", 1024, 1024, 140, 8)) == []
+    assert companions(Case("cublas", "tf32", 1024, 1024, 140, 8)) == []
+    assert companions(Case("cublas", "tf32", 1024, 1024, 142, 8)) == [
+        "cublas.tf32.1024x1024x144.b8.nn",
+        "cublas.tf32.1024x1024x142.b8.nt",
+    ]

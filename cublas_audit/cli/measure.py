@@ -97,7 +97,7 @@ def sweep_command(
 ) -> None:
     """Run cuBLAS / cuBLASLt calls across sizes under ncu and write a dispatch table."""
     from cublas_audit.jobs.measure import sweep
-    from cublas_audit.planning.cases import Case, with_aligned_companions
+    from cublas_audit.planning.cases import Case, with_cause_removed_companions
     from cublas_audit.planning.grid import plan_from_options
     from cublas_audit.report.summary import summary
 
@@ -106,7 +106,8 @@ def sweep_command(
         return plan_from_options(single, batched, sizes, shapes, batches, modes, api, problem)
 
     planned = opt.plan_cases(resume, opt.Listed(shapes_file, torch_trace, modes, api), grid)
-    planned = with_aligned_companions(planned)  # the cause of unaligned-operand removed, measured
+    # unaligned-operand's cause removed (padded, the other layout), measured beside each case
+    planned = with_cause_removed_companions(planned)
     options = opt.run_options(
         planned,
         out,

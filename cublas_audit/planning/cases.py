@@ -243,17 +243,61 @@ def candidate_problems(cases: Iterable[Case]) -> list[Case]:
 ALIGN_BYTES = 16  # the row alignment Hopper's TMA-based tensor-core kernels need
 
 
-def with_aligned_companions(cases: Sequence[Case]) -> list[Case]:
-    """The cases, each tensor-core one whose M, N or K is no 16-byte multiple followed by the same
-    problem with them rounded up and packed (zero padding leaves the product as it was): the
-    cause removed, measured beside it, so that `unaligned-operand` states the effect."""
+def misaligned_strides(case: Case) -> list[str]:
+    """The leading dimensions and batch strides cuBLAS is given for this call whose bytes are no
+    multiple of ALIGN_BYTES, in words ('ldb = 140 (280 bytes)'). Packed, lda is m (transa n) or
+    k (t), ldb k (transb n) or n (t), ldc m: so a dimension no 16-byte multiple leaves some
+    layouts' leading dimensions aligned and others' not."""
+    item = mode_of(case.mode).element_bytes
+    found = []
+    for name in "abc":
+        layout = case.operand(name)
+        # a single call has no batch stride; a shared operand's stride is 0, aligned
+        stride = layout.stride if case.batched_call else 0
+        for what, value in ((f"ld{name}", layout.ld), (f"stride_{name}", stride)):
+            if value * item % ALIGN_BYTES:
+                found.append(f"{what} = {value} ({value * item} bytes)")
+    return found
+
+
+def with_cause_removed_companions(cases: Sequence[Case]) -> list[Case]:
+    """The cases, each tensor-core one whose M, N or K is no 16-byte multiple followed by the
+    same problem with the cause removed, measured beside it so that `unaligned-operand` states
+    the effect: padded (M, N, K rounded up, packed: zero padding leaves the product as it was)
+    and in the other layout (`other_layout`: the dimensions as they were, every leading
+    dimension aligned)."""
     planned = list(cases)
     for case in cases:
-        spec = mode_of(case.mode)
-        if case.loop or spec.pipe != "tensor-pipe":
+        if case.loop or mode_of(case.mode).pipe != "tensor-pipe":
             continue
-        per = ALIGN_BYTES // spec.element_bytes
-        m, n, k = (-(-value // per) * per for value in (case.m, case.n, case.k))
-        if (m, n, k) != (case.m, case.n, case.k):
-            planned.append(replace(case, m=m, n=n, k=k, lda=0, ldb=0))
+        planned += [c for c in (_padded(case), other_layout(case)) if c is not None]
     return list(dict.fromkeys(planned))
+
+
+def _padded(case: Case) -> Case | None:
+    per = ALIGN_BYTES // mode_of(case.mode).element_bytes
+    m, n, k = (-(-value // per) * per for value in (case.m, case.n, case.k))
+    if (m, n, k) == (case.m, case.n, case.k):
+        return None
+    return replace(case, m=m, n=n, k=k, lda=0, ldb=0)
+
+
+def other_layout(case: Case) -> Case | None:
+    """The same call, packed, in the layout whose leading dimensions and batch strides are all
+    16-byte multiples, where the case's own are not: each operand keeps its transpose where its
+    packed leading dimension is aligned and flips it where not. None where no layout has them
+    (an unaligned M: ldc = m in every layout; K and N both unaligned: ldb is one of them) or
+    where that layout is the case's own (its given lda / ldb were the unaligned ones)."""
+    if not misaligned_strides(case):
+        return None
+    packed = replace(case, lda=0, ldb=0)
+    flipped = {"n": "t", "t": "n"}
+    item = mode_of(case.mode).element_bytes
+
+    def kept(name: str, trans: str) -> str:
+        return trans if packed.operand(name).ld * item % ALIGN_BYTES == 0 else flipped[trans]
+
+    other = replace(packed, transa=kept("a", case.transa), transb=kept("b", case.transb))
+    if other.layout == case.layout or misaligned_strides(other):
+        return None
+    return other

@@ -27,7 +27,7 @@ from cublas_audit.judge.rules import prepare
 from cublas_audit.judge.thresholds import Thresholds
 from cublas_audit.observe.environment import Gpu
 from cublas_audit.observe.observer import Observer
-from cublas_audit.planning.cases import Case, read_plan, with_aligned_companions
+from cublas_audit.planning.cases import Case, read_plan, with_cause_removed_companions
 from cublas_audit.run import multi_gpu
 from cublas_audit.run.sweep import Progress
 from cublas_audit.run.sweep_setup import Measured, SweepOptions, sweep
@@ -100,7 +100,8 @@ def run_follow_up(
     where it may run (else CUPTI), the reference, cuBLASLt's candidates."""
     out = mapped.run_dir / rundir.FOLLOW_UP_DIR
     cases = follow_up_cases(mapped.frame, read_plan(mapped.run_dir / rundir.PLAN_FILE), followed)
-    cases = with_aligned_companions(cases)  # an unaligned case's cause removed, measured beside it
+    # an unaligned case's cause removed (padded, the other layout), measured beside it
+    cases = with_cause_removed_companions(cases)
     if not cases:
         (progress or Progress()).note("follow-up: the map flagged nothing")
         return None

@@ -6,25 +6,30 @@ padded to 144 (zeros add nothing) it dispatches `nvjet_tst` (0.0097 ms), 2.16x f
 the call's time, launch included); padding only ldb to 144 changes nothing, so the cause is K.
 
 Fires on a tensor-core call with such a dimension where the table shows a cost: the same problem
-with the cause removed (K, M or N rounded up, or the leading dimensions aligned) measured in the
-same run, or a kernel of an older architecture than the GPU's. Severity from proof: the measured
-alternative faster beyond the noise model is high from `high_ratio` up, else medium; no
-measurement is info, saying what to measure.
+with the cause removed measured in the same run, or a kernel of an older architecture than the
+GPU's. The cause removed is each variant the sweep plans (planning.cases.
+with_cause_removed_companions) or the table holds: padded (M, N, K rounded up, packed, in the
+call's own layout), and, where the call's leading dimensions or batch strides are unaligned, the
+same dimensions posed with every one aligned (the other layout, or padded leading dimensions).
+The finding states each one's measured effect. Severity from proof: the best variant faster
+beyond the noise model is high from `high_ratio` up, else medium; none faster is info, and no
+measurement is info, saying what to measure. A row that is itself such an aligned variant of
+another row, with no padded problem of its own, is stated in that row's finding, not in its own.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import pandas as pd
 
 from cublas_audit.judge.finding import Finding, of_group
-from cublas_audit.judge.rules.frame import RuleContext, dispatched
+from cublas_audit.judge.rules.frame import RuleContext, call_of, dispatched
 from cublas_audit.judge.rules.occupancy import ctas
 from cublas_audit.judge.timed_rows import judged_time, pair_verdict, time_words
 from cublas_audit.judge.verdicts import Verdict
 from cublas_audit.observe.kernels import normalize
-from cublas_audit.planning.cases import ALIGN_BYTES
+from cublas_audit.planning.cases import ALIGN_BYTES, misaligned_strides
 from cublas_audit.planning.modes import MODES
 
 SAME_PROBLEM = ["gpu_label", "api", "routine", "mode", "batch", "broadcast", "beta"]
@@ -34,16 +39,20 @@ def unaligned_operand(ctx: RuleContext) -> list[Finding]:
     t = ctx.thresholds
     rows = dispatched(ctx.rows)
     tensor = rows["mode"].map(lambda m: m in MODES and MODES[m].pipe == "tensor-pipe")
+    rows = rows[tensor.astype(bool)]
     found = []
-    for index, row in rows[tensor.astype(bool)].iterrows():
+    for index, row in rows.iterrows():
         causes = unaligned(row)
         if not causes:
             continue
-        fixed = _cause_removed(rows, row)
+        same = _same_problem(rows, row)
+        variants = _measured_variants(same, row)
+        if not variants and _aligned_variant_of_another(same, row):
+            continue  # its measurement is stated in that row's finding
         older = _older_kernel(row)
-        if fixed is None and older is None:
+        if not variants and older is None:
             continue
-        found.append(_finding(rows.loc[[index]], row, causes, fixed, older, t.high_ratio))
+        found.append(_finding(rows.loc[[index]], row, causes, variants, older, t.high_ratio))
     return found
 
 
@@ -64,25 +73,106 @@ def unaligned(row: pd.Series) -> list[str]:
     return causes
 
 
-def _aligned(value: int, per: int) -> int:
-    return -(-value // per) * per
+def _strides_aligned(row: pd.Series) -> bool | None:
+    """Whether every leading dimension and batch stride cuBLAS is given (ldc and the packed
+    ones included) is a 16-byte multiple; None where the row makes no call."""
+    call = call_of(row)
+    return None if call is None else not misaligned_strides(call)
 
 
-def _cause_removed(rows: pd.DataFrame, row: pd.Series) -> pd.Series | None:
-    """The same problem in the same run with every dimension rounded up to a 16-byte multiple
-    and no unaligned leading dimension: the cause removed, measured."""
-    per = ALIGN_BYTES // MODES[str(row["mode"])].element_bytes
+def _same_problem(rows: pd.DataFrame, row: pd.Series) -> pd.DataFrame:
+    """The rows of the run that pose the row's problem (any size or layout) to the same call."""
     same = rows
     for column in SAME_PROBLEM:
         if column in rows.columns:
             same = same[same[column].astype(str) == str(row[column])]
-    target = {name: _aligned(int(row[name]), per) for name in ("m", "n", "k")}
-    for name, value in target.items():
-        same = same[same[name] == value]
-    aligned = pd.Series([not unaligned(other) for _, other in same.iterrows()], index=same.index)
-    same = same[aligned.astype(bool)]
+    return same
+
+
+@dataclass(frozen=True)
+class _Variant:
+    """A row of the same problem with the cause removed, and what removed it, in words."""
+
+    row: pd.Series
+    said: str  # 'padded to 1024x1024x144', 'in layout nt (every leading dimension ...)'
+    layout: str  # the layout to store the operands in, where that is the fix; else ''
+
+
+def _measured_variants(same: pd.DataFrame, row: pd.Series) -> list[_Variant]:
+    """The cause removed, timed in the run: padded, then the aligned leading dimensions."""
     timed = same.dropna(subset=["time_ms"])
-    return None if timed.empty else timed.iloc[0]
+    padded = _padded(timed, row)
+    found = [] if padded is None else [_Variant(padded, f"padded to {padded['shape']}", "")]
+    return found + _aligned_variants(timed, row)
+
+
+def _aligned(value: int, per: int) -> int:
+    return -(-value // per) * per
+
+
+def _padded(same: pd.DataFrame, row: pd.Series) -> pd.Series | None:
+    """The same problem in the call's layout with every dimension rounded up to a 16-byte
+    multiple, leading dimensions and strides aligned: the cause removed, measured. Its layout is
+    the row's: against another layout's the gain would be the layout's as well."""
+    if not _unaligned_dims(row):
+        return None  # nothing to pad: an unaligned lda / ldb is _aligned_variants' to state
+    per = ALIGN_BYTES // MODES[str(row["mode"])].element_bytes
+    same = same[(same["transa"] == row["transa"]) & (same["transb"] == row["transb"])]
+    for name in ("m", "n", "k"):
+        same = same[same[name] == _aligned(int(row[name]), per)]
+    fixed = [other for _, other in same.iterrows() if _fully_aligned(other)]
+    return fixed[0] if fixed else None
+
+
+def _fully_aligned(row: pd.Series) -> bool:
+    return not unaligned(row) and bool(_strides_aligned(row))
+
+
+def _aligned_variants(same: pd.DataFrame, row: pd.Series) -> list[_Variant]:
+    """Where the row's leading dimensions or batch strides are unaligned: the rows of the same
+    dimensions with every one aligned (another layout, or padded leading dimensions)."""
+    if _strides_aligned(row) is not False:
+        return []
+    still = [f"{name.upper()} still {int(row[name])}" for name in _unaligned_dims(row)]
+    aligned = ", ".join(["every leading dimension 16-byte aligned", *still])
+    found = []
+    for _, other in _same_dimensions(same, row).iterrows():
+        if _strides_aligned(other):
+            posed, layout = _posed(other, row)
+            said = f"{posed} ({aligned})"
+            found.append(_Variant(other, said, layout))
+    return found
+
+
+def _unaligned_dims(row: pd.Series) -> list[str]:
+    """'k', 'm', 'n' where that dimension's bytes are no multiple of 16 (unaligned's order)."""
+    item = MODES[str(row["mode"])].element_bytes
+    return [name for name in ("k", "m", "n") if int(row[name]) * item % ALIGN_BYTES]
+
+
+def _posed(other: pd.Series, row: pd.Series) -> tuple[str, str]:
+    """How `other` poses the row's problem, in words ('in layout nt', 'with ldb 144'), and its
+    layout where that differs from the row's ('' where not)."""
+    layout = f"{other['transa']}{other['transb']}"
+    relaid = layout if layout != f"{row['transa']}{row['transb']}" else ""
+    words = [f"in layout {relaid}"] if relaid else []
+    words += [f"with {name} {int(other[name])}" for name in ("lda", "ldb") if int(other[name])]
+    return " ".join(words) or "packed", relaid
+
+
+def _aligned_variant_of_another(same: pd.DataFrame, row: pd.Series) -> bool:
+    """Whether the row is the aligned variant of another row of its dimensions (its leading
+    dimensions and strides aligned, the other's not): the other's finding states it."""
+    if not _strides_aligned(row):
+        return False
+    others = _same_dimensions(same, row)
+    return any(_strides_aligned(other) is False for _, other in others.iterrows())
+
+
+def _same_dimensions(same: pd.DataFrame, row: pd.Series) -> pd.DataFrame:
+    dims = (same["m"] == row["m"]) & (same["n"] == row["n"]) & (same["k"] == row["k"])
+    found: pd.DataFrame = same[dims]
+    return found
 
 
 def _older_kernel(row: pd.Series) -> str | None:
@@ -98,39 +188,60 @@ def _older_kernel(row: pd.Series) -> str | None:
     return arch
 
 
+@dataclass(frozen=True)
+class _Measured:
+    """A variant against the flagged row: how much faster it runs, and whether beyond noise."""
+
+    variant: _Variant
+    ratio: float
+    faster: bool
+    words: str
+
+
+def _measured(variant: _Variant, row: pd.Series) -> _Measured:
+    """The variant against the row on the time both traced (kernels', else the call's), judged by
+    the noise model (pair_verdict: the row confidently slower), in the finding's words."""
+    fixed = variant.row
+    pair = pd.DataFrame([fixed, row])
+    on = judged_time(pair)
+    took = "kernel_time_ms" if on == "kernel" else "time_ms"
+    ratio = float(row[took]) / float(fixed[took])
+    if pair_verdict(fixed, row, on, 0.0) is not Verdict.slower:
+        words = f"{variant.said} it is no faster measurably ({ratio:.2f}x)"
+        return _Measured(variant, ratio, False, words)
+    words = (
+        f"{variant.said} it runs {ratio:.2f}x faster on {fixed['kernel_short']} "
+        f"(measured in this run, {time_words(on)}, beyond the noise floor)"
+    )
+    return _Measured(variant, ratio, True, words)
+
+
 def _finding(
     group: pd.DataFrame,
     row: pd.Series,
     causes: list[str],
-    fixed: pd.Series | None,
+    variants: list[_Variant],
     older: str | None,
     high_ratio: float,
 ) -> Finding:
     said = "; ".join(causes)
     kernel = f"{row['kernel_short']}" + (f" (an {older} kernel)" if older else "")
-    if fixed is None:
+    if not variants:
         message = (
             f"{said}: cuBLAS dispatches {kernel} at {row['shape']}. Not measured with the cause "
             "removed: run the problem with the dimension rounded up (zero-padded) beside it."
         )
         return of_group("unaligned-operand", "info", group, message, _WORK)
-    pair = pd.DataFrame([fixed, row])
-    on = judged_time(pair)
-    took = "kernel_time_ms" if on == "kernel" else "time_ms"
-    ratio = float(row[took]) / float(fixed[took])
-    verdict = pair_verdict(fixed, row, on, 0.0)
-    if verdict is Verdict.slower:
-        severity = "high" if ratio >= high_ratio else "medium"
-        effect = (
-            f"padded to {fixed['shape']} it runs {ratio:.2f}x faster on {fixed['kernel_short']} "
-            f"(measured in this run, {time_words(on)}, beyond the noise floor)"
-        )
-    else:
-        severity = "info"
-        effect = f"padded to {fixed['shape']} it is no faster measurably ({ratio:.2f}x)"
-    message = f"{said}: cuBLAS dispatches {kernel} at {row['shape']}; {effect}."
-    finding = of_group("unaligned-operand", severity, group, message, _WORK)
-    return finding if severity == "info" else _with_effect(finding, ratio)
+    measured = [_measured(variant, row) for variant in variants]
+    effects = "; ".join(m.words for m in measured)
+    message = f"{said}: cuBLAS dispatches {kernel} at {row['shape']}; {effects}."
+    faster = [m for m in measured if m.faster]
+    if not faster:
+        return of_group("unaligned-operand", "info", group, message, _WORK)
+    best = max(faster, key=lambda m: m.ratio)  # the proof: the most the call gains
+    severity = "high" if best.ratio >= high_ratio else "medium"
+    finding = of_group("unaligned-operand", severity, group, message, _work(best.variant))
+    return _with_effect(finding, best.ratio)
 
 
 def _with_effect(finding: Finding, ratio: float) -> Finding:
@@ -142,6 +253,17 @@ _WORK = (
     "Pad the dimension (or the leading dimension) to a multiple of 16 bytes with zeros, e.g. "
     "round K up to 144: the product is unchanged and the Hopper kernels become eligible."
 )
+
+
+def _work(best: _Variant) -> str:
+    """The workaround the best measured variant proves: its layout, else padding."""
+    if not best.layout:
+        return _WORK
+    return (
+        f"Store the operands as layout {best.layout} expects (transpose once, outside the hot "
+        "loop): every leading dimension is then a 16-byte multiple. Or pad the dimension with "
+        "zeros to a multiple of 16 bytes."
+    )
 
 
 def named_causes(group: pd.DataFrame) -> str:

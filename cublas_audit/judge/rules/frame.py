@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from cublas_audit.errors import AuditError
 from cublas_audit.judge.candidates import CandidateVerdicts
 from cublas_audit.judge.finding import Finding
 from cublas_audit.judge.roofline import Machine
@@ -106,13 +107,30 @@ def _shape_labels(rows: pd.DataFrame) -> pd.Series:
 
 
 def _variant(record: Mapping[Hashable, Any]) -> str:
-    """Case.variant of a row's layout columns (a cuBLASLt case: it may carry every setting)."""
+    """Case.variant of a row's layout columns."""
     if all(record[c] == default for c, default in LAYOUT_DEFAULTS.items()):
         return ""  # the common case, without building a Case
-    fields = {str(c): table_plain(v) for c, v in record.items()}
+    return Case("cublasLt", "fp32", 1, 1, 1, 1, **_layout_fields(record)).variant
+
+
+def call_of(row: pd.Series) -> Case | None:
+    """The row's call as a Case, for what Case knows of it (its operands' leading dimensions
+    and batch strides); None where the row's columns make no call (a leading dimension below
+    the stored rows: a table from elsewhere)."""
+    m, n, k, batch = (int(row[name]) for name in ("m", "n", "k", "batch"))
+    try:
+        return Case("cublasLt", str(row["mode"]), m, n, k, batch, **_layout_fields(row.to_dict()))
+    except AuditError:
+        return None
+
+
+def _layout_fields(record: Mapping[Hashable, Any]) -> dict[str, Any]:
+    """A row's layout columns as Case's fields. The Case is a cuBLASLt one whatever the row's
+    api: only cuBLASLt takes every setting (the bias epilogue), and no field read differs."""
+    fields = {str(c): table_plain(record[c]) for c in LAYOUT_DEFAULTS}
     for flag in ("strided", "bias"):
         fields[flag] = bool(fields[flag])
-    return Case("cublasLt", "fp32", 1, 1, 1, 1, **fields).variant
+    return fields
 
 
 # Columns no rule reads (the stall breakdown, the other counters, provenance): the report shows
