@@ -17,3 +17,14 @@ class InterruptedSweepError(AuditError):
     """The sweep was stopped before all cases finished; what finished is on disk."""
 
     exit_code = 130
+
+
+class PinRefused(AuditError):
+    """This cuBLASLt cannot build a pinned algorithm for a problem (an unknown algorithm id or
+    attribute name, a configuration cublasLtMatmulAlgoCheck rejects, more workspace than given):
+    refused at once, never run as something else or as nothing."""
+
+
+class OperandMismatch(AuditError, ValueError):
+    """An array handed to a pinned GEMM is not the one it was built for (shape, strides, dtype,
+    device, alignment): one line, before anything is launched, never a wrong result."""

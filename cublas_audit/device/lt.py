@@ -25,6 +25,21 @@ from cublas_audit.planning.modes import mode as mode_of
 # hides candidates, telling it more makes them fail.
 MAX_ALIGNMENT = 256
 
+# The attributes that rebuild an algorithm besides its id, in the order they are set:
+# (MatmulAlgoConfigAttribute, the LtCandidate / Pin field). The enum ones (planning.lt_enums.SPECS
+# names their enums) are kept as names without the prefix ('128x64', 'INPLACE', '4x1x1'); a value
+# the binding has no name for, as its number.
+ALGO_ATTRIBUTES = (
+    ("TILE_ID", "tile"),
+    ("STAGES_ID", "stages"),
+    ("SPLITK_NUM", "split_k"),
+    ("REDUCTION_SCHEME", "reduction_scheme"),
+    ("CTA_SWIZZLING", "cta_swizzling"),
+    ("CUSTOM_OPTION", "custom_option"),
+    ("INNER_SHAPE_ID", "inner_shape"),
+    ("CLUSTER_SHAPE_ID", "cluster_shape"),
+)
+
 _handles: dict[int, int] = {}
 
 
@@ -112,7 +127,13 @@ def _alignment(*values: int) -> int:
 
 
 class LtGemm:
-    """Descriptors, layouts and workspace for one problem; `heuristics()` and `run()` on them."""
+    """Descriptors, layouts and workspace for one problem; `heuristics()` and `run()` on them.
+
+    Pointers of 0 build the descriptors for operands not yet known (a pinned GEMM takes them at
+    each call): cuBLASLt is then told the alignment the batch strides allow, at most
+    MAX_ALIGNMENT, and `alignments` says what each pointer must honour. With `case.bias` the
+    BIAS epilogue is set; its pointer comes with `bias_ptr` or later through `set_bias`.
+    """
 
     def __init__(
         self,
@@ -145,6 +166,12 @@ class LtGemm:
         self.alpha = numpy.ones(1, dtype=numpy.float32)
         self.beta = numpy.full(1, case.beta, dtype=numpy.float32)
         self.workspace = cupy.cuda.alloc(workspace_bytes) if workspace_bytes > 0 else None
+        # Launch arguments as plain ints, read once: numpy's `.ctypes` builds a new object at
+        # every access, host time a pinned GEMM's calls should not spend.
+        self._alpha_ptr = int(self.alpha.ctypes.data)
+        self._beta_ptr = int(self.beta.ctypes.data)
+        self._workspace_ptr = int(self.workspace.ptr) if self.workspace is not None else 0
+        self.alignments: dict[str, int] = {}
         try:
             self._create_descriptors()
         except Exception:
@@ -164,9 +191,10 @@ class LtGemm:
         for name, trans in (("TRANSA", self.case.transa), ("TRANSB", self.case.transb)):
             if trans == "t":
                 self._set_desc(name, 1)  # cublasOperation_t: CUBLAS_OP_T
-        if self.bias_ptr:
+        if self.case.bias:
             self._set_desc("EPILOGUE", int(self.lt.Epilogue.BIAS))
-            self._set_desc("BIAS_POINTER", self.bias_ptr)
+            if self.bias_ptr:
+                self.set_bias(self.bias_ptr)
         # (rows, cols, ld, batch stride) of A, B, C; D is C (in place).
         operands = [self.case.operand(name) for name in "abc"]
         for operand in operands:
@@ -186,7 +214,13 @@ class LtGemm:
         names = ("A", "B", "C", "D")
         per_matrix = zip(names, (*self.ptrs, self.ptrs[2]), (*strides, strides[2]), strict=True)
         for name, ptr, stride in per_matrix:
-            self._set_pref(f"MIN_ALIGNMENT_{name}_BYTES", _alignment(ptr, stride))
+            self.alignments[name] = _alignment(ptr, stride)
+            self._set_pref(f"MIN_ALIGNMENT_{name}_BYTES", self.alignments[name])
+
+    def set_bias(self, ptr: int) -> None:
+        """The BIAS epilogue's vector (m values of the data type) for the launches that follow."""
+        self._set_desc("BIAS_POINTER", ptr)
+        self.bias_ptr = ptr
 
     def _set_desc(self, name: str, value: int) -> None:
         attr = self.lt.MatmulDescAttribute[name]
@@ -230,22 +264,36 @@ class LtGemm:
 
         # A private copy of the struct: its pointer stays valid for as long as the candidate.
         algo = numpy.ascontiguousarray(result["algo"]).copy()
+        workspace = int(result["workspace_size"][0])
+        return self.describe(index, algo, workspace, float(result["waves_count"][0]))
+
+    def describe(self, index: int, algo: Any, workspace_bytes: int, waves: float) -> LtCandidate:
+        """An algo struct (a numpy array of one cublasLtMatmulAlgo_t, kept by the candidate)
+        with its configuration read back from cuBLASLt."""
         get = functools.partial(algo_config_get, self.lt, algo)
+        decoded: dict[str, Any] = {}
+        for attribute, name in ALGO_ATTRIBUTES:
+            value = get(attribute)
+            decoded[name] = _enum_name(self.lt, name, value) if name in SPECS else value
         return LtCandidate(
             index=index,
             algo=algo,
             algo_id=get("ID"),
-            tile=_enum_name(self.lt, "tile", get("TILE_ID")),
-            stages=_enum_name(self.lt, "stages", get("STAGES_ID")),
-            split_k=get("SPLITK_NUM"),
-            reduction_scheme=_enum_name(self.lt, "reduction_scheme", get("REDUCTION_SCHEME")),
-            cta_swizzling=get("CTA_SWIZZLING"),
-            cluster_shape=_enum_name(self.lt, "cluster_shape", get("CLUSTER_SHAPE_ID")),
-            custom_option=get("CUSTOM_OPTION"),
-            inner_shape=get("INNER_SHAPE_ID"),
-            workspace_bytes=int(result["workspace_size"][0]),
-            waves_count=float(result["waves_count"][0]),
+            workspace_bytes=workspace_bytes,
+            waves_count=waves,
+            **decoded,
         )
+
+    def check(self, algo: Any) -> Any:
+        """cublasLtMatmulAlgoCheck of an algo struct on these descriptors: a heuristic result
+        (workspace_size, waves_count); cuBLASLt's error where the algorithm cannot run them."""
+        import numpy
+
+        result = numpy.zeros(1, dtype=self.lt.matmul_heuristic_result_dtype)
+        a, b, c = self._layouts
+        ptrs = (algo.ctypes.data, result.ctypes.data)
+        self.lt.matmul_algo_check(self.handle, self._desc, a, b, c, c, *ptrs)
+        return result
 
     def default(self) -> LtCandidate:
         """The heuristic's own pick (a limit-1 query), cached: what `run(None)` launches."""
@@ -265,26 +313,19 @@ class LtGemm:
                 f"candidate needs {chosen.workspace_bytes} workspace bytes, "
                 f"{self.workspace_bytes} allowed"
             )
-        a, b, c = self._layouts
         a_ptr, b_ptr, c_ptr = self.ptrs
+        self.launch(int(chosen.algo.ctypes.data), a_ptr, b_ptr, c_ptr, c_ptr, self.stream)
+
+    def launch(
+        self, algo_ptr: int, a_ptr: int, b_ptr: int, c_ptr: int, d_ptr: int, stream: int
+    ) -> None:
+        """One cublasLtMatmul, D = op(A) @ op(B) + beta C (D shaped as C), asynchronous, nothing
+        checked: the caller has checked the algorithm's workspace and the pointers' alignment."""
+        a, b, c = self._layouts
         self.lt.matmul(
-            self.handle,
-            self._desc,
-            self.alpha.ctypes.data,
-            a_ptr,
-            a,
-            b_ptr,
-            b,
-            self.beta.ctypes.data,
-            c_ptr,
-            c,
-            c_ptr,
-            c,
-            chosen.algo.ctypes.data,
-            self.workspace.ptr if self.workspace is not None else 0,
-            self.workspace_bytes,
-            self.stream,
-        )
+            self.handle, self._desc, self._alpha_ptr, a_ptr, a, b_ptr, b, self._beta_ptr,
+            c_ptr, c, d_ptr, c, algo_ptr, self._workspace_ptr, self.workspace_bytes, stream,
+        )  # fmt: skip
 
     # ----- clean-up ------------------------------------------------------------------------------
     def close(self) -> None:
@@ -299,6 +340,7 @@ class LtGemm:
             self.lt.matmul_desc_destroy(self._desc)
             self._desc = None
         self.workspace = None
+        self._workspace_ptr = 0
 
     def __enter__(self) -> LtGemm:
         return self

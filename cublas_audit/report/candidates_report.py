@@ -11,6 +11,8 @@ from typing import Any
 
 import pandas as pd
 
+from cublas_audit.device.lt import ALGO_ATTRIBUTES
+from cublas_audit.planning.lt_enums import SPECS
 from cublas_audit.files import write_text_atomic
 from cublas_audit.judge.candidates import RULE, CandidateVerdicts, problem_name
 from cublas_audit.planning.cases import DEFAULT_WORKSPACE_BYTES
@@ -123,17 +125,6 @@ def _candidate_cells(row: pd.Series) -> list[str]:
 
 # What a candidates.csv value may be to enter the repro as an enum name or a number.
 _ENUM_NAME = re.compile(r"[A-Za-z0-9_]+")
-# The repro's algorithm attributes: (config attribute, candidates.csv column, enum, prefix).
-_REPRO_ATTRIBUTES = (
-    ("TILE_ID", "tile", "MatmulTile", "TILE_"),
-    ("STAGES_ID", "stages", "MatmulStages", "STAGES_"),
-    ("SPLITK_NUM", "split_k", "", ""),
-    ("REDUCTION_SCHEME", "reduction_scheme", "ReductionScheme", ""),
-    ("CTA_SWIZZLING", "cta_swizzling", "", ""),
-    ("CUSTOM_OPTION", "custom_option", "", ""),
-    ("INNER_SHAPE_ID", "inner_shape", "", ""),
-    ("CLUSTER_SHAPE_ID", "cluster_shape", "ClusterShape", "SHAPE_"),
-)
 _REPRO = """\
 import cupy as cp, numpy as np, nvmath
 from nvmath.bindings import cublas, cublasLt as lt
@@ -217,7 +208,7 @@ def repro(row: pd.Series) -> str:
 
 def _repro_settings(row: pd.Series) -> list[str]:
     lines = []
-    for attribute, column, enum, prefix in _REPRO_ATTRIBUTES:
+    for attribute, column in ALGO_ATTRIBUTES:
         value = row[column]
         if pd.isna(value):
             continue  # this cuBLASLt did not report it: leave the algo's initial value
@@ -225,7 +216,8 @@ def _repro_settings(row: pd.Series) -> list[str]:
         if not _ENUM_NAME.fullmatch(text):
             lines.append(f"# {attribute}: not set, {visible(text)!r} is not a plain name or number")
             continue  # a table value never becomes code
-        if enum and not text.isdigit():
-            text = f"lt.{enum}.{prefix}{text}"
+        spec = SPECS.get(column)
+        if spec and not text.isdigit():
+            text = f"lt.{spec.nvmath_enum}.{spec.nvmath_prefix}{text}"
         lines.append(f"set_(C.{attribute}, {text})")
     return lines

@@ -57,6 +57,12 @@ class GemmProblem:
         return len(self.a_strides) == 3
 
     @property
+    def swapped(self) -> bool:
+        """Whether cuBLAS's A is torch's B (the row-major output read as column-major C^T):
+        always, but for a bmm whose output has N == 1 (baddbmm_out_cuda_impl)."""
+        return not self.batched or self.n != 1
+
+    @property
     def bias_epilogue(self) -> bool:
         """PyTorch's cuBLASLt path (isInputCompliesAddmmCudaLt): addmm (so linear) with a
         contiguous vector of N values, beta 1, every dimension above 1, a real float dtype."""
@@ -95,7 +101,7 @@ class GemmProblem:
     def _batched_operands(self) -> tuple[int, int, _Layout, _Layout]:
         """baddbmm_out_cuda_impl: the fresh [batch, M, N] output is read as column-major (no
         swap) when N == 1, else as row-major, which swaps the operands."""
-        swap = self.n != 1
+        swap = self.swapped
         a_dims, b_dims = (self.batch, self.m, self.k), (self.batch, self.k, self.n)
         if swap:
             m, n = self.n, self.m
