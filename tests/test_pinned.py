@@ -197,19 +197,19 @@ FAKE_LT = types.SimpleNamespace(MatmulTile=_Tile)
 
 
 def test_enum_names_and_bare_numbers_become_cublaslts_numbers() -> None:
-    assert attribute_number(FAKE_LT, FP32_PIN, "tile", "MatmulTile", "TILE_") == 18
-    assert attribute_number(FAKE_LT, FP32_PIN_NUMBERS, "tile", "MatmulTile", "TILE_") == 18
-    assert attribute_number(FAKE_LT, FP32_PIN, "split_k", "", "") == 2
+    assert attribute_number(FAKE_LT, FP32_PIN, "tile") == 18
+    assert attribute_number(FAKE_LT, FP32_PIN_NUMBERS, "tile") == 18
+    assert attribute_number(FAKE_LT, FP32_PIN, "split_k") == 2
     # an enum this binding lacks: a number still goes through, a name cannot
-    assert attribute_number(FAKE_LT, BF16_PIN, "cluster_shape", "ClusterShape", "SHAPE_") == 5
+    assert attribute_number(FAKE_LT, BF16_PIN, "cluster_shape") == 5
     with pytest.raises(PinRefused, match=r"'AUTO' is not a number \(this nvmath has no Cluster"):
-        attribute_number(FAKE_LT, FP32_PIN, "cluster_shape", "ClusterShape", "SHAPE_")
+        attribute_number(FAKE_LT, FP32_PIN, "cluster_shape")
 
 
 def test_an_unknown_tile_name_is_refused_in_one_line() -> None:
     with pytest.raises(PinRefused) as refused:
         pin = replace(FP32_PIN, tile="NOT_A_TILE")
-        attribute_number(FAKE_LT, pin, "tile", "MatmulTile", "TILE_")
+        attribute_number(FAKE_LT, pin, "tile")
     assert "tile 'NOT_A_TILE' is not a name of nvmath's MatmulTile" in str(refused.value)
     assert "algo 20, tile NOT_A_TILE" in str(refused.value)
     assert "\n" not in str(refused.value)

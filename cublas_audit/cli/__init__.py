@@ -11,7 +11,7 @@ from typing import Annotated, Any
 import typer
 from typer.core import TyperArgument, TyperCommand
 
-from cublas_audit.cli import candidates, machine, measure, read
+from cublas_audit.cli import candidates, fix, machine, measure, read
 from cublas_audit.cli.exit_codes import INTERNAL_ERROR, INTERRUPTED, exit_codes
 
 __all__ = ["INTERNAL_ERROR", "INTERRUPTED", "app", "exit_codes"]
@@ -78,6 +78,8 @@ _COMMANDS = (
     ("diff", read.diff_command),
     ("shapes", read.shapes_command),
     ("map", measure.map_command),
+    ("fix", fix.fix_command),
+    ("verify", fix.verify_command),
 )
 for _name, _command in _COMMANDS:
     app.command(_name, cls=_Command)(_command)

@@ -88,3 +88,10 @@ def lt_enums() -> dict[str, LtEnum]:
 def enum_number(column: str, name: str) -> int:
     """The cuBLASLt number of a table name: enum_number('stages', '8x5') == 28."""
     return lt_enums()[column].number(name)
+
+
+def check_pin_names(names: Mapping[str, str]) -> None:
+    """Every enum attribute of a pin (column -> table name) one this cuBLASLt table knows: a
+    hand-edited tile is one AuditError before any GPU work."""
+    for column, name in names.items():
+        lt_enums()[column].number(name)

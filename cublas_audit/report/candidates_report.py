@@ -12,10 +12,10 @@ from typing import Any
 import pandas as pd
 
 from cublas_audit.device.lt import ALGO_ATTRIBUTES
-from cublas_audit.planning.lt_enums import SPECS
 from cublas_audit.files import write_text_atomic
 from cublas_audit.judge.candidates import RULE, CandidateVerdicts, problem_name
 from cublas_audit.planning.cases import DEFAULT_WORKSPACE_BYTES
+from cublas_audit.planning.lt_enums import SPECS
 from cublas_audit.planning.modes import mode as mode_of
 from cublas_audit.report.markdown import md_fence, md_table, md_text, visible
 from cublas_audit.table import rundir

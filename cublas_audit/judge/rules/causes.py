@@ -19,11 +19,11 @@ another row, with no padded problem of its own, is stated in that row's finding,
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import pandas as pd
 
-from cublas_audit.judge.finding import Finding, of_group
+from cublas_audit.judge.finding import Finding, of_group, with_compared
 from cublas_audit.judge.rules.frame import RuleContext, call_of, dispatched
 from cublas_audit.judge.rules.occupancy import ctas
 from cublas_audit.judge.timed_rows import judged_time, pair_verdict, time_words
@@ -241,12 +241,9 @@ def _finding(
     best = max(faster, key=lambda m: m.ratio)  # the proof: the most the call gains
     severity = "high" if best.ratio >= high_ratio else "medium"
     finding = of_group("unaligned-operand", severity, group, message, _work(best.variant))
-    return _with_effect(finding, best.ratio)
-
-
-def _with_effect(finding: Finding, ratio: float) -> Finding:
-    """The share of the call's time the fix gives back: what the report ranks proof by."""
-    return replace(finding, effect=round(1 - 1 / ratio, 4))
+    # the share of the call's time the fix gives back (what the report ranks proof by), and the
+    # row that proves it (what `fix` turns into a shape change)
+    return with_compared(finding, best.variant.row.name, 1 - 1 / best.ratio)
 
 
 _WORK = (

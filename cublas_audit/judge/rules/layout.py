@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from cublas_audit.judge.finding import Finding, of_group
+from cublas_audit.judge.finding import Finding, of_group, with_compared
 from cublas_audit.judge.rules.frame import RuleContext, measured
 from cublas_audit.judge.timed_rows import column, judged_time, pair_verdict, time_words
 from cublas_audit.judge.verdicts import Verdict
@@ -45,7 +45,9 @@ def layout_penalty(ctx: RuleContext) -> list[Finding]:
                 "once, outside the hot loop), or take that layout's algorithm through cuBLASLt."
             )
             severity = "high" if row["ratio"] >= t.high_ratio * t.layout_penalty_ratio else "medium"
-            found.append(of_group("layout-penalty", severity, slow.loc[[index]], message, work))
+            finding = of_group("layout-penalty", severity, slow.loc[[index]], message, work)
+            # the measured layout is the proof and the fix: `fix` reads it as `compared`
+            found.append(with_compared(finding, best.name, 1 - 1 / float(row["ratio"])))
     return found
 
 

@@ -1,0 +1,126 @@
+"""The `fix` job: runs (sweeps with candidates, maps with follow-up, candidate audits, candidates
+tables) -> judged once -> the fixes of their confirmed findings -> fix.json, the PyTorch TunableOp
+results file and fix.md, written together into one directory.
+
+A map's own findings compare neighbours; the measured alternatives live in its follow-up, so a
+map directory is read through its follow-up/. Nothing is written when an input is bad, and no
+output replaces an input.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from cublas_audit.errors import AuditError
+from cublas_audit.files import never_replacing, write_text_atomic
+from cublas_audit.jobs.reports import recorded_verdicts
+from cublas_audit.judge.audited import audit_dataset
+from cublas_audit.judge.candidates import judge_candidates
+from cublas_audit.judge.fixes import fix_set, fixes_of, pin_fixes, stamp_of
+from cublas_audit.judge.thresholds import Thresholds, with_overrides
+from cublas_audit.planning.cases import read_plan
+from cublas_audit.report.output import input_files
+from cublas_audit.table import rundir
+from cublas_audit.table.candidates_table import read_candidates
+from cublas_audit.table.fix_file import FIX_FILE, KINDS, Fix, FixSet, Stamp, write_fix_file
+from cublas_audit.table.inputs import load_run
+
+Echo = Callable[..., None]
+Stamped = tuple[Stamp, Sequence[Fix], str]
+
+
+@dataclass(frozen=True)
+class FixJob:
+    inputs: Sequence[Path]
+    out: Path | None = None  # a directory; default: the one input run directory
+    torch_version: str | None = None
+    thresholds: Sequence[str] = field(default_factory=list)
+
+
+def collect(inputs: Sequence[Path], thresholds: Thresholds | None = None) -> FixSet:
+    """The fixes of every input, under the one machine they were all measured on."""
+    if not inputs:
+        raise AuditError("name at least one run directory or candidates table")
+    limits = thresholds or Thresholds()
+    return fix_set([_fixes_of_input(Path(path), limits) for path in inputs])
+
+
+def _fixes_of_input(path: Path, limits: Thresholds) -> Stamped:
+    if not path.exists():
+        raise AuditError(f"{path}: no such file or directory")
+    if path.is_file():  # a bare candidates table: no machine recorded beside it
+        verdicts = judge_candidates(read_candidates(path), limits.candidate_gap_pct / 100)
+        return stamp_of({}, verdicts.frame), pin_fixes(verdicts, str(path)), str(path)
+    deep = path / rundir.FOLLOW_UP_DIR
+    if (deep / rundir.TABLE_FILE).exists():
+        return _fixes_of_input(deep, limits)
+    env = rundir.read_env(path)
+    if not (path / rundir.TABLE_FILE).exists():
+        if not (path / rundir.CANDIDATES_FILE).exists():
+            raise AuditError(
+                f"{path}: neither a dispatch table nor a candidate audit (a map needs "
+                "--follow-up to measure alternatives)"
+            )
+        verdicts = recorded_verdicts(path, read_candidates(path), limits.candidate_gap_pct / 100)
+        return stamp_of(env, verdicts.frame), pin_fixes(verdicts, str(path)), str(path)
+    audited = audit_dataset(load_run(path), limits)
+    plan_file = path / rundir.PLAN_FILE
+    plan = {case.case_id: case for case in read_plan(plan_file)} if plan_file.exists() else {}
+    stamp = stamp_of(env, audited.dataset.frame, audited.dataset.gpu_label)
+    return stamp, fixes_of(audited, plan), str(path)
+
+
+def out_dir(job: FixJob) -> Path:
+    """--out, else the one input run directory (its fixes beside its report)."""
+    if job.out is not None:
+        return job.out
+    if len(job.inputs) == 1 and Path(job.inputs[0]).is_dir():
+        return Path(job.inputs[0])
+    raise AuditError("--out DIR: where to write the fixes of several inputs (or of a table)")
+
+
+FIX_REPORT = "fix.md"
+
+
+def write_fix_files(fixes: FixSet, target: Path, torch_version: str | None) -> list[Path]:
+    """fix.json, the TunableOp file (where a torch version is known: TunableOp reads only a file
+    of its own version) and fix.md into `target`; returns their paths."""
+    from cublas_audit.report.fix_report import render_fix_report
+    from cublas_audit.report.tunableop import tunableop_export, write_tunableop
+
+    written = [write_fix_file(fixes, target / FIX_FILE)]
+    export, why_not = None, ""
+    try:
+        export = tunableop_export(fixes, torch_version)
+    except AuditError as exc:  # no torch known: the pins still hold, fix.json and C carry them
+        why_not = str(exc)
+    if export is not None:
+        written.append(write_tunableop(export, target))
+    report = render_fix_report(fixes, export, target, why_not)
+    written.append(write_text_atomic(target / FIX_REPORT, report))
+    return written
+
+
+def summary_line(fixes: FixSet) -> str:
+    kinds = {kind: sum(fix.kind == kind for fix in fixes.fixes) for kind in KINDS}
+    counted = ", ".join(f"{count} {kind}" for kind, count in kinds.items() if count)
+    if not fixes.fixes:
+        return "fix: no confirmed finding with a measured faster alternative, so no fix"
+    best = max(fixes.fixes, key=lambda fix: fix.speedup)
+    return (
+        f"fix: {len(fixes.fixes)} fixes ({counted}), the largest {best.speedup:.2f}x on "
+        f"{best.problem.name}; proven on {fixes.stamp.words()}"
+    )
+
+
+def run(job: FixJob, echo: Echo) -> FixSet:
+    target = out_dir(job)
+    fixes = collect(job.inputs, with_overrides(job.thresholds))
+    with never_replacing(input_files(list(job.inputs))):
+        target.mkdir(parents=True, exist_ok=True)
+        for path in write_fix_files(fixes, target, job.torch_version):
+            echo(f"fix: {path}")
+    echo(summary_line(fixes))
+    return fixes

@@ -1,0 +1,142 @@
+"""Fix selection (judge.fixes) and fix.json (table.fix_file) on real runs recorded on the H100.
+
+The follow-up of the FP32 map (reports/h100/maps/20261124-003639-fp32-64-8192/follow-up) confirmed
+two better candidates: fp32 1856^3 batch 8, default algo 55 tile 64x64 at 2.31467 ms against
+candidate #2 (algo 55, tile 128x128, stages 8x3) at 2.08907 ms, 1.108x then 1.113x; and
+2112^3 batch 8. Its other problems' candidates did not beat their default twice.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from cublas_audit.errors import AuditError
+from cublas_audit.jobs.fix import collect
+from cublas_audit.table.fix_file import (
+    FixSet,
+    Problem,
+    from_json,
+    read_fix_file,
+    to_json,
+    write_fix_file,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+MAP = ROOT / "reports/h100/maps/20261124-003639-fp32-64-8192"
+H100_BATCHED = ROOT / "reports/h100/20261123-145452-batched"
+H200_BATCHED = ROOT / "reports/h200/20261123-083048-batched"
+
+
+@pytest.fixture(scope="module")
+def map_fixes() -> FixSet:
+    return collect([MAP])
+
+
+def test_a_map_is_fixed_through_its_follow_up_and_only_confirmed_gaps_get_a_fix(
+    map_fixes: FixSet,
+) -> None:
+    assert [fix.id for fix in map_fixes.fixes] == [
+        "fp32.1856x1856x1856.b8.nn",
+        "fp32.2112x2112x2112.b8.nn",
+    ]
+    assert map_fixes.sources == (str(MAP / "follow-up"),)
+
+
+def test_a_pin_carries_the_best_candidates_attributes_and_both_rounds(map_fixes: FixSet) -> None:
+    fix = map_fixes.fixes[0]
+    assert fix.kind == "pin" and fix.pin is not None
+    assert (fix.pin.algo_id, fix.pin.tile, fix.pin.stages, fix.pin.split_k) == (
+        55,
+        "128x128",
+        "8x3",
+        1,
+    )
+    assert (fix.default.ms, fix.fixed.ms) == (2.31467, 2.08907)
+    assert fix.speedup == pytest.approx(1.108, abs=1e-3)
+    assert fix.confirm_speedup == pytest.approx(1.113, abs=1e-3)
+    assert fix.timing == "call"  # a table of schema 1 timed calls with events
+    assert "candidate #2" in fix.change
+
+
+def test_a_table_without_layout_columns_says_the_layout_is_unknown(map_fixes: FixSet) -> None:
+    problem = map_fixes.fixes[0].problem
+    assert not problem.layout_known
+    assert (problem.transa, problem.transb, problem.lda, problem.ldb) == ("n", "n", 1856, 1856)
+    assert problem.stride_a == 1856 * 1856
+
+
+def test_the_stamp_is_the_machine_env_json_recorded(map_fixes: FixSet) -> None:
+    stamp = map_fixes.stamp
+    assert (stamp.gpu_name, stamp.cc, stamp.cublas_version, stamp.driver_version) == (
+        "NVIDIA H100 80GB HBM3",
+        "9.0",
+        "13.1.0",
+        "580.159.04",
+    )
+
+
+def test_runs_of_two_machines_are_refused_in_one_fix_file() -> None:
+    with pytest.raises(AuditError, match="different machines"):
+        collect([H100_BATCHED, H200_BATCHED])
+
+
+def test_a_fix_file_round_trips(map_fixes: FixSet, tmp_path: Path) -> None:
+    path = write_fix_file(map_fixes, tmp_path / "fix.json")
+    assert read_fix_file(path) == map_fixes
+    data = json.loads(path.read_text())
+    assert data["schema_version"] == 1 and data["fixes"][0]["speedup"] == pytest.approx(1.1080)
+
+
+def _edited(fixes: FixSet, change: dict[str, object], where: str = "problem") -> dict[str, object]:
+    data = json.loads(json.dumps(to_json(fixes)))
+    data["fixes"][0][where].update(change)
+    return data
+
+
+@pytest.mark.parametrize(
+    ("change", "where", "words"),
+    [
+        ({"lda": 100}, "problem", "smaller than the 1856 rows"),
+        ({"stride_b": 7}, "problem", "stride_b do not describe one cuBLAS call"),
+        ({"m": 0}, "problem", "m 0 is not in 1.."),
+        ({"mode": "fp64x"}, "problem", "mode 'fp64x' is not one of"),
+        ({"algo_id": "55"}, "pin", "algo_id: '55' is not a int"),
+        ({"ms": 0}, "fixed", "ms 0 is not a positive time"),
+        ({"color": 1}, "pin", "unknown field 'color'"),
+    ],
+)
+def test_a_hand_edited_fix_is_refused_naming_what_is_wrong(
+    map_fixes: FixSet, change: dict[str, object], where: str, words: str
+) -> None:
+    with pytest.raises(ValueError, match=words):
+        from_json(_edited(map_fixes, change, where))
+
+
+def test_a_truncated_or_foreign_file_is_one_line_naming_it(
+    map_fixes: FixSet, tmp_path: Path
+) -> None:
+    text = json.dumps(to_json(map_fixes))
+    cut = tmp_path / "cut.json"
+    cut.write_text(text[: len(text) // 2])
+    with pytest.raises(AuditError, match="cut.json: not a fix file: not valid JSON"):
+        read_fix_file(cut)
+    newer = tmp_path / "newer.json"
+    newer.write_text(json.dumps({**json.loads(text), "schema_version": 2}))
+    with pytest.raises(AuditError, match="schema_version 2 is not 1"):
+        read_fix_file(newer)
+
+
+def test_problem_of_a_trace_linear_keeps_its_layout() -> None:
+    """F.linear of x [4, 2048] and an LM head w [32000, 2048] is cuBLAS tn 32000x4x2048 with lda
+    = ldb = 2048 and ldc = 32000: the row torch 2.14.1's TunableOp wrote for that model
+    (tests/fixtures/tunableop: tn_32000_4_2048_ld_2048_2048_32000)."""
+    from cublas_audit.planning.cases import Case
+
+    problem = Problem.of_case(Case("cublasLt", "fp32", 32000, 4, 2048, 1, transa="t"))
+    assert (problem.lda, problem.ldb, problem.ldc) == (2048, 2048, 32000)
+    assert problem.case().case_id == "cublasLt.fp32.32000x4x2048.b1.tn"
+    assert dataclasses.replace(problem, lda=2056).case().lda == 2056
