@@ -82,6 +82,7 @@ def candidates_command(
     probe_python: ProbePython = None,
     cublas_lib: CublasLib = None,
     probe_env: ProbeEnv = None,
+    fix: opt.Fix = False,
 ) -> None:
     """Time every algorithm cuBLASLt's heuristic offers: is its default the fastest?"""
     from cublas_audit.judge.candidates import judge_candidates
@@ -107,6 +108,8 @@ def candidates_command(
     }
     probe = opt.Probe(probe_python, cublas_lib, probe_env)
     spread = opt.spread(devices, False, allow_mixed, resume)
+    if fix and out is None and resume is None:
+        raise AuditError("--fix needs --out DIR: the fixes are written beside the audit")
     if spread is not None:
         frame, gap = _on_devices(case_list, out, resume, probe, settings, spread)
     elif resume is not None:
@@ -123,6 +126,11 @@ def candidates_command(
         opt.print_json({"candidates": frame_records(frame), "findings": verdicts.flagged})
     else:
         typer.echo(render_markdown(verdicts))
+    if fix:
+        written = resume or out
+        assert written is not None
+        machine = None if spread is not None else _machine()
+        opt.write_fixes(written, machine)
 
 
 def candidate_gap(items: list[str]) -> float:
@@ -155,6 +163,13 @@ def candidate_gap(items: list[str]) -> float:
             )
         gap = limits.candidate_gap_pct / 100
     return gap
+
+
+def _machine() -> dict[str, Any]:
+    """This process's GPU, cuBLAS and driver: the stamp of an audit run here (no env.json)."""
+    from cublas_audit.observe import environment
+
+    return environment.collect().to_json()
 
 
 def _here(case_list: list[Case], out: Path | None, settings: dict[str, Any]) -> pd.DataFrame:

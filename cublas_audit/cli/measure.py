@@ -94,6 +94,7 @@ def sweep_command(
     devices: Devices = None,
     replicate: Replicate = False,
     allow_mixed: AllowMixed = False,
+    fix: opt.Fix = False,
 ) -> None:
     """Run cuBLAS / cuBLASLt calls across sizes under ncu and write a dispatch table."""
     from cublas_audit.jobs.measure import sweep
@@ -123,18 +124,19 @@ def sweep_command(
         observer=Observer.parse(observer),
     )
     spread = opt.spread(devices, replicate, allow_mixed, resume)
+    if fix and replicate:
+        raise AuditError("--fix takes one run's fixes; a replicated run has one per unit")
     if spread is not None:
         from cublas_audit.jobs.measure import sweep_on_devices
 
-        multi = with_progress(lambda bars: sweep_on_devices(options, spread, bars.for_gpu))
-        if multi.frame is not None:
-            typer.echo(summary(multi.frame))
-        typer.echo(f"\nrun directory: {multi.run_dir}\nreport: {multi.report}")
-        return
-    result = with_progress(lambda bars: sweep(options, bars.hooks()))
+        result = with_progress(lambda bars: sweep_on_devices(options, spread, bars.for_gpu))
+    else:
+        result = with_progress(lambda bars: sweep(options, bars.hooks()))
     if result.frame is not None:
         typer.echo(summary(result.frame))
     typer.echo(f"\nrun directory: {result.run_dir}\nreport: {result.report}")
+    if fix:
+        opt.write_fixes(result.run_dir)
 
 
 @exit_codes
@@ -185,6 +187,7 @@ def map_command(
     devices: Devices = None,
     replicate: Replicate = False,
     allow_mixed: AllowMixed = False,
+    fix: opt.Fix = False,
 ) -> None:
     """Map which kernel cuBLAS dispatches over a dense grid of shapes (CUPTI, no counters needed):
     kernel switches, dispatch cliffs and size inversions, pictures; --follow-up goes deep."""
@@ -222,6 +225,8 @@ def map_command(
         observer=observed,
     )
     limit = follow_up_limit if follow_up else None
+    if fix and not follow_up:
+        raise AuditError("--fix needs --follow-up: a map's alternatives are measured there")
     spread = opt.spread(devices, replicate, allow_mixed, resume)
     result = with_progress(
         lambda bars: jobs.dispatch_map_run(
@@ -237,6 +242,8 @@ def map_command(
     typer.echo(f"\nrun directory: {result.run_dir}\nreport: {result.report}")
     if result.follow_up is not None:
         typer.echo(f"follow-up: {result.follow_up}")
+        if fix:
+            opt.write_fixes(result.run_dir)
 
 
 @exit_codes

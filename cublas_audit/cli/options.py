@@ -141,6 +141,14 @@ Replicate = Annotated[
         help="With --devices: run every case on every GPU and compare the units (units.md).",
     ),
 ]
+Fix = Annotated[
+    bool,
+    typer.Option(
+        "--fix",
+        help="Then write the fixes of its confirmed findings into the run directory: fix.json, "
+        "the TunableOp file (for the torch installed), fix.md (as `cublas-audit fix` does).",
+    ),
+]
 AllowMixed = Annotated[
     bool,
     typer.Option("--allow-mixed", help="With --devices: GPUs of different models, per model."),
@@ -282,3 +290,11 @@ def print_json(data: Any) -> None:
     from cublas_audit.table.dispatch import json_ready
 
     typer.echo(json.dumps(json_ready(data), indent=2, default=str, allow_nan=False))
+
+
+def write_fixes(run_dir: Path, env: dict[str, Any] | None = None) -> None:
+    """--fix: the finished run's fixes into its directory (`env`: the machine, where the run
+    wrote no env.json)."""
+    from cublas_audit.jobs import fix
+
+    fix.run(fix.FixJob([run_dir], run_dir, env=env), typer.echo)

@@ -9,9 +9,10 @@ output replaces an input.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from cublas_audit.errors import AuditError
 from cublas_audit.files import never_replacing, write_text_atomic
@@ -37,26 +38,32 @@ class FixJob:
     out: Path | None = None  # a directory; default: the one input run directory
     torch_version: str | None = None
     thresholds: Sequence[str] = field(default_factory=list)
+    env: Mapping[str, Any] | None = None  # the machine, for a run that wrote no env.json
 
 
-def collect(inputs: Sequence[Path], thresholds: Thresholds | None = None) -> FixSet:
-    """The fixes of every input, under the one machine they were all measured on."""
+def collect(
+    inputs: Sequence[Path],
+    thresholds: Thresholds | None = None,
+    env: Mapping[str, Any] | None = None,
+) -> FixSet:
+    """The fixes of every input, under the one machine they were all measured on (`env`: that
+    machine, where an input has no env.json)."""
     if not inputs:
         raise AuditError("name at least one run directory or candidates table")
     limits = thresholds or Thresholds()
-    return fix_set([_fixes_of_input(Path(path), limits) for path in inputs])
+    return fix_set([_fixes_of_input(Path(path), limits, env or {}) for path in inputs])
 
 
-def _fixes_of_input(path: Path, limits: Thresholds) -> Stamped:
+def _fixes_of_input(path: Path, limits: Thresholds, given: Mapping[str, Any]) -> Stamped:
     if not path.exists():
         raise AuditError(f"{path}: no such file or directory")
     if path.is_file():  # a bare candidates table: no machine recorded beside it
         verdicts = judge_candidates(read_candidates(path), limits.candidate_gap_pct / 100)
-        return stamp_of({}, verdicts.frame), pin_fixes(verdicts, str(path)), str(path)
+        return stamp_of(given, verdicts.frame), pin_fixes(verdicts, str(path)), str(path)
     deep = path / rundir.FOLLOW_UP_DIR
     if (deep / rundir.TABLE_FILE).exists():
-        return _fixes_of_input(deep, limits)
-    env = rundir.read_env(path)
+        return _fixes_of_input(deep, limits, given)
+    env = rundir.read_env(path) or dict(given)
     if not (path / rundir.TABLE_FILE).exists():
         if not (path / rundir.CANDIDATES_FILE).exists():
             raise AuditError(
@@ -117,7 +124,7 @@ def summary_line(fixes: FixSet) -> str:
 
 def run(job: FixJob, echo: Echo) -> FixSet:
     target = out_dir(job)
-    fixes = collect(job.inputs, with_overrides(job.thresholds))
+    fixes = collect(job.inputs, with_overrides(job.thresholds), job.env)
     with never_replacing(input_files(list(job.inputs))):
         target.mkdir(parents=True, exist_ok=True)
         for path in write_fix_files(fixes, target, job.torch_version):
