@@ -30,6 +30,12 @@
 #               bf16 K=140 batch 8 problem packed (ldb 140: 280-byte rows), with ldb 144, and K padded
 #               to 144
 #               (benchmarks/shapes/k140.csv) into reports/<label>/checks/<timestamp>-k140/
+#   fix-loop    random FP32 and BF16 maps with --follow-up, `fix` of both (TunableOp rows for torch
+#               2.14.1) into reports/<label>/fixes/<timestamp>/, `verify` there, and
+#               examples/pinned_torch.py (a torch GEMM before and after through PinnedGemm)
+#   verify      `verify $VERIFY_FIX` (a fresh machine re-measuring a fix file), verify-fresh.json
+#   pinned      benchmarks/pinned_overhead.py: PinnedGemm's host time per call, eager and graph
+#   k140-layouts the bf16 K=140 batch 8 problem beside its padded and nt companions
 #   no-ncu      `sweep --batched` with no ncu to be found (a user and mount namespace hides
 #               /usr/local/cuda/bin and /opt/nvidia/nsight-compute; PATH without them)
 # What the steps made is packed into OUT/results.tgz after each step (without the binary .ncu-rep
@@ -138,6 +144,42 @@ for what in "$@"; do
         step k140 200 $py -m cublas_audit sweep --shapes-file benchmarks/shapes/k140.csv \
             --candidates --gpu-label "$label" --out "reports/$label/checks/$stamp-k140"
         made+=("reports/$label/traces/$stamp-llama" "reports/$label/checks/$stamp-k140")
+        ;;
+    fix-loop)
+        # From finding to fix (issue 31): random FP32 and BF16 maps with follow-up, their fixes
+        # in one file (TunableOp rows for torch 2.14.1), verified here, and a torch program's
+        # GEMM before and after through PinnedGemm.
+        fixes="reports/$label/fixes/$stamp"
+        for mode in fp32 bf16; do
+            axis=64:4096:64
+            [[ $mode == bf16 ]] && axis=64:8192:64
+            step "map-$mode" 240 $py -m cublas_audit map --m $axis --n $axis --k $axis \
+                --sample ${FIX_SAMPLE:-3000} --seed 1 --modes $mode --follow-up \
+                --follow-up-limit 12 --gpu-label "$label" --out "reports/$label/maps/$stamp-$mode-random"
+            made+=("reports/$label/maps/$stamp-$mode-random")
+        done
+        step fix 60 $py -m cublas_audit fix "reports/$label/maps/$stamp-fp32-random" \
+            "reports/$label/maps/$stamp-bf16-random" --torch-version 2.14.1 --out "$fixes"
+        step verify 240 $py -m cublas_audit verify "$fixes/fix.json"
+        step pinned-torch 150 $py examples/pinned_torch.py "$fixes/fix.json" \
+            --out "$fixes/pinned_torch.json"
+        made+=("$fixes")
+        ;;
+    verify)
+        # A fix file re-measured on a fresh machine: VERIFY_FIX names it.
+        step verify-fresh 300 $py -m cublas_audit verify "$VERIFY_FIX" \
+            --out "$(dirname "$VERIFY_FIX")/verify-fresh.json"
+        made+=("$(dirname "$VERIFY_FIX")")
+        ;;
+    pinned)
+        step pinned-overhead 200 $py benchmarks/pinned_overhead.py --out
+        made+=("benchmarks/results/pinned_overhead_$label.json")
+        ;;
+    k140-layouts)
+        step k140-layouts 200 $py -m cublas_audit sweep --batched --sizes "" \
+            --shapes 1024x1024x140 --batches 8 --modes bf16 --api cublas,cublasLt \
+            --gpu-label "$label" --out "reports/$label/checks/$stamp-k140-layouts"
+        made+=("reports/$label/checks/$stamp-k140-layouts")
         ;;
     gpu-tests)
         step gpu-tests 240 $py -m pytest -q -m gpu -n 0 -p no:cacheprovider ${GPU_TESTS:-}
