@@ -12,7 +12,7 @@ from typing import Any
 import pandas as pd
 
 from cublas_audit.files import write_text_atomic
-from cublas_audit.judge.candidates import RULE, CandidateVerdicts, problem_name
+from cublas_audit.judge.candidates import LAYOUT_UNKNOWN, RULE, CandidateVerdicts, problem_name
 from cublas_audit.planning.cases import DEFAULT_WORKSPACE_BYTES
 from cublas_audit.planning.modes import mode as mode_of
 from cublas_audit.report.markdown import md_fence, md_table, md_text, visible
@@ -35,6 +35,15 @@ TABLE_COLUMNS = {
     "tflops": "TFLOP/s",
     "rank": "rank",
 }
+# Said of an audit whose every row predates layouts (candidates.csv version 1).
+VERSION_1_NOTE = (
+    f"This audit predates layouts (candidates.csv version 1): {LAYOUT_UNKNOWN}. Each problem was "
+    "timed as packed nn, whatever its sweep's case was, on call time (CUDA events)."
+)
+BASIS_NOTE = (
+    "Times are each case's basis: `kernel` (CUPTI kernel-only time, where every timed candidate "
+    "has one) or `call` (CUDA events around the call, which include its launch overhead)."
+)
 
 
 def write_candidates_run_report(run_dir: Path, verdicts: CandidateVerdicts) -> Path:
@@ -48,13 +57,16 @@ def render_markdown(verdicts: CandidateVerdicts, level: int = 2) -> str:
     """The report section, its heading at `level`: a summary of every case, then each flagged
     case's table and repro one level below."""
     frame = verdicts.frame
+    known = bool((verdicts.summary["layout"] != LAYOUT_UNKNOWN).any())
     lines = [
         f"{'#' * level} cuBLASLt heuristic candidates",
         "",
         f"`left on table` = default time / best candidate time; a case is flagged when both the "
         f"audit round and a second, independent round show at least {1 + verdicts.threshold:.2f}x.",
         "",
-        _summary_table(verdicts.summary),
+        BASIS_NOTE if known else VERSION_1_NOTE,
+        "",
+        _summary_table(verdicts.summary, known),
     ]
     for finding in verdicts.flagged:
         rows = frame[frame["case_id"] == finding["evidence"][0]["case_id"]]
@@ -62,24 +74,30 @@ def render_markdown(verdicts: CandidateVerdicts, level: int = 2) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _summary_table(summary: pd.DataFrame) -> str:
+def _summary_table(summary: pd.DataFrame, known: bool) -> str:
+    """One row per case; where any case says its layout (version 2), each case's layout and
+    timing basis too."""
     body = []
     for row in summary.to_dict("records"):
         flagged = row["flagged"]
+        case = f"{row['mode']} {row['m']}x{row['n']}x{row['k']} b{row['batch']}"
+        times = [_fmt(row["default_ms"], ".4g"), _fmt(row["best_ms"], ".4g")]
+        if known:
+            times.append(md_text(plain(row["timing_basis"]) or ""))
         body.append(
             [
-                md_text(f"{row['mode']} {row['m']}x{row['n']}x{row['k']} b{row['batch']}"),
+                md_text(f"{case} {row['layout']}" if known else case),
                 row["candidates"],
                 row["correct"],
                 plain(row["default_rank"]),
-                _fmt(row["default_ms"], ".4g"),
-                _fmt(row["best_ms"], ".4g"),
+                *times,
                 _fmt(row["left_on_table"], ".2f"),
                 _fmt(row["confirm_left_on_table"], ".2f"),
                 RULE if flagged else md_text(row["reason"] if row["status"] == "skipped" else ""),
             ]
         )
     headers = ["case", "candidates", "correct", "default rank", "default ms", "best ms"]
+    headers += ["basis"] if known else []
     headers += ["left on table", "confirmed", "finding"]
     return md_table(headers, body)
 
@@ -90,12 +108,15 @@ def _fmt(value: Any, spec: str) -> str:
 
 def _flagged_section(finding: Mapping[str, Any], rows: pd.DataFrame, level: int) -> list[str]:
     best = rows.loc[finding["rows"][1]]
+    columns = _table_columns(rows)
     return [
         f"{'#' * level} {RULE}: {md_text(problem_name(rows.iloc[0]))}",
         "",
         md_text(finding["message"]) + ".",
         "",
-        md_table(list(TABLE_COLUMNS.values()), [_candidate_cells(r) for _, r in rows.iterrows()]),
+        md_table(
+            list(columns.values()), [_candidate_cells(r, columns) for _, r in rows.iterrows()]
+        ),
         "",
         "Standalone repro (cupy + nvmath-python): the default algorithm against this candidate,",
         "its attributes set through the cuBLASLt API.",
@@ -104,13 +125,25 @@ def _flagged_section(finding: Mapping[str, Any], rows: pd.DataFrame, level: int)
     ]
 
 
+def _table_columns(rows: pd.DataFrame) -> dict[str, str]:
+    """TABLE_COLUMNS, with the kernel-only time beside the call's where the case traced any."""
+    if rows["kernel_ms"].isna().all():
+        return TABLE_COLUMNS
+    columns = {}
+    for column, header in TABLE_COLUMNS.items():
+        columns[column] = header
+        if column == "time_ms":
+            columns["kernel_ms"] = "kernel ms"
+    return columns
+
+
 # How each candidate column reads in the flagged case's table.
-_CELL_FORMATS = {"time_ms": ".4g", "tflops": ".1f"}
+_CELL_FORMATS = {"time_ms": ".4g", "kernel_ms": ".4g", "tflops": ".1f"}
 
 
-def _candidate_cells(row: pd.Series) -> list[str]:
+def _candidate_cells(row: pd.Series, columns: Mapping[str, str]) -> list[str]:
     cells = []
-    for column in TABLE_COLUMNS:
+    for column in columns:
         value = plain(row[column])
         if column == "is_default":
             cells.append("yes" if value == 1 else "")

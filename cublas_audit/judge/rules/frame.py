@@ -109,10 +109,15 @@ def _variant(record: Mapping[Hashable, Any]) -> str:
     """Case.variant of a row's layout columns (a cuBLASLt case: it may carry every setting)."""
     if all(record[c] == default for c, default in LAYOUT_DEFAULTS.items()):
         return ""  # the common case, without building a Case
-    fields = {str(c): table_plain(v) for c, v in record.items()}
+    return Case("cublasLt", "fp32", 1, 1, 1, 1, **layout_fields(record)).variant
+
+
+def layout_fields(record: Mapping[Hashable, Any] | pd.Series) -> dict[str, Any]:
+    """A prepared row's layout columns (LAYOUT_DEFAULTS) as Case's fields."""
+    fields = {str(c): table_plain(record[c]) for c in LAYOUT_DEFAULTS}
     for flag in ("strided", "bias"):
         fields[flag] = bool(fields[flag])
-    return Case("cublasLt", "fp32", 1, 1, 1, 1, **fields).variant
+    return fields
 
 
 # Columns no rule reads (the stall breakdown, the other counters, provenance): the report shows
