@@ -25,7 +25,7 @@ from cublas_audit.errors import AuditError
 from cublas_audit.judge import candidates as cd
 from cublas_audit.judge.rules import prepare
 from cublas_audit.judge.rules.candidates import rows_of_problem
-from cublas_audit.planning.cases import DEFAULT_WORKSPACE_BYTES, read_plan
+from cublas_audit.planning.cases import DEFAULT_WORKSPACE_BYTES, Case, read_plan
 from cublas_audit.report import candidates_report
 from cublas_audit.table import candidates_table as ct
 from cublas_audit.table.dispatch import main_launches
@@ -61,7 +61,7 @@ def configurations() -> pd.DataFrame:
     return ct.read_candidates(RECORDED).set_index(["case_id", "candidate"])
 
 
-def plan_case(run: Path, case_id: str) -> object:
+def plan_case(run: Path, case_id: str) -> Case:
     return next(case for case in read_plan(run / "plan.json") if case.case_id == case_id)
 
 
@@ -79,7 +79,7 @@ def candidate(call: str, index: int, is_default: bool, confirm: bool = False) ->
         "gpu_label": "h100",
         "case_id": PROBLEM,
         **{key: row[key] for key in ("mode", "m", "n", "k", "batch")},
-        **ct.problem_columns(plan_case(TRACED, PROBLEM), DEFAULT_WORKSPACE_BYTES),  # type: ignore[arg-type]
+        **ct.problem_columns(plan_case(TRACED, PROBLEM), DEFAULT_WORKSPACE_BYTES),
         **configurations().loc[(PROBLEM, index), CONFIGURATION].to_dict(),
         "candidate": index,
         "is_default": int(is_default),
@@ -236,8 +236,8 @@ def posed() -> pd.DataFrame:
     rows = v1[v1["case_id"] == "cublasLt.bf16.1536x1024x512.b1.nn"]
     upgraded = rows.assign(
         schema_version=ct.SCHEMA_VERSION,
-        case_id=case.case_id,  # type: ignore[attr-defined]
-        **ct.problem_columns(case, DEFAULT_WORKSPACE_BYTES),  # type: ignore[arg-type]
+        case_id=case.case_id,
+        **ct.problem_columns(case, DEFAULT_WORKSPACE_BYTES),
     )
     return ct.from_records(upgraded.to_dict("records"))
 
@@ -315,3 +315,16 @@ def test_a_mapped_case_finds_the_audit_of_its_own_problem(posed: pd.DataFrame) -
     for row in (linear, with_bias):
         found = audit_of(row, offered)
         assert found is not None and found["case_id"] == "cublasLt.bf16.1536x1024x512.b1.nn"
+
+
+def test_the_progress_line_names_layout_and_basis(loop_against_batched: pd.DataFrame) -> None:
+    from cublas_audit.device.candidate_audit import _progress_line
+
+    case = plan_case(TRACED, PROBLEM)
+    rows = loop_against_batched.to_dict("records")
+    line = _progress_line(case, rows)
+    assert line.startswith(f"{PROBLEM} (nn): 2 candidates, 2 correct, default rank 2,")
+    assert line.endswith("left on table 3.992 on kernel time")
+    v1 = ct.read_candidates(RECORDED)
+    line = _progress_line(case, v1[v1["case_id"] == PROBLEM].to_dict("records"))
+    assert "(layout unknown)" in line and line.endswith("on call time")
