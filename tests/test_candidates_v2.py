@@ -328,3 +328,48 @@ def test_the_progress_line_names_layout_and_basis(loop_against_batched: pd.DataF
     v1 = ct.read_candidates(RECORDED)
     line = _progress_line(case, v1[v1["case_id"] == PROBLEM].to_dict("records"))
     assert "(layout unknown)" in line and line.endswith("on call time")
+
+
+# ----- the repro poses the problem the audit timed -----------------------------------------------
+def test_the_repro_poses_a_transposed_problem_with_bias(posed: pd.DataFrame) -> None:
+    from cublas_audit.report.lt_repro import repro
+
+    code = repro(posed.iloc[0])
+    compile(code, "repro.py", "exec")
+    assert "# column-major, tn bias" in code
+    # A stored k x m (512 rows of 1536 columns), B packed k x n: (entries, columns, ld)
+    assert "a, b = rand((1, 1536, 512)), rand((1, 1024, 512))" in code
+    assert "la, lb, lc = layout(512, 1536, 512, 786432), layout(512, 1024, 512, 524288)" in code
+    assert "set_desc(lt.MatmulDescAttribute.TRANSA, 1)" in code
+    assert "TRANSB" not in code and "BATCH_COUNT" not in code  # one call, no batch
+    assert "set_desc(lt.MatmulDescAttribute.BIAS_POINTER, bias.data.ptr)" in code
+    assert "ws = cp.empty(33554432, cp.uint8)" in code
+
+
+def test_the_repro_of_a_version_1_row_is_the_packed_problem() -> None:
+    from cublas_audit.report.lt_repro import repro
+
+    v1 = ct.read_candidates(RECORDED)
+    code = repro(v1[v1["case_id"] == PROBLEM].iloc[5])
+    assert "# column-major, no transposes, strided batch" in code
+    assert "set_desc" not in code and "MIN_ALIGNMENT" not in code
+
+
+def test_the_repro_gives_cuBLASLt_the_alignment_a_batch_stride_allows(posed: pd.DataFrame) -> None:
+    """The trace's fp32 100x7x20000 nt as a batch of 4: B's entries lie 7 x 20000 floats apart
+    (560,000 bytes: 128-byte aligned), C's 700 floats (2,800 bytes: 16)."""
+    from cublas_audit.report.lt_repro import repro
+
+    case = Case("cublasLt", "fp32", 100, 7, 20000, 4, "n", "t")
+    row = posed.iloc[0].copy()
+    for column, value in {"mode": "fp32", "m": 100, "n": 7, "k": 20000, "batch": 4}.items():
+        row[column] = value
+    for column, value in ct.problem_columns(case, 4 * 2**20).items():
+        row[column] = value
+    code = repro(row)
+    compile(code, "repro.py", "exec")
+    assert "(('A', 256), ('B', 128), ('C', 16), ('D', 16))" in code
+    assert "layout(100, 20000, 100, 2000000), layout(7, 20000, 7, 140000)" in code
+    assert "set_(lt.MatrixLayoutAttribute.STRIDED_BATCH_OFFSET, stride)" in code
+    assert "set_desc(lt.MatmulDescAttribute.TRANSB, 1)" in code
+    assert "ws = cp.empty(4194304, cp.uint8)" in code

@@ -100,7 +100,7 @@ def _enum_value(name: str) -> int:
     return int(cublas.ComputeType[name])
 
 
-def _alignment(*values: int) -> int:
+def alignment(*values: int) -> int:
     """Largest power of two dividing every pointer / stride in bytes, at most MAX_ALIGNMENT."""
     combined = 0
     for value in values:
@@ -185,7 +185,7 @@ class LtGemm:
         names = ("A", "B", "C", "D")
         per_matrix = zip(names, (*self.ptrs, self.ptrs[2]), (*strides, strides[2]), strict=True)
         for name, ptr, stride in per_matrix:
-            self._set_pref(f"MIN_ALIGNMENT_{name}_BYTES", _alignment(ptr, stride))
+            self._set_pref(f"MIN_ALIGNMENT_{name}_BYTES", alignment(ptr, stride))
 
     def _set_desc(self, name: str, value: int) -> None:
         attr = self.lt.MatmulDescAttribute[name]

@@ -1,10 +1,9 @@
 """The candidate audit in Markdown: the summary of every case, each flagged case's candidates, and a
-standalone repro script (CuPy + nvmath-python) of the faster algorithm.
+standalone repro script (CuPy + nvmath-python) of the faster algorithm (report.lt_repro).
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -13,9 +12,8 @@ import pandas as pd
 
 from cublas_audit.files import write_text_atomic
 from cublas_audit.judge.candidates import LAYOUT_UNKNOWN, RULE, CandidateVerdicts, problem_name
-from cublas_audit.planning.cases import DEFAULT_WORKSPACE_BYTES
-from cublas_audit.planning.modes import mode as mode_of
-from cublas_audit.report.markdown import md_fence, md_table, md_text, visible
+from cublas_audit.report.lt_repro import repro
+from cublas_audit.report.markdown import md_fence, md_table, md_text
 from cublas_audit.table import rundir
 from cublas_audit.table.dispatch import plain
 
@@ -152,113 +150,3 @@ def _candidate_cells(row: pd.Series, columns: Mapping[str, str]) -> list[str]:
         else:
             cells.append("" if value is None else md_text(value))
     return cells
-
-
-# What a candidates.csv value may be to enter the repro as an enum name or a number.
-_ENUM_NAME = re.compile(r"[A-Za-z0-9_]+")
-# The repro's algorithm attributes: (config attribute, candidates.csv column, enum, prefix).
-_REPRO_ATTRIBUTES = (
-    ("TILE_ID", "tile", "MatmulTile", "TILE_"),
-    ("STAGES_ID", "stages", "MatmulStages", "STAGES_"),
-    ("SPLITK_NUM", "split_k", "", ""),
-    ("REDUCTION_SCHEME", "reduction_scheme", "ReductionScheme", ""),
-    ("CTA_SWIZZLING", "cta_swizzling", "", ""),
-    ("CUSTOM_OPTION", "custom_option", "", ""),
-    ("INNER_SHAPE_ID", "inner_shape", "", ""),
-    ("CLUSTER_SHAPE_ID", "cluster_shape", "ClusterShape", "SHAPE_"),
-)
-_REPRO = """\
-import cupy as cp, numpy as np, nvmath
-from nvmath.bindings import cublas, cublasLt as lt
-
-m, n, k, batch = {m}, {n}, {k}, {batch}  # column-major, no transposes, strided batch
-dtype, compute = nvmath.CudaDataType.{data_type}, cublas.ComputeType.{compute_type}
-def rand(shape):  # {storage} storage
-    x = cp.random.standard_normal(shape, dtype=cp.float32)
-    return {convert}
-a, b = rand((batch, k, m)), rand((batch, n, k))
-c = cp.empty((batch, n, m), dtype=a.dtype)
-h, desc = lt.create(), lt.matmul_desc_create(compute, nvmath.CudaDataType.CUDA_R_32F)
-def setter(set_fn, dtype_fn, obj):
-    def set_(attr, value):
-        v = np.array([value], dtype_fn(attr))
-        set_fn(obj, attr, v.ctypes.data, v.nbytes)
-    return set_
-def layout(rows, cols):
-    lay = lt.matrix_layout_create(dtype, rows, cols, rows)
-    set_ = setter(lt.matrix_layout_set_attribute, lt.get_matrix_layout_attribute_dtype, lay)
-    if batch > 1:
-        set_(lt.MatrixLayoutAttribute.BATCH_COUNT, batch)
-        set_(lt.MatrixLayoutAttribute.STRIDED_BATCH_OFFSET, rows * cols)
-    return lay
-la, lb, lc = layout(m, k), layout(k, n), layout(m, n)
-algo = np.zeros(1, lt.matmul_algo_dtype)
-lt.matmul_algo_init(h, compute, nvmath.CudaDataType.CUDA_R_32F, dtype, dtype, dtype, dtype,
-                    {algo_id}, algo.ctypes.data)
-set_ = setter(lt.matmul_algo_config_set_attribute, lt.get_matmul_algo_config_attribute_dtype,
-              algo.ctypes.data)
-C = lt.MatmulAlgoConfigAttribute
-{settings}
-ws = cp.empty({workspace}, cp.uint8)  # the workspace the audit allowed every algorithm
-pref = lt.matmul_preference_create()
-setter(lt.matmul_preference_set_attribute, lt.get_matmul_preference_attribute_dtype, pref)(
-    lt.MatmulPreferenceAttribute.MAX_WORKSPACE_BYTES, ws.nbytes)
-found, count = np.zeros(1, lt.matmul_heuristic_result_dtype), np.zeros(1, np.int32)
-lt.matmul_algo_get_heuristic(h, desc, la, lb, lc, lc, pref, 1, found.ctypes.data,
-                             count.ctypes.data)
-default = np.ascontiguousarray(found["algo"])  # the heuristic's pick: cuBLASLt's default
-alpha, beta = np.ones(1, np.float32), np.zeros(1, np.float32)
-def run(algo_ptr):
-    lt.matmul(h, desc, alpha.ctypes.data, a.data.ptr, la, b.data.ptr, lb, beta.ctypes.data,
-              c.data.ptr, lc, c.data.ptr, lc, algo_ptr, ws.data.ptr, ws.nbytes, 0)
-for name, ptr in (("default", default.ctypes.data), ("candidate", algo.ctypes.data)) * 2:
-    run(ptr)  # warm-up
-    start, stop = cp.cuda.Event(), cp.cuda.Event()
-    start.record()
-    for _ in range(20):
-        run(ptr)
-    stop.record()
-    stop.synchronize()
-    print(name, cp.cuda.get_elapsed_time(start, stop) / 20, "ms")
-"""
-
-
-def repro(row: pd.Series) -> str:
-    """A standalone script timing the default against this candidate's configuration."""
-    mode = str(row["mode"])
-    spec = mode_of(mode)
-    data_type, compute_type, storage = spec.data_type_name, spec.compute_type_name, spec.storage
-    convert = (
-        "(x.view(cp.uint32) >> 16).astype(cp.uint16)  # bf16 bits"
-        if storage == "uint16"
-        else f"x.astype(cp.{storage})"
-    )
-    return _REPRO.format(
-        m=int(row["m"]),
-        n=int(row["n"]),
-        k=int(row["k"]),
-        batch=int(row["batch"]),
-        data_type=data_type,
-        compute_type=compute_type,
-        storage=storage,
-        convert=convert,
-        algo_id=int(row["algo_id"]),
-        settings="\n".join(_repro_settings(row)),
-        workspace=DEFAULT_WORKSPACE_BYTES,
-    ).rstrip()
-
-
-def _repro_settings(row: pd.Series) -> list[str]:
-    lines = []
-    for attribute, column, enum, prefix in _REPRO_ATTRIBUTES:
-        value = row[column]
-        if pd.isna(value):
-            continue  # this cuBLASLt did not report it: leave the algo's initial value
-        text = str(value)
-        if not _ENUM_NAME.fullmatch(text):
-            lines.append(f"# {attribute}: not set, {visible(text)!r} is not a plain name or number")
-            continue  # a table value never becomes code
-        if enum and not text.isdigit():
-            text = f"lt.{enum}.{prefix}{text}"
-        lines.append(f"set_(C.{attribute}, {text})")
-    return lines
