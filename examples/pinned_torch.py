@@ -105,8 +105,11 @@ def main() -> None:
     runnable = [
         f
         for f in fixes.pins()
-        if f.problem.layout in ("nn", "tn") and not f.problem.batched and f.problem.mode in DTYPES
-        and not f.problem.bias and not f.problem.beta
+        if f.problem.layout in ("nn", "tn")
+        and not f.problem.batched
+        and f.problem.mode in DTYPES
+        and not f.problem.bias
+        and not f.problem.beta
     ]
     if not runnable:
         sys.exit(f"{args.fix_file}: no pin of a torch.mm / F.linear problem")

@@ -139,6 +139,7 @@ def candidates(cases: list[Case], run_dir: Path, args: argparse.Namespace) -> in
         journal=run_dir / CANDIDATE_RESULTS,
         started=lambda case_id: print(START_LINE + case_id, flush=True),
         finished=lambda case_id: print(DONE_LINE + case_id, flush=True),
+        trace=not os.environ.get(NO_CUPTI_ENV),  # --observer events: event times alone
     )
     return 0
 

@@ -122,7 +122,7 @@ def test_a_truncated_or_foreign_file_is_one_line_naming_it(
     text = json.dumps(to_json(map_fixes))
     cut = tmp_path / "cut.json"
     cut.write_text(text[: len(text) // 2])
-    with pytest.raises(AuditError, match="cut.json: not a fix file: not valid JSON"):
+    with pytest.raises(AuditError, match=r"cut\.json: not a fix file: not valid JSON"):
         read_fix_file(cut)
     newer = tmp_path / "newer.json"
     newer.write_text(json.dumps({**json.loads(text), "schema_version": 2}))

@@ -1,10 +1,15 @@
 """The measuring half of the candidate audit (judge.candidates: its table and verdicts).
 
-For each problem, every candidate the heuristic returns (up to a limit) is run once and its output
-compared with the default's, then the candidates that ran correctly are timed together (CUDA
-events, interleaved rounds, median); a second, independent timing round of the default and the
-best confirms or refutes a gap. Runs in the probe's child process (`--phase candidates`), so the
-sweep's --probe-python, --cublas-lib and --probe-env apply to it as to every other measurement.
+For each problem, posed exactly as the plan's case poses it (layout, leading dimensions,
+broadcast, beta, bias, workspace limit), every candidate the heuristic returns (up to a limit) is
+run once and its output compared with the default's, then the candidates that ran correctly are
+timed together (CUDA events, interleaved rounds, median) and traced with CUPTI for their
+kernel-only times where it can trace; a second, independent round of the default and the best
+confirms or refutes a gap, on the same basis. Each case is judged on its kernels' time where every
+timed candidate has one (table.candidates_table.timing_basis): a call's event time holds launch
+overhead that dilutes a short kernel's gap. Runs in the probe's child process
+(`--phase candidates`), so the sweep's --probe-python, --cublas-lib and --probe-env apply to it
+as to every other measurement.
 """
 
 from __future__ import annotations
@@ -21,8 +26,8 @@ from typing import IO, Any
 
 import pandas as pd
 
+from cublas_audit.device import kernel_trace, lt, operands, timing
 from cublas_audit.device import launchers as launch
-from cublas_audit.device import lt, operands, timing
 from cublas_audit.judge.candidates import (
     DEFAULT_LIMIT,
     DEFAULT_MIN_REPS,
@@ -32,9 +37,11 @@ from cublas_audit.judge.candidates import (
 from cublas_audit.planning.cases import DEFAULT_WORKSPACE_BYTES, Case, candidate_problems
 from cublas_audit.table import rundir
 from cublas_audit.table.candidates_table import (
+    CONFIRM_COLUMNS,
     SCHEMA_VERSION,
     from_records,
     journal_line,
+    problem_columns,
     read_journal,
     write_candidates,
 )
@@ -58,6 +65,7 @@ class Settings:
     workspace_bytes: int = DEFAULT_WORKSPACE_BYTES
     gpu_label: str = ""
     log: IO[str] = field(default_factory=lambda: sys.stderr)
+    trace: bool = True  # kernel-only times through CUPTI (False: event times alone)
 
 
 def run_candidates(
@@ -73,13 +81,15 @@ def run_candidates(
     journal: Path | None = None,
     started: Callable[[str], None] = lambda case_id: None,
     finished: Callable[[str], None] = lambda case_id: None,
+    trace: bool = True,
 ) -> pd.DataFrame:
     """Audits every problem of `cases`; writes candidates.csv (and candidates.log, the
     tracebacks of failed cases and candidates) to out_dir when given. One failing case never
     stops the rest: it becomes a `skipped` row with its reason. With a `journal`
     (candidates.jsonl of a run directory), each problem's rows are appended to it as it finishes,
     and the problems it already holds are taken from it, not measured again (a resumed audit).
-    `started` and `finished` hear each problem's case_id (the probe's progress lines)."""
+    `started` and `finished` hear each problem's case_id (the probe's progress lines). `trace`
+    False (--observer events) times with events alone, as where CUPTI cannot trace."""
     lt.bindings()  # a missing nvmath-python is one clear error before any work
     todo = candidate_problems(cases)
     done = read_journal(journal) if journal is not None else {}
@@ -91,6 +101,7 @@ def run_candidates(
         open(journal, "a") if journal else contextlib.nullcontext() as journal_out,
     ):
         settings = Settings(limit, threshold, min_reps, workspace_bytes, gpu_label, log)
+        settings.trace = trace and _can_trace(log)
         for number, case in enumerate(todo, 1):
             if case.case_id in done:
                 continue
@@ -108,14 +119,24 @@ def run_candidates(
     return frame
 
 
+def _can_trace(log: IO[str]) -> bool:
+    """Whether CUPTI traces in this process; where it cannot, the reason goes to the log once."""
+    missing = kernel_trace.available()
+    if missing:
+        log.write(f"--- CUPTI unavailable, candidates timed with events alone: {missing}\n")
+    return not missing
+
+
 def _progress_line(case: Case, rows: Sequence[Mapping[str, Any]]) -> str:
     summary = case_summary(from_records(rows)).iloc[0]
     if summary["status"] == "skipped":
         return f"{case.case_id}: skipped ({summary['reason']})"
+    basis = plain(summary["timing_basis"])
     return (
-        f"{case.case_id}: {summary['candidates']} candidates, {summary['correct']} correct, "
-        f"default rank {plain(summary['default_rank'])}, "
+        f"{case.case_id} ({summary['layout']}): {summary['candidates']} candidates, "
+        f"{summary['correct']} correct, default rank {plain(summary['default_rank'])}, "
         f"left on table {_three_decimals(summary['left_on_table'])}"
+        + (f" on {basis} time" if basis else "")
     )
 
 
@@ -128,6 +149,7 @@ def audit_case(case: Case, settings: Settings) -> list[dict[str, Any]]:
     """The rows of one problem: one per candidate, or one `skipped` row with the reason."""
     import cupy
 
+    workspace = case.workspace_limit(settings.workspace_bytes)
     base = {
         "schema_version": SCHEMA_VERSION,
         "gpu_label": settings.gpu_label,
@@ -137,9 +159,10 @@ def audit_case(case: Case, settings: Settings) -> list[dict[str, Any]]:
         "n": case.n,
         "k": case.k,
         "batch": case.batch,
+        **problem_columns(case, workspace),
     }
     try:
-        rows = _audit(case, settings)
+        rows = _audit(case, settings, base, workspace)
     except Exception as exc:  # out of memory, no algorithm, a failing default: record, go on
         _log_exception(settings.log, case.case_id, exc)
         rows = [{"status": "skipped", "reason": _reason(exc)}]
@@ -148,15 +171,18 @@ def audit_case(case: Case, settings: Settings) -> list[dict[str, Any]]:
     return [{**base, **row} for row in rows]
 
 
-def _audit(case: Case, settings: Settings) -> list[dict[str, Any]]:
+def _audit(
+    case: Case, settings: Settings, base: Mapping[str, Any], workspace: int
+) -> list[dict[str, Any]]:
+    """The candidates of the case's own problem, each row complete (`base`: the problem)."""
     ops = operands.make_for(case)
-    with launch.lt(case, ops, settings.workspace_bytes) as gemm:
+    with launch.lt(case, ops, workspace) as gemm:
         listed = _with_default(gemm.heuristics(settings.limit), gemm.default())
         default = next(cand for cand, is_default in listed if is_default)
         default_error = operands.checked(functools.partial(gemm.run, default), ops)
         expected = ops.c.copy()  # what every other candidate is checked against
         rows = [
-            _check(gemm, cand, is_default, ops, expected, default_error, case, settings)
+            {**base, **_check(gemm, cand, is_default, ops, expected, default_error, case, settings)}
             for cand, is_default in listed
         ]
         _time_rows(gemm, listed, rows, case, settings)
@@ -233,7 +259,8 @@ def _time_rows(
     case: Case,
     settings: Settings,
 ) -> None:
-    """Fills time_ms, min_ms, reps, timing, tflops, and the confirmation round's times."""
+    """Fills time_ms, min_ms, reps, timing, tflops, kernel_ms and kernels, and the confirmation
+    round's times."""
     launchers = {
         str(cand.index): functools.partial(gemm.run, cand)
         for (cand, _), row in zip(listed, rows, strict=True)
@@ -243,13 +270,16 @@ def _time_rows(
         return
     default_key = str(next(cand.index for cand, is_default in listed if is_default))
     times = time_candidates(launchers, default_key, settings.min_reps)
+    traced = _kernel_times(launchers, times, case, settings)
     for row in rows:
-        measured = times.get(str(row["candidate"]))
-        if measured is not None:
-            took, how = measured
+        key = str(row["candidate"])
+        if key in times:
+            took, how = times[key]
             row.update(time_ms=took.median_ms, min_ms=took.min_ms, reps=took.reps)
             row.update(timing=how, tflops=case.flops / (took.median_ms * 1e9))
-    _confirm(launchers, default_key, rows, settings)
+        if key in traced and traced[key].first_call:
+            row.update(kernel_ms=_kernel_ms(traced[key]), kernels=traced[key].kernel_names)
+    _confirm(launchers, default_key, rows, case, settings)
 
 
 def time_candidates(
@@ -274,28 +304,72 @@ def finalist_keys(medians: Mapping[str, float], default_key: str) -> list[str]:
     return [k for k, t in medians.items() if k == default_key or t <= SCREEN_MARGIN * best]
 
 
+def _kernel_times(
+    launchers: Mapping[str, Callable[[], None]],
+    times: Mapping[str, tuple[timing.Timing, str]],
+    case: Case,
+    settings: Settings,
+) -> dict[str, kernel_trace.TracedCalls]:
+    """Each timed candidate's kernels, traced after the event timing (tracing never weighs on
+    the event times) with as many calls as its round made: the finalists interleaved together,
+    the screened-out ones (long calls, > SCREEN_MARGIN behind) in a short round of their own.
+    Empty where CUPTI cannot trace; a tracing failure is logged and leaves the case on its
+    call times."""
+    if not settings.trace:
+        return {}
+    rounds: dict[str, list[str]] = {}
+    for key, (_took, how) in times.items():
+        rounds.setdefault(how, []).append(key)
+    traced: dict[str, kernel_trace.TracedCalls] = {}
+    try:
+        for keys in rounds.values():
+            reps = max(times[key][0].reps for key in keys)
+            traced.update(kernel_trace.trace_calls({key: launchers[key] for key in keys}, reps))
+    except Exception as exc:  # CUPTI lost calls or failed: event times still stand
+        _log_exception(settings.log, f"{case.case_id} kernel trace", exc)
+        return {}
+    return traced
+
+
+def _kernel_ms(traced: kernel_trace.TracedCalls) -> float | None:
+    """The median kernel-only time of a candidate's traced calls; None where no call of it was
+    seen launching a kernel."""
+    return traced.timing().median_ms if traced.first_call else None
+
+
 def _confirm(
     launchers: Mapping[str, Callable[[], None]],
     default_key: str,
     rows: list[dict[str, Any]],
+    case: Case,
     settings: Settings,
 ) -> None:
     """A second, independent round (fresh warm-up and repetitions) of the default against the
-    best, run only where the first round shows a gap at or above the threshold."""
-    timed = [r for r in rows if pd.notna(r.get("time_ms"))]
-    default = next((r for r in timed if str(r["candidate"]) == default_key), None)
-    if default is None:
+    best, run only where the first round shows a gap at or above the threshold, judged on the
+    first round's basis (kernel or call time)."""
+    summary = case_summary(from_records(rows)).iloc[0]
+    gap, best = plain(summary["left_on_table"]), plain(summary["best_candidate"])
+    if gap is None or best is None or str(best) == default_key:
         return
-    best = min(timed, key=lambda r: (r["time_ms"], r["candidate"]))
-    if best is default or default["time_ms"] / best["time_ms"] < 1.0 + settings.threshold:
+    if gap < 1.0 + settings.threshold:
         return
-    keys = (default_key, str(best["candidate"]))
-    again = timing.time_interleaved({key: launchers[key] for key in keys}, settings.min_reps)
-    default["confirm_time_ms"] = again[keys[0]].median_ms
-    best["confirm_time_ms"] = again[keys[1]].median_ms
-    ratio = again[keys[0]].median_ms / again[keys[1]].median_ms
+    keys = (default_key, str(best))
+    pair = {key: launchers[key] for key in keys}
+    again = timing.time_interleaved(pair, settings.min_reps)
+    traced = _kernel_times(pair, {key: (again[key], "confirm") for key in keys}, case, settings)
+    judged = CONFIRM_COLUMNS[str(summary["timing_basis"])]
+    confirmed: dict[str, Any] = {}
     for row in rows:
-        row["confirm_left_on_table"] = ratio
+        key = str(row["candidate"])
+        if key in keys:
+            row["confirm_time_ms"] = again[key].median_ms
+            row["kernel_confirm_ms"] = _kernel_ms(traced[key]) if key in traced else None
+            confirmed[key] = row[judged]
+    default_ms, best_ms = (confirmed[key] for key in keys)
+    if default_ms is None or best_ms is None or not best_ms > 0:
+        return  # no confirmation on the basis's time (its kernel trace failed): no finding
+    for row in rows:
+        row["confirm_left_on_table"] = default_ms / best_ms
 
 
 def _reason(exc: BaseException) -> str:

@@ -70,13 +70,24 @@ class TracedCalls:
             found.update(self.timing().summary(prefix))
         return found
 
+    @property
+    def first_call(self) -> tuple[KernelLaunch, ...]:
+        """The kernels of the first call that launched any (every call of one launcher runs the
+        same ones)."""
+        return next((call for call in self.calls if call), ())
+
+    @property
+    def kernel_names(self) -> str:
+        """The distinct kernels of one call, in launch order, ' + '-joined ('' where none)."""
+        return " + ".join(dict.fromkeys(k.name for k in self.first_call))
+
     def launch_columns(self) -> dict[str, Any]:
-        first = next((call for call in self.calls if call), ())
+        first = self.first_call
         if not first:
             return {}
         longest = max(first, key=lambda k: k.end_ns - k.start_ns)
         return {
-            "traced_kernels": " + ".join(dict.fromkeys(k.name for k in first)),
+            "traced_kernels": self.kernel_names,
             "traced_launches": len(first),
             "traced_ctas": longest.ctas,
             "traced_block": "x".join(str(v) for v in longest.block),

@@ -134,11 +134,9 @@ def lt(case: Case, ops: Operands, workspace_bytes: int | None = None) -> LtGemm:
     caller closes it (it holds descriptors and a workspace). The workspace is `workspace_bytes`,
     else the case's limit, else the default."""
     from cublas_audit.device.lt import LtGemm
-    from cublas_audit.planning.cases import DEFAULT_WORKSPACE_BYTES
 
     if workspace_bytes is None:
-        limit = case.workspace_mib
-        workspace_bytes = DEFAULT_WORKSPACE_BYTES if limit < 0 else limit * 2**20
+        workspace_bytes = case.workspace_limit()
     bias = ops.bias.data.ptr if ops.bias is not None else 0
     return LtGemm(
         case,

@@ -116,7 +116,7 @@ def _enum_value(name: str) -> int:
     return int(cublas.ComputeType[name])
 
 
-def _alignment(*values: int) -> int:
+def alignment(*values: int) -> int:
     """Largest power of two dividing every pointer / stride in bytes, at most MAX_ALIGNMENT."""
     combined = 0
     for value in values:
@@ -214,7 +214,7 @@ class LtGemm:
         names = ("A", "B", "C", "D")
         per_matrix = zip(names, (*self.ptrs, self.ptrs[2]), (*strides, strides[2]), strict=True)
         for name, ptr, stride in per_matrix:
-            self.alignments[name] = _alignment(ptr, stride)
+            self.alignments[name] = alignment(ptr, stride)
             self._set_pref(f"MIN_ALIGNMENT_{name}_BYTES", self.alignments[name])
 
     def set_bias(self, ptr: int) -> None:

@@ -3,8 +3,9 @@
 device.candidate_audit runs every candidate of the heuristic, checks and times it; the table it
 writes is table.candidates_table's; this module judges a recorded candidates.csv anywhere: each
 case's summary and the `better-candidate` findings. `left_on_table = t_default / t_best` says
-how much the default leaves behind; a second, independent timing round of the default and the
-best confirms or refutes a gap before it becomes a finding.
+how much the default leaves behind, on the case's timing basis (its kernels' time where every
+timed candidate has one, else its calls'); a second, independent timing round of the default and
+the best confirms or refutes a gap before it becomes a finding.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import pandas as pd
 from cublas_audit.judge.thresholds import Thresholds
 from cublas_audit.judge.timed_rows import ratio_verdict
 from cublas_audit.judge.verdicts import Verdict
+from cublas_audit.table.candidates_table import PROBLEM_LAYOUT, basis_ms, problem_case
 from cublas_audit.table.dispatch import plain
 
 RULE = "better-candidate"
@@ -31,19 +33,25 @@ DEFAULT_MIN_REPS = 5
 
 # What a case's summary reads: the rest of a candidate's columns would only be copied around.
 _SUMMARY_COLUMNS = [
-    "case_id", "mode", "m", "n", "k", "batch", "candidate", "is_default", "status", "reason",
-    "time_ms", "rank", "left_on_table", "confirm_left_on_table",
+    "case_id", "mode", "m", "n", "k", "batch", *PROBLEM_LAYOUT, "candidate", "is_default",
+    "status", "reason", "basis_ms", "timing_basis", "rank", "left_on_table",
+    "confirm_left_on_table",
 ]  # fmt: skip
 
 
 def case_summary(frame: pd.DataFrame) -> pd.DataFrame:
-    """One row per case: counts, the default's rank, the best candidate, both gap measurements.
-    (Each case's few rows are summarized as plain records: a pandas filter per field of each
-    case cost a fifth of a second per audit.)"""
+    """One row per case: its layout, counts, the default's rank, the best candidate, the times
+    on the case's basis and both gap measurements. (Each case's few rows are summarized as plain
+    records: a pandas filter per field of each case cost a fifth of a second per audit.)"""
     cases: dict[Any, list[dict[str, Any]]] = {}
-    for record in frame[_SUMMARY_COLUMNS].to_dict("records"):
-        cases.setdefault(record["case_id"], []).append({str(k): v for k, v in record.items()})
+    # basis_ms: each row's time on its case's basis, what the summary's times and best read
+    for record in _records(frame.assign(basis_ms=basis_ms(frame)), _SUMMARY_COLUMNS):
+        cases.setdefault(record["case_id"], []).append(record)
     return pd.DataFrame([_summarize(case_id, rows) for case_id, rows in cases.items()])
+
+
+def _records(frame: pd.DataFrame, columns: list[str]) -> list[dict[str, Any]]:
+    return [{str(k): v for k, v in record.items()} for record in frame[columns].to_dict("records")]
 
 
 def _summarize(case_id: Any, rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -54,13 +62,15 @@ def _summarize(case_id: Any, rows: list[dict[str, Any]]) -> dict[str, Any]:
     return {
         "case_id": case_id,
         **{key: first[key] for key in ("mode", "m", "n", "k", "batch")},
+        "layout": layout_words(first),
         "candidates": len(listed),
         "correct": sum(row["status"] == "ok" for row in listed),
         "default_candidate": default[0]["candidate"] if default else pd.NA,
         "default_rank": default[0]["rank"] if default else pd.NA,
-        "default_ms": default[0]["time_ms"] if default else pd.NA,
+        "default_ms": default[0]["basis_ms"] if default else pd.NA,
         "best_candidate": best["candidate"] if best is not None else pd.NA,
-        "best_ms": best["time_ms"] if best is not None else pd.NA,
+        "best_ms": best["basis_ms"] if best is not None else pd.NA,
+        "timing_basis": first["timing_basis"],
         "left_on_table": first["left_on_table"],
         "confirm_left_on_table": first["confirm_left_on_table"],
         "status": "skipped" if not listed else "ok",
@@ -69,11 +79,11 @@ def _summarize(case_id: Any, rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _best(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """The fastest correct candidate (ties: the heuristic's earlier one)."""
-    timed = [row for row in rows if row["status"] == "ok" and pd.notna(row["time_ms"])]
+    """The fastest correct candidate on the case's basis (ties: the heuristic's earlier one)."""
+    timed = [row for row in rows if row["status"] == "ok" and pd.notna(row["basis_ms"])]
     if not timed:
         return None
-    return min(timed, key=lambda row: (row["time_ms"], row["candidate"]))
+    return min(timed, key=lambda row: (row["basis_ms"], row["candidate"]))
 
 
 # Run-to-run spread of left_on_table, the ratio of two interleaved timings in one process: at most
@@ -107,6 +117,7 @@ def find_better_candidates(
     records (role, case, configuration, times, both left_on_table measurements).
     """
     # The gaps repeat on every row of a case: judge each case on its first, slice only the flagged.
+    frame = frame.assign(basis_ms=basis_ms(frame))
     firsts = frame.drop_duplicates("case_id")
     gaps = firsts[["case_id", "left_on_table", "confirm_left_on_table"]].itertuples(index=False)
     flagged = [case_id for case_id, left, confirm in gaps if is_better(left, confirm, threshold)]
@@ -115,7 +126,7 @@ def find_better_candidates(
         rows = frame[frame["case_id"] == case_id]
         first = rows.iloc[0]
         default = rows[rows["is_default"] == 1].iloc[0]
-        picked = _best([{str(k): v for k, v in r.items()} for r in rows.to_dict("records")])
+        picked = _best(_records(rows, ["candidate", "status", "basis_ms"]))
         assert picked is not None  # a finite left_on_table implies a timed best
         best = rows[rows["candidate"] == picked["candidate"]].iloc[0]
         findings.append(_finding(first, default, best))
@@ -137,8 +148,9 @@ def _finding(first: pd.Series, default: pd.Series, best: pd.Series) -> dict[str,
         "kernel": describe(default),
         "message": (
             f"{problem_name(first)}: cuBLASLt's default algorithm ({describe(default)}) takes "
-            f"{left:.2f}x the time of its heuristic's candidate #{int(best['candidate'])} "
-            f"({describe(best)}); a second timing round confirms {confirm:.2f}x"
+            f"{left:.2f}x the {first['timing_basis']} time of its heuristic's candidate "
+            f"#{int(best['candidate'])} ({describe(best)}); a second timing round confirms "
+            f"{confirm:.2f}x"
         ),
         "workaround": (
             f"Run candidate #{int(best['candidate'])}: take it from "
@@ -160,6 +172,7 @@ _EVIDENCE_COLUMNS = (
     "n",
     "k",
     "batch",
+    *PROBLEM_LAYOUT,
     "candidate",
     "algo_id",
     "tile",
@@ -173,6 +186,10 @@ _EVIDENCE_COLUMNS = (
     "workspace_bytes",
     "time_ms",
     "confirm_time_ms",
+    "kernel_ms",
+    "kernel_confirm_ms",
+    "kernels",
+    "timing_basis",
     "left_on_table",
     "confirm_left_on_table",
 )
@@ -190,8 +207,25 @@ def describe(row: pd.Series) -> str:
     return ", ".join(parts)
 
 
-def problem_name(row: pd.Series) -> str:
-    return f"{row['mode']} {row['m']}x{row['n']}x{row['k']} batch {row['batch']}"
+def problem_name(row: Any) -> str:
+    """'fp32 256x256x256 batch 8', then how the problem is posed where the row says and it is
+    not packed nn ('tn lda4100 bias')."""
+    name = f"{row['mode']} {row['m']}x{row['n']}x{row['k']} batch {row['batch']}"
+    case = problem_case(row)
+    return f"{name} {case.variant}" if case is not None and case.variant else name
+
+
+# What a table recorded before layouts (candidates.csv version 1) says of a problem's layout.
+LAYOUT_UNKNOWN = "layout unknown"
+
+
+def layout_words(row: Any) -> str:
+    """How the row's problem is posed: 'nn', 'tn lda4100 bias', or LAYOUT_UNKNOWN (a version-1
+    row: timed as packed nn, whatever its sweep's case was)."""
+    case = problem_case(row)
+    if case is None:
+        return LAYOUT_UNKNOWN
+    return case.variant or case.layout
 
 
 @dataclass(frozen=True)

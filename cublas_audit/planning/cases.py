@@ -144,6 +144,11 @@ class Case:
         parts += [f"ws{self.workspace_mib}m"] if self.workspace_mib >= 0 else []
         return parts
 
+    def workspace_limit(self, default: int = DEFAULT_WORKSPACE_BYTES) -> int:
+        """The workspace a cuBLASLt call of this case may use, bytes: its own limit where it has
+        one (workspace_mib >= 0), else `default`."""
+        return default if self.workspace_mib < 0 else self.workspace_mib * 2**20
+
     @property
     def reference_computes(self) -> bool:
         """Whether the bundled reference SGEMM computes this call's C: a classic FP32 call,
@@ -231,13 +236,11 @@ def read_plan(path: Path) -> list[Case]:
 
 
 def candidate_problems(cases: Iterable[Case]) -> list[Case]:
-    """The distinct GEMM problems of a plan, as cuBLASLt cases (the sweep's loop rows and the
-    classic-API twins name the same problem)."""
-    seen: dict[tuple[str, int, int, int, int], Case] = {}
-    for case in cases:
-        key = (case.mode, case.m, case.n, case.k, case.batch)
-        seen.setdefault(key, Case("cublasLt", *key))
-    return list(seen.values())
+    """The distinct GEMM problems of a plan, each as the cuBLASLt case that poses it whole:
+    layout, leading dimensions, broadcast, beta, strided, bias and workspace limit kept. A
+    classic-API case and its cuBLASLt twin, and a batched call and its loop companion, are one
+    problem (they differ in the API or in how the batch is issued, not in what is computed)."""
+    return list(dict.fromkeys(replace(case, api="cublasLt", loop=False) for case in cases))
 
 
 ALIGN_BYTES = 16  # the row alignment Hopper's TMA-based tensor-core kernels need

@@ -13,10 +13,11 @@ from typing import Any
 import pandas as pd
 
 from cublas_audit.files import write_text_atomic
-from cublas_audit.judge.candidates import CandidateVerdicts
+from cublas_audit.judge.candidates import LAYOUT_UNKNOWN, CandidateVerdicts
 from cublas_audit.judge.finding import Finding
 from cublas_audit.judge.map_audit import FollowUpVerdicts, MapAudit
 from cublas_audit.judge.rules import prepare
+from cublas_audit.judge.rules.frame import layout_fields
 from cublas_audit.judge.rules.maps import MAP_SERIES
 from cublas_audit.judge.thresholds import Thresholds
 from cublas_audit.planning.cases import Case
@@ -204,9 +205,7 @@ def _follow_up_row(
     role: str,
     offered: Mapping[str, pd.Series],
 ) -> tuple[str, ...]:
-    problem = Case("cublasLt", str(mapped["mode"]), int(mapped["m"]), int(mapped["n"]),
-                   int(mapped["k"]), int(mapped["batch"])).case_id  # fmt: skip
-    audit = offered.get(problem)
+    audit = audit_of(mapped, offered)
     return (
         md_text(mapped["shape"]),
         role,
@@ -220,6 +219,19 @@ def _follow_up_row(
         md_number(audit["default_ms"], 4) if audit is not None else "",
         _best_candidate(audit),
     )
+
+
+def audit_of(mapped: pd.Series, offered: Mapping[str, pd.Series]) -> pd.Series | None:
+    """The candidate audit of a mapped case's problem: its cuBLASLt case, posed as the map posed
+    it; or, from an audit that predates layouts, the packed nn problem of its shape (what such an
+    audit timed, under that id, for every case of the shape)."""
+    mode, m, n, k = str(mapped["mode"]), int(mapped["m"]), int(mapped["n"]), int(mapped["k"])
+    batch = int(mapped["batch"])
+    twin = Case("cublasLt", mode, m, n, k, batch, **layout_fields(mapped)).case_id
+    if twin in offered:
+        return offered[twin]
+    audit = offered.get(Case("cublasLt", mode, m, n, k, batch).case_id)
+    return audit if audit is not None and audit["layout"] == LAYOUT_UNKNOWN else None
 
 
 def _best_candidate(audit: pd.Series | None) -> str:

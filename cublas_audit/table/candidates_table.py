@@ -1,6 +1,7 @@
 """candidates.csv, the cuBLASLt candidate audit's table: its schema, reading (checked and typed)
-and writing, the rank and left_on_table columns derived from each case's times, and the journal
-an interrupted audit resumes from. Its verdicts are judge.candidates'.
+and writing, the problem each row was timed on, the timing basis, rank and left_on_table columns
+derived from each case's times, and the journal an interrupted audit resumes from. Its verdicts
+are judge.candidates'.
 """
 
 from __future__ import annotations
@@ -14,16 +15,22 @@ import pandas as pd
 
 from cublas_audit.errors import AuditError
 from cublas_audit.files import write_csv_atomic
+from cublas_audit.planning.cases import BROADCASTS, TRANSPOSES, Case
 from cublas_audit.planning.modes import MODE_NAMES
 from cublas_audit.table.dispatch import (
     TableSource,
     blank_as_missing,
     check_numeric_columns,
     check_values,
+    plain,
+    row_number,
 )
 from cublas_audit.table.rundir import CANDIDATES_FILE, records
 
-SCHEMA_VERSION = 1
+# 2: the problem's layout columns (transa .. workspace_limit_bytes), the kernel-only times and
+# names, and timing_basis. A version-1 table lacks them: its layout is unknown (every problem was
+# timed as packed nn, whatever the sweep's case was) and its times are the calls'.
+SCHEMA_VERSION = 2
 
 # Column -> kind: the candidates.csv contract (docs/schema.md). Case-level values
 # (left_on_table, confirm_left_on_table) repeat on every row of the case so that any row
@@ -39,6 +46,15 @@ COLUMNS: dict[str, str] = {
     "n": "int",
     "k": "int",
     "batch": "int",
+    "transa": "str",
+    "transb": "str",
+    "lda": "int",
+    "ldb": "int",
+    "broadcast": "str",
+    "beta": "float",
+    "strided": "int",
+    "bias": "int",
+    "workspace_limit_bytes": "int",
     "candidate": "int",
     "is_default": "int",
     "algo_id": "int",
@@ -59,14 +75,30 @@ COLUMNS: dict[str, str] = {
     "min_ms": "float",
     "reps": "int",
     "timing": "str",
+    "kernel_ms": "float",
+    "kernels": "str",
     "tflops": "float",
     "rank": "int",
+    "timing_basis": "str",
     "left_on_table": "float",
     "confirm_time_ms": "float",
+    "kernel_confirm_ms": "float",
     "confirm_left_on_table": "float",
 }
 REQUIRED = ("case_id", "mode", "m", "n", "k", "batch", "candidate", "is_default", "status")
 STATUSES = ("ok", "wrong", "failed", "unsupported", "skipped")
+# The times a case's rank and left_on_table are judged on -> their column: the kernels' (CUPTI)
+# where every timed candidate of the case has one, else the calls' (CUDA events).
+BASES = {"kernel": "kernel_ms", "call": "time_ms"}
+# ... and the confirmation round's column of each basis.
+CONFIRM_COLUMNS = {"kernel": "kernel_confirm_ms", "call": "confirm_time_ms"}
+# Text columns with a closed set of values (an empty broadcast is missing once read).
+_CHOICES = {
+    "transa": TRANSPOSES,
+    "transb": TRANSPOSES,
+    "broadcast": tuple(b for b in BROADCASTS if b),
+    "timing_basis": tuple(BASES),
+}
 _KINDS: dict[str, Any] = {"int": pd.Int64Dtype(), "float": pd.Float64Dtype(), "str": "string"}
 
 
@@ -103,7 +135,24 @@ def validate(raw: pd.DataFrame, path: Path) -> pd.DataFrame:
     parsed = check_numeric_columns(raw, COLUMNS, source)
     check_values(raw, "mode", MODE_NAMES, source)
     check_values(raw, "status", STATUSES, source)
-    return _typed(raw, parsed)
+    for column, allowed in _CHOICES.items():
+        if column in raw.columns:
+            check_values(raw, column, allowed, source, missing_ok=True)
+    frame = _typed(raw, parsed)
+    _check_problems(frame, source)
+    return frame
+
+
+def _check_problems(frame: pd.DataFrame, source: TableSource) -> None:
+    """Each row whose layout is known poses one cuBLAS call (Case's own checks: a leading
+    dimension smaller than the stored rows, ...): one line naming the first that does not. Each
+    distinct problem is built once (a case repeats it on every candidate's row)."""
+    known = frame.loc[layout_known(frame), [*PROBLEM_COLUMNS, *PROBLEM_LAYOUT]]
+    for index, record in known.drop_duplicates().iterrows():
+        try:
+            problem_case(record)
+        except AuditError as exc:
+            raise source.error(str(exc), row_number(frame, index)) from None
 
 
 def read_candidates(path: Path) -> pd.DataFrame:
@@ -133,6 +182,60 @@ def measured_on(frame: pd.DataFrame, env: Mapping[str, Any]) -> pd.DataFrame:
     out["device_index"] = pd.array([env.get("device_index")] * len(out), dtype=pd.Int64Dtype())
     out["gpu_uuid"] = pd.array([env.get("gpu_uuid")] * len(out), dtype="string")
     return out
+
+
+# ===== the problem a row was timed on ============================================================
+PROBLEM_COLUMNS = ("mode", "m", "n", "k", "batch")
+# The columns problem_columns writes: with PROBLEM_COLUMNS, the whole problem a row was timed on.
+PROBLEM_LAYOUT = (
+    "transa", "transb", "lda", "ldb", "broadcast", "beta", "strided", "bias",
+    "workspace_limit_bytes",
+)  # fmt: skip
+
+
+def problem_columns(case: Case, workspace_limit_bytes: int) -> dict[str, Any]:
+    """The columns that pose `case` (beyond mode and shape) and the workspace its candidates were
+    allowed: what a row needs so that its times can be rebuilt on the same problem."""
+    return {
+        "transa": case.transa,
+        "transb": case.transb,
+        "lda": case.lda,
+        "ldb": case.ldb,
+        "broadcast": case.broadcast,
+        "beta": case.beta,
+        "strided": int(case.strided),
+        "bias": int(case.bias),
+        "workspace_limit_bytes": workspace_limit_bytes,
+    }
+
+
+def layout_known(frame: pd.DataFrame) -> pd.Series:
+    """Rows that say which problem they were timed on (version 2). A version-1 row does not: it
+    was timed as packed nn, which need not be the problem its sweep ran."""
+    return (frame["transa"].notna() & frame["transb"].notna()).astype(bool)
+
+
+def problem_case(row: Mapping[str, Any] | pd.Series) -> Case | None:
+    """The cuBLASLt case a row's candidates were timed on, None where its layout is unknown.
+    (Its workspace limit is the row's workspace_limit_bytes; the case keeps the default.)"""
+    if plain(row.get("transa")) is None or plain(row.get("transb")) is None:
+        return None
+    return Case(
+        "cublasLt",
+        str(row["mode"]),
+        int(row["m"]),
+        int(row["n"]),
+        int(row["k"]),
+        int(row["batch"]),
+        transa=str(row["transa"]),
+        transb=str(row["transb"]),
+        lda=int(plain(row.get("lda")) or 0),
+        ldb=int(plain(row.get("ldb")) or 0),
+        broadcast=str(plain(row.get("broadcast")) or ""),
+        beta=float(plain(row.get("beta")) or 0.0),
+        strided=bool(plain(row.get("strided"))),
+        bias=bool(plain(row.get("bias"))),
+    )
 
 
 # ===== the journal: each audited problem's rows as it finishes ====================================
@@ -166,15 +269,35 @@ def read_journal(path: Path) -> dict[str, list[dict[str, Any]]]:
 
 # ===== derived columns ============================================================================
 def add_ranks(frame: pd.DataFrame) -> pd.DataFrame:
-    """rank (1 = fastest correct candidate of its case) and the case's left_on_table."""
+    """timing_basis, rank (1 = fastest correct candidate of its case) and the case's
+    left_on_table, all on the basis time."""
     out = frame.copy()
-    timed = (out["status"] == "ok") & out["time_ms"].notna()
+    timed = ((out["status"] == "ok") & out["time_ms"].notna()).fillna(False).astype(bool)
+    out["timing_basis"] = timing_basis(out, timed)
+    judged = basis_ms(out)
     out["rank"] = pd.Series(pd.NA, index=out.index, dtype=pd.Int64Dtype())
-    ranks = out.loc[timed].groupby("case_id")["time_ms"].rank(method="min")
+    ranks = judged[timed].groupby(out.loc[timed, "case_id"]).rank(method="min")
     out.loc[timed, "rank"] = ranks.astype("int64")
     # left_on_table = t_default / t_best over the correct, timed candidates; NA without a default.
-    correct = out.loc[timed & out["status"].notna()]
-    best = correct.groupby("case_id")["time_ms"].min()
-    default = correct[correct["is_default"] == 1].groupby("case_id")["time_ms"].first()
+    cases = out.loc[timed, "case_id"]
+    best = judged[timed].groupby(cases).min()
+    defaults = timed & (out["is_default"] == 1).fillna(False).astype(bool)
+    default = judged[defaults].groupby(out.loc[defaults, "case_id"]).first()
     out["left_on_table"] = out["case_id"].map(default / best).astype(pd.Float64Dtype())
     return out
+
+
+def timing_basis(frame: pd.DataFrame, timed: pd.Series) -> pd.Series:
+    """Per row, its case's basis: 'kernel' where every timed candidate of the case has a kernel
+    time, 'call' where one lacks it (CUPTI unavailable, or a version-1 table), missing where the
+    case timed nothing. One time judges a whole case: a ratio never mixes the two."""
+    traced = (frame["kernel_ms"].notna() | ~timed).groupby(frame["case_id"]).transform("all")
+    any_timed = timed.groupby(frame["case_id"]).transform("any").astype(bool)
+    basis = pd.Series(["kernel" if t else "call" for t in traced], index=frame.index)
+    return basis.where(any_timed).astype("string")
+
+
+def basis_ms(frame: pd.DataFrame) -> pd.Series:
+    """Each row's time on its case's basis (the kernels' or the call's)."""
+    on_kernels = (frame["timing_basis"] == "kernel").fillna(False).astype(bool)
+    return frame[BASES["kernel"]].where(on_kernels, frame[BASES["call"]])

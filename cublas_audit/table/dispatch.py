@@ -271,11 +271,16 @@ def check_numeric_columns(
 
 
 def check_values(
-    frame: pd.DataFrame, column: str, allowed: Iterable[str], source: TableSource
+    frame: pd.DataFrame,
+    column: str,
+    allowed: Iterable[str],
+    source: TableSource,
+    missing_ok: bool = False,
 ) -> None:
-    """Every value of `column` is one of `allowed`."""
+    """Every value of `column` is one of `allowed` (or missing, where `missing_ok`)."""
     known = list(allowed)
-    bad = frame.index[~frame[column].isin(known)]
+    fine = frame[column].isin(known) | (frame[column].isna() if missing_ok else False)
+    bad = frame.index[~fine]
     if len(bad):
         raise source.error(
             f"unknown {column} {frame.at[bad[0], column]!r} (known: {', '.join(known)})",

@@ -110,7 +110,7 @@ def _variant(record: Mapping[Hashable, Any]) -> str:
     """Case.variant of a row's layout columns."""
     if all(record[c] == default for c, default in LAYOUT_DEFAULTS.items()):
         return ""  # the common case, without building a Case
-    return Case("cublasLt", "fp32", 1, 1, 1, 1, **_layout_fields(record)).variant
+    return Case("cublasLt", "fp32", 1, 1, 1, 1, **layout_fields(record)).variant
 
 
 def call_of(row: pd.Series) -> Case | None:
@@ -119,14 +119,15 @@ def call_of(row: pd.Series) -> Case | None:
     the stored rows: a table from elsewhere)."""
     m, n, k, batch = (int(row[name]) for name in ("m", "n", "k", "batch"))
     try:
-        return Case("cublasLt", str(row["mode"]), m, n, k, batch, **_layout_fields(row.to_dict()))
+        return Case("cublasLt", str(row["mode"]), m, n, k, batch, **layout_fields(row.to_dict()))
     except AuditError:
         return None
 
 
-def _layout_fields(record: Mapping[Hashable, Any]) -> dict[str, Any]:
-    """A row's layout columns as Case's fields. The Case is a cuBLASLt one whatever the row's
-    api: only cuBLASLt takes every setting (the bias epilogue), and no field read differs."""
+def layout_fields(record: Mapping[Hashable, Any] | pd.Series) -> dict[str, Any]:
+    """A prepared row's layout columns (LAYOUT_DEFAULTS) as Case's fields. The Case is a
+    cuBLASLt one whatever the row's api: only cuBLASLt takes every setting (the bias epilogue),
+    and no field read differs."""
     fields = {str(c): table_plain(record[c]) for c in LAYOUT_DEFAULTS}
     for flag in ("strided", "bias"):
         fields[flag] = bool(fields[flag])
