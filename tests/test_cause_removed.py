@@ -24,7 +24,7 @@ from tests.conftest import REPORTS
 K140 = REPORTS / "h100" / "checks" / "20261125-074637-k140"
 # The sweep of docs/report.md's command, recorded on the H100: nn, the padded companion and the
 # nt companion, for cuBLAS and cuBLASLt.
-K140_LAYOUTS = REPORTS / "h100" / "checks" / "20261125-k140-layouts"
+K140_LAYOUTS = REPORTS / "h100" / "checks" / "20261125-092057-k140-layouts"
 
 LDB144 = "with ldb 144 (every leading dimension 16-byte aligned, K still 140)"
 IN_NT = "in layout nt (every leading dimension 16-byte aligned, K still 140)"
