@@ -140,3 +140,68 @@ def test_problem_of_a_trace_linear_keeps_its_layout() -> None:
     assert (problem.lda, problem.ldb, problem.ldc) == (2048, 2048, 32000)
     assert problem.case().case_id == "cublasLt.fp32.32000x4x2048.b1.tn"
     assert dataclasses.replace(problem, lda=2056).case().lda == 2056
+
+
+# ----- the fix file the H100's random maps gave (reports/h100/fixes/20261125-092546) --------------
+
+RECORDED = ROOT / "reports/h100/fixes/20261125-092546"
+
+
+def test_fix_of_the_random_maps_gives_the_recorded_file(tmp_path: Path) -> None:
+    """`fix` of the two maps (schema-2 candidates: layout known, kernel time) rebuilds the file
+    that `verify` confirmed on the H100: 23 pins, all of them nn batch 1 with packed leading
+    dimensions, every one carried by the TunableOp file."""
+    from typer.testing import CliRunner
+
+    from cublas_audit.cli import app
+
+    maps = [ROOT / f"reports/h100/maps/20261125-092546-{mode}-random" for mode in ("fp32", "bf16")]
+    result = CliRunner().invoke(
+        app, ["fix", *map(str, maps), "--torch-version", "2.14.1", "--out", str(tmp_path)]
+    )
+    assert result.exit_code == 0, result.output
+    made, recorded = read_fix_file(tmp_path / "fix.json"), read_fix_file(RECORDED / "fix.json")
+    assert [f.id for f in made.fixes] == [f.id for f in recorded.fixes]
+    assert all(f.problem.layout_known and f.timing == "kernel" for f in made.fixes)
+    rows = (tmp_path / "tunableop0.csv").read_text().splitlines()
+    assert len(rows) == 3 + 23 and rows[0] == "Validator,PT_VERSION,2.14.1"
+    # hand-checked against the map's follow-up candidates.csv: fp32 2112x64x2112 default
+    # 0.04394 ms of kernel time, candidate #2 (algo 55, tile 64x64 = 15, stages 8x3 = 31,
+    # split-K 8, COMPUTE_TYPE = 2) 0.02013 ms
+    assert (
+        "GemmTunableOp_float_NN,nn_2112_64_2112_ld_2112_2112_2112,"
+        "Gemm_Cublaslt_id_55_tile_15_stages_31_splitk_8_red_2_swizzle_0_custom_0_inner_0_cluster_0,"
+        "0.020128" in rows
+    )
+
+
+def test_verify_on_the_h100_held_every_recorded_fix() -> None:
+    data = json.loads((RECORDED / "verify.json").read_text())
+    assert [item["status"] for item in data["fixes"]] == ["holds"] * 23
+    assert all(item["fixed_error"] <= item["default_error"] * 4 + 1e-6 for item in data["fixes"])
+
+
+def test_a_hand_edited_tile_is_refused_before_any_gpu_work(tmp_path: Path) -> None:
+    from cublas_audit.jobs.verify import checked_input
+
+    data = json.loads((RECORDED / "fix.json").read_text())
+    data["fixes"][3]["pin"]["tile"] = "999x999"
+    edited = tmp_path / "fix.json"
+    edited.write_text(json.dumps(data))
+    with pytest.raises(AuditError, match=r"fix fp32\.1600x64x896\.b1\.nn: tile '999x999' is not"):
+        checked_input(edited)
+
+
+def test_verify_without_a_gpu_is_exit_3_after_the_file_is_checked(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from cublas_audit.cli import app
+    from cublas_audit.observe import environment
+
+    if environment.collect().has_gpu:
+        pytest.skip("this machine has a GPU")
+    result = CliRunner().invoke(
+        app, ["verify", str(RECORDED / "fix.json"), "--out", str(tmp_path / "v.json")]
+    )
+    assert result.exit_code == 3, result.output
+    assert "no NVIDIA GPU" in result.output and not (tmp_path / "v.json").exists()

@@ -22,6 +22,7 @@ from cublas_audit.errors import AuditError
 from cublas_audit.judge.audited import Audited
 from cublas_audit.judge.candidates import INTERLEAVED_FLOOR, CandidateVerdicts
 from cublas_audit.judge.finding import Finding
+from cublas_audit.observe.kernels import normalize
 from cublas_audit.planning.cases import Case
 from cublas_audit.table.dispatch import plain
 from cublas_audit.table.fix_file import Fix, FixSet, Pin, Problem, Stamp, Timed
@@ -139,10 +140,15 @@ def _timed(row: pd.Series, basis: str, dispatched: Any = None) -> Timed:
     again = plain(row.get(confirm))
     kernels = plain(row.get("kernels")) or plain(dispatched)
     return Timed(
-        kernel=str(kernels) if kernels else _described(row),
+        kernel=short_names(str(kernels)) if kernels else _described(row),
         ms=float(row[took]),
         confirm_ms=None if again is None else float(again),
     )
+
+
+def short_names(kernels: str) -> str:
+    """'simt_128x64_8x5 + splitKreduce' from the traced (mangled) names a call launched."""
+    return " + ".join(normalize(name.strip()).short for name in kernels.split(" + "))
 
 
 def _described(row: pd.Series) -> str:

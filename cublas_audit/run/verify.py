@@ -21,9 +21,9 @@ from cublas_audit.device import launchers as launch
 from cublas_audit.device.lt_pin import pinned_candidate
 from cublas_audit.errors import PinRefused
 from cublas_audit.judge.candidates import DEFAULT_THRESHOLD, INTERLEAVED_FLOOR
+from cublas_audit.judge.fixes import short_names
 from cublas_audit.judge.timed_rows import ratio_verdict
 from cublas_audit.judge.verdicts import Verdict
-from cublas_audit.observe.kernels import normalize
 from cublas_audit.planning.cases import DEFAULT_WORKSPACE_BYTES, Case
 from cublas_audit.table.fix_file import Fix, FixSet, Stamp
 
@@ -156,13 +156,8 @@ def _round(
     reps = max(MIN_REPS, min(t.reps for t in events.values()))
     traced = kernel_trace.trace_calls(contenders, reps)
     times = {name: calls.timing().median_ms for name, calls in traced.items()}
-    kernels = {name: _short_names(calls) for name, calls in traced.items()}
+    kernels = {name: short_names(calls.kernel_names) for name, calls in traced.items()}
     return times, kernels, "kernel"
-
-
-def _short_names(calls: kernel_trace.TracedCalls) -> str:
-    first = next((call for call in calls.calls if call), ())
-    return " + ".join(dict.fromkeys(normalize(k.name).short for k in first))
 
 
 def elsewhere(stamp: Stamp, here: Stamp) -> str:
