@@ -116,13 +116,31 @@ def _sides(fix: Fix) -> Iterator[tuple[Side, Side]]:
 
 
 def _measured(fix: Fix, default: Side, fixed: Side, threshold: float) -> Checked:
+    """Results first: a fixed call whose output differs from float64 (or stayed as poisoned:
+    it computed nothing) is a wrong result, and is not timed; then the two timing rounds."""
     errors = [operands.checked(side.run, side.ops) for side in (default, fixed)]
-    limit = operands.tolerance(fix.problem.mode)
+    if errors[1] > operands.tolerance(fix.problem.mode):
+        reason = f"the fixed call's result differs from a float64 product: error {errors[1]:.3g}"
+        return Checked(fix.id, WRONG, reason, default_error=errors[0], fixed_error=errors[1])
     contenders = {"default": default.run, "fixed": fixed.run}
     first, kernels, basis = _round(contenders)
     second, _, _ = _round(contenders)
     ratio, again = first["default"] / first["fixed"], second["default"] / second["fixed"]
-    common = dict(
+    holds = all(
+        ratio_verdict(value, INTERLEAVED_FLOOR, threshold) is Verdict.slower
+        for value in (ratio, again)
+    )
+    reason = (
+        ""
+        if holds
+        else (
+            f"not beyond the {INTERLEAVED_FLOOR:.0%} interleaved floor + {threshold:.0%} in both rounds"
+        )
+    )
+    return Checked(
+        fix.id,
+        HOLDS if holds else DOES_NOT_HOLD,
+        reason,
         timing=basis,
         default_ms=first["default"],
         fixed_ms=first["fixed"],
@@ -133,16 +151,6 @@ def _measured(fix: Fix, default: Side, fixed: Side, threshold: float) -> Checked
         default_error=errors[0],
         fixed_error=errors[1],
     )
-    if errors[1] > limit:
-        reason = f"the fixed call's result differs from a float64 product: error {errors[1]:.3g}"
-        return Checked(fix.id, WRONG, reason, **common)  # type: ignore[arg-type]
-    holds = all(
-        ratio_verdict(value, INTERLEAVED_FLOOR, threshold) is Verdict.slower
-        for value in (ratio, again)
-    )
-    reason = "" if holds else f"not beyond the {INTERLEAVED_FLOOR:.0%} interleaved floor + "
-    reason += "" if holds else f"{threshold:.0%} in both rounds"
-    return Checked(fix.id, HOLDS if holds else DOES_NOT_HOLD, reason, **common)  # type: ignore[arg-type]
 
 
 def _round(
