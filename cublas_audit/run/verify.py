@@ -130,13 +130,8 @@ def _measured(fix: Fix, default: Side, fixed: Side, threshold: float) -> Checked
         ratio_verdict(value, INTERLEAVED_FLOOR, threshold) is Verdict.slower
         for value in (ratio, again)
     )
-    reason = (
-        ""
-        if holds
-        else (
-            f"not beyond the {INTERLEAVED_FLOOR:.0%} interleaved floor + {threshold:.0%} in both rounds"
-        )
-    )
+    floor = f"{INTERLEAVED_FLOOR:.0%} interleaved floor + {threshold:.0%}"
+    reason = "" if holds else f"not beyond the {floor} in both rounds"
     return Checked(
         fix.id,
         HOLDS if holds else DOES_NOT_HOLD,
