@@ -13,6 +13,7 @@ import argparse
 import json
 import time
 from pathlib import Path
+from typing import Any
 
 from cublas_audit.jobs.verify import checked_input
 from cublas_audit.run import verify
@@ -25,7 +26,7 @@ def main() -> None:
     args = parser.parse_args()
     start = time.perf_counter()
     fixes = checked_input(args.fix_file)
-    rows = []
+    rows: list[dict[str, Any]] = []
     for fix in fixes.fixes:
         began = time.perf_counter()
         found = verify.verify_fix(fix)
