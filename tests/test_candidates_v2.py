@@ -41,7 +41,10 @@ RECORDED = REPORTS / "h100" / "20261123-012340-batched"
 PROBLEM = "cublasLt.fp32.256x256x256.b8.nn"
 # The recorded calls of PROBLEM: a loop of cublasSgemm, cublasSgemmStridedBatched, cublasLtMatmul
 LOOP, BATCHED, LT = (f"{api}.fp32.256x256x256.b8.nn" for api in ("loop", "cublas", "cublasLt"))
-VERSION_1 = sorted({*REPORTS.rglob(CANDIDATES_FILE), *FIXTURES.rglob(CANDIDATES_FILE)})
+ALL_TABLES = sorted({*REPORTS.rglob(CANDIDATES_FILE), *FIXTURES.rglob(CANDIDATES_FILE)})
+# every table recorded before schema 2 (its first data row starts with its schema version)
+VERSION_1 = [p for p in ALL_TABLES if p.read_text().splitlines()[1].startswith("1,")]
+VERSION_2 = [p for p in ALL_TABLES if p.read_text().splitlines()[1].startswith("2,")]
 
 
 @functools.cache
@@ -115,6 +118,19 @@ def loop_against_batched() -> pd.DataFrame:
         candidate(BATCHED, 5, False, confirm=True),
     ]
     return with_confirmation(ct.from_records(rows))
+
+
+@pytest.mark.parametrize("path", VERSION_2, ids=lambda p: str(p.parent.relative_to(p.parents[3])))
+def test_version_2_tables_recorded_on_the_h100_say_their_problem_and_judge_on_kernels(
+    path: Path,
+) -> None:
+    """The random maps' follow-ups (CUPTI on the H100): every row names its problem, and every
+    ranked case was judged on kernel time with the kernels each candidate launched."""
+    frame = ct.read_candidates(path)
+    assert ct.layout_known(frame).all()
+    timed = frame[(frame["status"] == "ok") & frame["kernel_ms"].notna()]
+    assert len(timed) and (timed["timing_basis"] == "kernel").all()
+    assert timed["kernels"].str.len().gt(0).all()
 
 
 # ----- version 1: every bundled audit reads, judges and renders as before -----------------------
