@@ -205,3 +205,39 @@ def test_verify_without_a_gpu_is_exit_3_after_the_file_is_checked(tmp_path: Path
     )
     assert result.exit_code == 3, result.output
     assert "no NVIDIA GPU" in result.output and not (tmp_path / "v.json").exists()
+
+
+# ----- a trace's tn problems: candidates of schema 2 give pins torch's TunableOp names alike ------
+
+LLAMA = ROOT / "reports/h100/traces/20261125-093616-llama-v2"
+TORCH_ROWS = ROOT / "tests/fixtures/tunableop/tunableop_h100_torch2.14.1_models.csv"
+
+
+@pytest.mark.parametrize(
+    ("case_id", "candidate"),
+    [
+        # F.linear of the Llama block's gate projection: cuBLASLt's default, which TunableOp's own
+        # tuning also kept for that call
+        ("cublasLt.bf16.5632x2048x2048.b1.tn", 0),
+        # the fp32 LM head on the last token: candidate 2 is the GEMV TunableOp picked
+        ("cublasLt.fp32.32000x4x2048.b1.tn", 2),
+    ],
+)
+def test_a_trace_tn_candidate_is_the_row_torch_wrote_for_that_call(
+    case_id: str, candidate: int
+) -> None:
+    """The trace's sweep audited each GEMM as PyTorch issues it (cuBLAS tn, leading dimensions
+    of F.linear); a pin built from its candidate row is the very line torch 2.14.1's TunableOp
+    wrote when it tuned the same model on the H100 (operator, parameters and solution)."""
+    from cublas_audit.judge.fixes import pin_of, problem_of_candidates_row
+    from cublas_audit.report.tunableop import tunable_row
+    from cublas_audit.table.candidates_table import read_candidates
+
+    frame = read_candidates(LLAMA)
+    row = frame[(frame["case_id"] == case_id) & (frame["candidate"] == candidate)].iloc[0]
+    problem = problem_of_candidates_row(row)
+    assert problem.layout == "tn" and problem.layout_known
+    line = tunable_row(problem, pin_of(row), 0.0).line
+    ours = line.rsplit(",", 1)[0]  # without the time column
+    theirs = [t.rsplit(",", 1)[0] for t in TORCH_ROWS.read_text().splitlines()]
+    assert ours in theirs, ours
