@@ -150,11 +150,12 @@ def test_the_report() -> None:
     fixes = fix_set()
     markdown = render_fix_report(fixes, tunableop_export(fixes, "2.14.1"), Path("out"))
     table = table_under(markdown, "## Fixes")
-    assert table[0][:3] == ["fix", "problem", "kind"]
+    assert table[0][:4] == ["fix", "problem", "PyTorch", "kind"]
     row = next(r for r in table[1:] if r[0] == "pin-1856")
-    assert row[4] == "2.315" and row[6] == "2.089"  # candidates.csv: 2.31467 -> 2.08907
-    assert row[7] == "1.11x, confirm 1.11x"  # 2.42381 / 2.1783 in the confirmation round
-    assert next(r for r in table[1:] if r[0] == "pad-1856")[7] == "1.07x"  # no confirmation
+    assert row[2] == "—"  # no trace named
+    assert row[5] == "2.315" and row[7] == "2.089"  # candidates.csv: 2.31467 -> 2.08907
+    assert row[8] == "1.11x, confirm 1.11x"  # 2.42381 / 2.1783 in the confirmation round
+    assert next(r for r in table[1:] if r[0] == "pad-1856")[8] == "1.07x"  # no confirmation
     env = re.search(r"```sh\n(.*?)\n```", markdown, re.S)
     assert env is not None
     assert env[1] == environment_lines(tunableop_export(fixes, "2.14.1").environment(Path("out")))

@@ -241,3 +241,28 @@ def test_a_trace_tn_candidate_is_the_row_torch_wrote_for_that_call(
     ours = line.rsplit(",", 1)[0]  # without the time column
     theirs = [t.rsplit(",", 1)[0] for t in TORCH_ROWS.read_text().splitlines()]
     assert ours in theirs, ours
+
+
+def test_a_fix_of_a_trace_problem_names_its_op_and_share() -> None:
+    """The Llama trace's problems (its own problem table: aten::mm 2048x5632x2048 is 28.45 % of
+    the GEMM time, the fp32 LM head 26.36 %) matched to fixes on the candidates rows the trace's
+    sweep audited (cuBLAS tn 5632x2048x2048, 32000x4x2048)."""
+    from cublas_audit.judge.fixes import pin_of, problem_of_candidates_row, with_torch_ops
+    from cublas_audit.observe.torch_trace import problems, read_trace
+    from cublas_audit.table.candidates_table import read_candidates
+    from cublas_audit.table.fix_file import Fix, Stamp, Timed
+
+    frame = read_candidates(LLAMA)
+    fixes = []
+    for case_id in ("cublasLt.bf16.5632x2048x2048.b1.tn", "cublasLt.fp32.32000x4x2048.b1.tn"):
+        row = frame[frame["case_id"] == case_id].iloc[0]
+        problem = problem_of_candidates_row(row)
+        timed = Timed("", float(row["time_ms"]))
+        fixes.append(Fix(case_id, "pin", problem, timed, timed, "call", "", "", pin_of(row)))
+    stamp = Stamp("NVIDIA H100 80GB HBM3", "9.0", "13.1.0", "580.159.04")
+    trace = problems(read_trace(ROOT / "tests/fixtures/torch_traces/llama.json.gz"))
+    named = with_torch_ops(FixSet(stamp, tuple(fixes)), trace)
+    assert [f.torch for f in named.fixes] == [
+        {"op": "aten::mm", "shape": "2048x5632x2048", "batch": 1, "share": 0.2845},
+        {"op": "aten::mm", "shape": "4x32000x2048", "batch": 1, "share": 0.2636},
+    ]

@@ -30,13 +30,19 @@ def fix_command(
         help="The PyTorch version the TunableOp file is for (TunableOp refuses a file of another "
         "version; default: the torch installed here).",
     ),
+    torch_trace: Path | None = typer.Option(
+        None,
+        metavar="FILE",
+        help="The PyTorch trace the runs audited: each fix names its op and share of GEMM time.",
+    ),
     threshold: Thresholds = None,
 ) -> None:
     """Fixes for every confirmed finding with a measured faster alternative: cuBLASLt pins
     (fix.json, a PyTorch TunableOp file, C snippets) and shape changes (pad, layout)."""
     from cublas_audit.jobs import fix
 
-    fix.run(fix.FixJob(inputs, out, torch_version, threshold or []), typer.echo)
+    job = fix.FixJob(inputs, out, torch_version, threshold or [], torch_trace=torch_trace)
+    fix.run(job, typer.echo)
 
 
 @exit_codes

@@ -19,7 +19,7 @@ from cublas_audit.files import never_replacing, write_text_atomic
 from cublas_audit.jobs.reports import recorded_verdicts
 from cublas_audit.judge.audited import audit_dataset
 from cublas_audit.judge.candidates import judge_candidates
-from cublas_audit.judge.fixes import fix_set, fixes_of, pin_fixes, stamp_of
+from cublas_audit.judge.fixes import fix_set, fixes_of, pin_fixes, stamp_of, with_torch_ops
 from cublas_audit.judge.thresholds import Thresholds, with_overrides
 from cublas_audit.planning.cases import read_plan
 from cublas_audit.report.output import input_files
@@ -39,6 +39,7 @@ class FixJob:
     torch_version: str | None = None
     thresholds: Sequence[str] = field(default_factory=list)
     env: Mapping[str, Any] | None = None  # the machine, for a run that wrote no env.json
+    torch_trace: Path | None = None  # the trace the problems came from: each fix's op and share
 
 
 def collect(
@@ -125,6 +126,10 @@ def summary_line(fixes: FixSet) -> str:
 def run(job: FixJob, echo: Echo) -> FixSet:
     target = out_dir(job)
     fixes = collect(job.inputs, with_overrides(job.thresholds), job.env)
+    if job.torch_trace is not None:
+        from cublas_audit.observe.torch_trace import problems, read_trace
+
+        fixes = with_torch_ops(fixes, problems(read_trace(job.torch_trace)))
     with never_replacing(input_files(list(job.inputs))):
         target.mkdir(parents=True, exist_ok=True)
         for path in write_fix_files(fixes, target, job.torch_version):

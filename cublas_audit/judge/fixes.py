@@ -14,6 +14,7 @@ gets no fix. Judging happened in judge.audited: this module only reads its verdi
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import pandas as pd
@@ -274,3 +275,52 @@ def case_of_row(row: pd.Series, plan: Mapping[str, Case]) -> Case:
         int(row["batch"]),
         **settings,
     )
+
+
+# ----- PyTorch's side ---------------------------------------------------------------------------
+
+
+def with_torch_ops(fixes: FixSet, table: pd.DataFrame) -> FixSet:
+    """Each fix whose exact problem a PyTorch trace ran (observe.torch_trace's problem table,
+    cuBLAS terms) with that op, its row-major shape and its share of the trace's GEMM time."""
+    ops: dict[Problem, dict[str, Any]] = {}
+    for _, row in table.iterrows():
+        problem = _traced_problem(row)
+        if problem is not None:
+            ops.setdefault(problem, _torch_side(row))
+    found = tuple(
+        replace(fix, torch=ops.get(replace(fix.problem, layout_known=True), fix.torch))
+        for fix in fixes.fixes
+    )
+    return replace(fixes, fixes=found)
+
+
+def _traced_problem(row: pd.Series) -> Problem | None:
+    try:
+        case = Case(
+            "cublasLt",
+            str(row["mode"]),
+            int(row["cublas_m"]),
+            int(row["cublas_n"]),
+            int(row["cublas_k"]),
+            int(row["batch"]),
+            transa=str(row["cublas_transa"]),
+            transb=str(row["cublas_transb"]),
+            lda=int(row["cublas_lda"]),
+            ldb=int(row["cublas_ldb"]),
+            broadcast=str(plain(row["cublas_broadcast"]) or ""),
+            beta=float(row["cublas_beta"]),
+            bias=bool(row["cublas_bias"]),
+        )
+    except (AuditError, ValueError, KeyError):
+        return None  # a problem this tool cannot pose (a mode it does not run): no fix names it
+    return Problem.of_case(case)
+
+
+def _torch_side(row: pd.Series) -> dict[str, Any]:
+    return {
+        "op": str(row["op"]),
+        "shape": f"{int(row['M'])}x{int(row['N'])}x{int(row['K'])}",
+        "batch": int(row["batch"]),
+        "share": round(float(row["share"]), 4),
+    }

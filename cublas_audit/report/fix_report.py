@@ -22,8 +22,8 @@ from cublas_audit.report.tunableop import (
 from cublas_audit.table.fix_file import Fix, FixSet
 
 FIX_COLUMNS = (
-    "fix", "problem", "kind", "default", "ms", "fixed", "ms", "speedup", "timing", "verdict",
-    "change",
+    "fix", "problem", "PyTorch", "kind", "default", "ms", "fixed", "ms", "speedup", "timing",
+    "verdict", "change",
 )  # fmt: skip
 
 
@@ -65,6 +65,7 @@ def fix_row(fix: Fix) -> list[str]:
     return [
         md_text(fix.id),
         md_text(fix.problem.name),
+        md_text(torch_words(fix)),
         md_text(fix.kind),
         md_code(fix.default.kernel) if fix.default.kernel else "—",
         f"{fix.default.ms:.4g}",
@@ -75,6 +76,17 @@ def fix_row(fix: Fix) -> list[str]:
         md_text(fix.verdict),
         md_text(fix.change),
     ]
+
+
+def torch_words(fix: Fix) -> str:
+    """'aten::mm 2048x5632x2048, 28.5 % of GEMM time' where the trace is known, else '—'."""
+    if not fix.torch:
+        return "—"
+    batch = f" batch {fix.torch['batch']}" if int(fix.torch.get("batch", 1)) > 1 else ""
+    share = float(fix.torch.get("share", 0.0))
+    return (
+        f"{fix.torch.get('op', '')} {fix.torch.get('shape', '')}{batch}, {share:.1%} of GEMM time"
+    )
 
 
 def environment_lines(environment: dict[str, str]) -> str:
