@@ -266,3 +266,41 @@ def test_a_fix_of_a_trace_problem_names_its_op_and_share() -> None:
         {"op": "aten::mm", "shape": "2048x5632x2048", "batch": 1, "share": 0.2845},
         {"op": "aten::mm", "shape": "4x32000x2048", "batch": 1, "share": 0.2636},
     ]
+
+
+@pytest.mark.parametrize(
+    ("torch_version", "words"),
+    [
+        (None, "torch is not installed here"),
+        ("2.11.0+cu130", "torch 2.11.0+cu130 predates TunableOp's cuBLASLt support"),
+        ("2.15.0", "the TunableOp file is for torch 2.14.1, TunableOp refuses it under 2.15.0"),
+        ("2.14.1+cu130", ""),
+    ],
+)
+def test_verify_torch_says_why_it_cannot_run_the_file(
+    torch_version: str | None, words: str
+) -> None:
+    from cublas_audit.run.torch_check import skip_reason
+
+    reason = skip_reason(torch_version, "2.14.1")
+    assert reason.startswith(words) if words else reason == ""
+
+
+def test_verify_torch_needs_the_tunableop_file_before_any_gpu_work(tmp_path: Path) -> None:
+    from cublas_audit.jobs.verify import tunable_file
+
+    (tmp_path / "fix.json").write_text((RECORDED / "fix.json").read_text())
+    with pytest.raises(AuditError, match=r"no tunableop0\.csv beside"):
+        tunable_file(tmp_path / "fix.json")
+    assert tunable_file(RECORDED / "fix.json").validator("PT_VERSION") == "2.14.1"
+
+
+def test_the_torch_check_takes_the_pins_one_torch_call_issues() -> None:
+    """All 23 recorded pins are packed nn batch 1: each is a torch.mm; a batched or padded
+    problem is not (torch would issue another call)."""
+    from cublas_audit.run.torch_check import runnable
+
+    fixes = read_fix_file(RECORDED / "fix.json").fixes
+    assert all(runnable(fix) for fix in fixes)
+    padded = dataclasses.replace(fixes[0].problem, lda=fixes[0].problem.lda + 8)
+    assert not runnable(dataclasses.replace(fixes[0], problem=padded))

@@ -56,11 +56,18 @@ def verify_command(
         "--fail-on",
         help="Exit 1 when a fix does not hold here or computes a wrong result (for CI).",
     ),
+    torch: bool = typer.Option(
+        False,
+        "--torch",
+        help="Also run each pin's problem through torch.mm / F.linear with the TunableOp file "
+        "beside FIXFILE (torch 2.14+; an older torch: skipped, said in a line): kernel, result, "
+        "time.",
+    ),
 ) -> None:
     """Re-measure each fix on this GPU: the pin rebuilt and checked by cuBLASLt, default and
     fixed interleaved in two rounds, each result against a float64 product."""
     from cublas_audit.jobs import verify
 
-    code = verify.run(verify.VerifyJob(fix_file, out, fail_on), typer.echo)
+    code = verify.run(verify.VerifyJob(fix_file, out, fail_on, torch=torch), typer.echo)
     if code:
         raise typer.Exit(code)

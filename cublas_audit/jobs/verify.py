@@ -12,6 +12,7 @@ import json
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from cublas_audit.errors import AuditError
 from cublas_audit.files import write_text_atomic
@@ -19,6 +20,10 @@ from cublas_audit.judge.candidates import DEFAULT_THRESHOLD
 from cublas_audit.observe import environment
 from cublas_audit.table.dispatch import json_ready
 from cublas_audit.table.fix_file import FixSet, Stamp, read_fix_file
+from cublas_audit.table.tunableop_file import TunableFile, parse_tunableop
+
+if TYPE_CHECKING:
+    from cublas_audit.run.torch_check import TorchChecked
 
 Echo = Callable[..., None]
 VERIFY_FILE = "verify.json"
@@ -31,6 +36,7 @@ class VerifyJob:
     out: Path | None = None  # verify.json; default: beside the fix file
     fail_on: bool = False
     threshold: float = DEFAULT_THRESHOLD
+    torch: bool = False  # also through torch with the TunableOp file beside the fix file
 
 
 def checked_input(path: Path) -> FixSet:
@@ -52,6 +58,7 @@ def run(job: VerifyJob, echo: Echo) -> int:
     from cublas_audit.run import verify
 
     fixes = checked_input(job.fix_file)
+    tunable = tunable_file(job.fix_file) if job.torch else None
     out = job.out or job.fix_file.parent / VERIFY_FILE
     env = environment.collect()
     environment.require_gpu(env)
@@ -74,11 +81,45 @@ def run(job: VerifyJob, echo: Echo) -> int:
     }
     text = json.dumps(json_ready(data), indent=2, allow_nan=False) + "\n"  # inf: no result
     echo(f"verify: {write_text_atomic(out, text)}")
+    through_torch = _torch_check(fixes, job.fix_file, tunable, echo) if tunable else []
     refused = [item for item in found if item.status == verify.REFUSED]
     if refused and not differs:
         raise AuditError(
             f"{job.fix_file}: {len(refused)} pin(s) refused by the cuBLAS and GPU they were "
             f"proven on (first: {refused[0].fix_id}: {refused[0].reason})"
         )
-    failed = [item for item in found if item.status in (verify.DOES_NOT_HOLD, verify.WRONG)]
+    failed = [item.fix_id for item in found if item.status in (verify.DOES_NOT_HOLD, verify.WRONG)]
+    failed += [item.fix_id for item in through_torch if item.status != "holds"]
     return GATE_FAILED if job.fail_on and failed else 0
+
+
+def tunable_file(fix_file: Path) -> TunableFile:
+    """The TunableOp file `fix` wrote beside the fix file, read whole (before any GPU work)."""
+    from cublas_audit.report.tunableop import DEVICE_FILE_NAME
+
+    path = fix_file.parent / DEVICE_FILE_NAME
+    if not path.is_file():
+        raise AuditError(
+            f"--torch: no {DEVICE_FILE_NAME} beside {fix_file} (`fix --torch-version` writes it)"
+        )
+    return parse_tunableop(path.read_text(), str(path))
+
+
+def _torch_check(
+    fixes: FixSet, fix_file: Path, tunable: TunableFile, echo: Echo
+) -> list[TorchChecked]:
+    """The pins through an unchanged torch call with and without the file; skipped, in one
+    line, where this torch cannot read it."""
+    from cublas_audit.report.tunableop import tunableop_export
+    from cublas_audit.run import torch_check
+
+    file_version = tunable.validator("PT_VERSION") or ""
+    why_not = torch_check.skip_reason(torch_check.installed_torch(), file_version)
+    if why_not:
+        echo(f"verify --torch: skipped: {why_not}")
+        return []
+    export = tunableop_export(fixes, file_version)
+    checked = torch_check.check(fixes, fix_file, export.environment(fix_file.parent))
+    for item in checked:
+        echo(f"{item.fix_id}: torch {item.status}: {item.line}")
+    return checked
