@@ -23,13 +23,13 @@ from cublas_audit.errors import AuditError
 from cublas_audit.judge.audited import Audited
 from cublas_audit.judge.candidates import INTERLEAVED_FLOOR, CandidateVerdicts
 from cublas_audit.judge.finding import Finding
+from cublas_audit.judge.rules.frame import call_of
 from cublas_audit.observe.kernels import normalize
 from cublas_audit.planning.cases import Case
+from cublas_audit.table.candidates_table import problem_case
 from cublas_audit.table.dispatch import plain
 from cublas_audit.table.fix_file import Fix, FixSet, Pin, Problem, Stamp, Timed
 
-# The candidates table's problem columns (schema 2); a table without them timed packed nn.
-LAYOUT_COLUMNS = ("transa", "transb", "lda", "ldb", "broadcast", "beta", "strided", "bias")
 FIXED_BY_SHAPE = {"unaligned-operand": "pad", "layout-penalty": "layout"}
 
 
@@ -181,32 +181,14 @@ def pin_of(row: pd.Series) -> Pin:
 
 
 def problem_of_candidates_row(row: pd.Series) -> Problem:
-    """The problem a candidates row timed: its layout columns (schema 2), or packed nn, said as
-    unknown, for a table written before the audit kept the layout."""
-    known = all(plain(row.get(name)) is not None for name in ("transa", "transb"))
-    settings: dict[str, Any] = {}
-    if known:
-        settings = {
-            name: plain(row.get(name))
-            for name in LAYOUT_COLUMNS
-            if plain(row.get(name)) is not None
-        }
-        settings = {**settings, **{k: int(settings[k]) for k in ("lda", "ldb") if k in settings}}
-        settings = {
-            **settings,
-            **{k: bool(settings[k]) for k in ("strided", "bias") if k in settings},
-        }
-        settings["broadcast"] = str(settings.get("broadcast") or "")
-    case = Case(
-        "cublasLt",
-        str(row["mode"]),
-        int(row["m"]),
-        int(row["n"]),
-        int(row["k"]),
-        int(row["batch"]),
-        **settings,
-    )
-    return Problem.of_case(case, layout_known=known)
+    """The problem a candidates row timed (table.candidates_table.problem_case, schema 2), or
+    packed nn, said as unknown, for a table written before the audit kept the layout."""
+    case = problem_case(row)
+    if case is not None:
+        return Problem.of_case(case)
+    packed = Case("cublasLt", str(row["mode"]), int(row["m"]), int(row["n"]), int(row["k"]),
+                  int(row["batch"]))  # fmt: skip
+    return Problem.of_case(packed, layout_known=False)
 
 
 def fix_id(problem: Problem) -> str:
@@ -254,27 +236,11 @@ def _traced(row: pd.Series) -> bool:
 
 
 def case_of_row(row: pd.Series, plan: Mapping[str, Case]) -> Case:
-    """The exact call of a dispatch-table row: its plan.json case, else its columns."""
-    known = plan.get(str(row.get("case_id")))
-    if known is not None:
-        return known
-    settings = {
-        name: plain(row.get(name))
-        for name in ("transa", "transb", "lda", "ldb", "broadcast", "beta")
-        if plain(row.get(name)) is not None
-    }
-    for name in ("lda", "ldb"):
-        if name in settings:
-            settings[name] = int(settings[name])
-    return Case(
-        str(row["api"]),
-        str(row["mode"]),
-        int(row["m"]),
-        int(row["n"]),
-        int(row["k"]),
-        int(row["batch"]),
-        **settings,
-    )
+    """The exact call of a prepared dispatch-table row: its plan.json case, else its columns."""
+    known = plan.get(str(row.get("case_id"))) or call_of(row)
+    if known is None:
+        raise AuditError(f"{row.get('case_id')}: the row's columns make no cuBLAS call")
+    return known
 
 
 # ----- PyTorch's side ---------------------------------------------------------------------------
