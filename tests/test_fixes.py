@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -304,3 +306,28 @@ def test_the_torch_check_takes_the_pins_one_torch_call_issues() -> None:
     assert all(runnable(fix) for fix in fixes)
     padded = dataclasses.replace(fixes[0].problem, lda=fixes[0].problem.lda + 8)
     assert not runnable(dataclasses.replace(fixes[0], problem=padded))
+
+
+@pytest.mark.parametrize(
+    ("edit", "words"),
+    [
+        (lambda d: d["fixes"][0]["pin"].update(tile="999x999"), "tile '999x999' is not"),
+        (lambda d: d.update(schema_version=7), "schema_version 7 is not 1"),
+        (lambda d: d["fixes"][1].pop("problem"), r"fixes\[1\]"),
+    ],
+)
+def test_verify_of_a_bad_fix_file_is_exit_2_and_writes_nothing(
+    tmp_path: Path, edit: Any, words: str
+) -> None:
+    from typer.testing import CliRunner
+
+    from cublas_audit.cli import app
+
+    data = json.loads((RECORDED / "fix.json").read_text())
+    edit(data)
+    edited = tmp_path / "fix.json"
+    edited.write_text(json.dumps(data))
+    result = CliRunner().invoke(app, ["verify", str(edited)])
+    assert result.exit_code == 2, result.output
+    assert re.search(words, result.output) and len(result.output.strip().splitlines()) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fix.json"]

@@ -12,20 +12,15 @@ checks everything before anything is run: a hand-edited or truncated file is one
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
-from dataclasses import MISSING, asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any
 
 from cublas_audit.errors import AuditError
 from cublas_audit.files import write_text_atomic
 from cublas_audit.planning.cases import MAX_DIMENSION, Case
 from cublas_audit.planning.modes import MODE_NAMES
-
-if TYPE_CHECKING:
-    from _typeshed import DataclassInstance
-
-T = TypeVar("T", bound="DataclassInstance")
+from cublas_audit.table.json_records import as_list, as_text, record, require
 
 SCHEMA = "cublas-audit-fix"
 SCHEMA_VERSION = 1
@@ -232,15 +227,18 @@ def to_json(fixes: FixSet) -> dict[str, Any]:
         "workspace_bytes": fixes.workspace_bytes,
         "sources": list(fixes.sources),
         "fixes": [
-            {**asdict(fix), "speedup": round(fix.speedup, 4), "confirm_speedup": _rounded(fix)}
+            {
+                **asdict(fix),
+                "speedup": _rounded(fix.speedup),
+                "confirm_speedup": _rounded(fix.confirm_speedup),
+            }
             for fix in fixes.fixes
         ],
     }
 
 
-def _rounded(fix: Fix) -> float | None:
-    confirm = fix.confirm_speedup
-    return None if confirm is None else round(confirm, 4)
+def _rounded(ratio: float | None) -> float | None:
+    return None if ratio is None else round(ratio, 4)
 
 
 def write_fix_file(fixes: FixSet, path: Path) -> Path:
@@ -271,19 +269,21 @@ def from_json(data: Any) -> FixSet:
             f"schema_version {version!r} is not {SCHEMA_VERSION}, the version this cublas-audit "
             "reads"
         )
-    stamp = _record(Stamp, data["stamp"], "stamp")
-    fixes = tuple(_fix(entry, i) for i, entry in enumerate(_list(data["fixes"], "fixes")))
+    require(data, ("stamp", "fixes"), "the file")
+    stamp = record(Stamp, data["stamp"], "stamp")
+    fixes = tuple(_fix(entry, i) for i, entry in enumerate(as_list(data["fixes"], "fixes")))
     ids = [fix.id for fix in fixes]
     repeated = sorted({i for i in ids if ids.count(i) > 1})
     if repeated:
         raise ValueError(f"fix id {repeated[0]!r} appears twice")
-    return FixSet(stamp, fixes, tuple(str(s) for s in _list(data.get("sources", []), "sources")))
+    return FixSet(stamp, fixes, tuple(str(s) for s in as_list(data.get("sources", []), "sources")))
 
 
 def _fix(entry: Any, index: int) -> Fix:
     where = f"fixes[{index}]"
     if not isinstance(entry, dict):
         raise ValueError(f"{where} is not an object")
+    require(entry, FIX_KEYS, where)
     kind = entry.get("kind")
     if kind not in KINDS:
         raise ValueError(f"{where}.kind {kind!r} is not one of {', '.join(KINDS)}")
@@ -295,14 +295,14 @@ def _fix(entry: Any, index: int) -> Fix:
     if kind != "pin" and instead is None:
         raise ValueError(f"{where}: a {kind} fix without the problem to run 'instead'")
     fix = Fix(
-        id=_text(entry["id"], f"{where}.id"),
+        id=as_text(entry["id"], f"{where}.id"),
         kind=kind,
         problem=problem,
         default=_timed(entry["default"], f"{where}.default"),
         fixed=_timed(entry["fixed"], f"{where}.fixed"),
-        timing=_text(entry["timing"], f"{where}.timing"),
-        verdict=_text(entry["verdict"], f"{where}.verdict"),
-        change=_text(entry["change"], f"{where}.change"),
+        timing=as_text(entry["timing"], f"{where}.timing"),
+        verdict=as_text(entry["verdict"], f"{where}.verdict"),
+        change=as_text(entry["change"], f"{where}.change"),
         pin=pin,
         instead=_problem(instead, f"{where}.instead") if instead is not None else None,
         source={str(k): str(v) for k, v in dict(entry.get("source") or {}).items()},
@@ -311,8 +311,11 @@ def _fix(entry: Any, index: int) -> Fix:
     return fix
 
 
+FIX_KEYS = ("id", "kind", "problem", "default", "fixed", "timing", "verdict", "change")
+
+
 def _problem(data: Any, where: str) -> Problem:
-    problem = _record(Problem, data, where)
+    problem = record(Problem, data, where)
     if problem.mode not in MODE_NAMES:
         raise ValueError(f"{where}.mode {problem.mode!r} is not one of {', '.join(MODE_NAMES)}")
     for name in ("m", "n", "k", "batch"):
@@ -338,56 +341,14 @@ def _problem(data: Any, where: str) -> Problem:
 
 
 def _pin(data: Any, where: str) -> Pin:
-    pin = _record(Pin, data, where)
+    pin = record(Pin, data, where)
     if pin.algo_id < 0 or pin.workspace_bytes < 0:
         raise ValueError(f"{where}: algo_id and workspace_bytes must not be negative")
     return pin
 
 
 def _timed(data: Any, where: str) -> Timed:
-    timed = _record(Timed, data, where)
+    timed = record(Timed, data, where)
     if not timed.ms > 0:
         raise ValueError(f"{where}.ms {timed.ms!r} is not a positive time")
     return timed
-
-
-_TYPES: dict[str, tuple[type, ...]] = {
-    "int": (int,),
-    "float": (int, float),
-    "str": (str,),
-    "bool": (bool,),
-    "float | None": (int, float, type(None)),
-}
-
-
-def _record(cls: type[T], data: Any, where: str) -> T:
-    """A dataclass from a JSON object: every field present (or defaulted) and of its type."""
-    if not isinstance(data, Mapping):
-        raise ValueError(f"{where} is not an object")
-    unknown = sorted(set(data) - {f.name for f in fields(cls)})
-    if unknown:
-        raise ValueError(f"{where}: unknown field {unknown[0]!r}")
-    values = {}
-    for spec in fields(cls):
-        if spec.name not in data:
-            if spec.default is MISSING and spec.default_factory is MISSING:
-                raise ValueError(f"{where}: missing field {spec.name!r}")
-            continue
-        value = data[spec.name]
-        allowed = _TYPES.get(str(spec.type), (object,))
-        if not isinstance(value, allowed) or (isinstance(value, bool) and bool not in allowed):
-            raise ValueError(f"{where}.{spec.name}: {value!r} is not a {spec.type}")
-        values[spec.name] = value
-    return cls(**values)
-
-
-def _list(value: Any, where: str) -> Sequence[Any]:
-    if not isinstance(value, list):
-        raise ValueError(f"{where} is not a list")
-    return value
-
-
-def _text(value: Any, where: str) -> str:
-    if not isinstance(value, str):
-        raise ValueError(f"{where}: {value!r} is not text")
-    return value
