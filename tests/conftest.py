@@ -65,8 +65,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    # Under pytest-xdist every worker collects every test: a module's slow work then runs in the
-    # worker its tests are sent to (--dist loadfile), when its fixture first asks for it.
+    # Under pytest-xdist every worker collects every test: a module's slow work then runs in each
+    # worker its tests are sent to, when its fixture first asks for it there.
     if session.config.option.collectonly or os.environ.get("PYTEST_XDIST_WORKER"):
         return
     work = {

@@ -186,13 +186,29 @@ def check_env(env: Mapping[str, object], path: Path) -> None:
 
 
 def read_table(path: Path) -> pd.DataFrame:
-    """Reads a dispatch table from a CSV or Parquet file, or from a run directory."""
+    """Reads a dispatch table from a CSV or Parquet file, or from a run directory. A file read
+    before, unchanged since (same size and modification time), is not parsed and checked again:
+    a sweep's report, its --fix and a second report in one process read it once."""
     path = Path(path)
     if path.is_dir():
         path = path / TABLE_FILE
-    source = TableSource(path)
     if not path.exists():
         raise AuditError(f"{path}: no such file")
+    stat = path.stat()
+    key = (str(path.resolve()), stat.st_mtime_ns, stat.st_size)
+    if key not in _READ:
+        if len(_READ) >= _READ_KEPT:
+            _READ.pop(next(iter(_READ)))  # the oldest: a long session reads many runs once
+        _READ[key] = _parsed(path)
+    return _READ[key].copy()  # callers may change their frame; the cached one stays as read
+
+
+_READ: dict[tuple[str, int, int], pd.DataFrame] = {}
+_READ_KEPT = 32
+
+
+def _parsed(path: Path) -> pd.DataFrame:
+    source = TableSource(path)
     try:
         if path.suffix == ".parquet":
             raw = pd.read_parquet(path)
