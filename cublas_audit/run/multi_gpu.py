@@ -39,6 +39,7 @@ from cublas_audit.run.sweep import Progress
 from cublas_audit.run.sweep_setup import SweepOptions, check_new_run_dir, default_run_dir, sweep
 from cublas_audit.table import candidates_table, rundir
 from cublas_audit.table import dispatch as table
+from cublas_audit.table.merge import in_plan_order
 from cublas_audit.table.validation import read_table
 from cublas_audit.version import __version__
 
@@ -250,7 +251,7 @@ def run(
 
 def merged_table(plan: Plan, shards: Sequence[Path]) -> pd.DataFrame:
     """The shards' tables as one, in plan order, written to the run's dispatch.csv."""
-    frame = _in_plan_order(plan, [read_table(path) for path in shards])
+    frame = in_plan_order(plan.cases, [read_table(path) for path in shards])
     table.write_table(frame, plan.run_dir / rundir.TABLE_FILE)
     return frame
 
@@ -258,16 +259,9 @@ def merged_table(plan: Plan, shards: Sequence[Path]) -> pd.DataFrame:
 def merged_candidates(plan: Plan, shards: Sequence[Path]) -> pd.DataFrame:
     """The shards' candidate audits as one, in plan order, written to the run's candidates.csv
     (each problem was audited whole on one GPU: its ranks and gaps stand as they are)."""
-    frame = _in_plan_order(plan, [candidates_table.read_candidates(path) for path in shards])
+    frame = in_plan_order(plan.cases, [candidates_table.read_candidates(path) for path in shards])
     candidates_table.write_candidates(frame, plan.run_dir / rundir.CANDIDATES_FILE)
     return frame
-
-
-def _in_plan_order(plan: Plan, frames: Sequence[pd.DataFrame]) -> pd.DataFrame:
-    order = {case.case_id: i for i, case in enumerate(plan.cases)}
-    frame = pd.concat(frames, ignore_index=True)
-    frame = frame.sort_values("case_id", key=lambda ids: ids.map(order), kind="stable")
-    return frame.reset_index(drop=True)
 
 
 def finish(plan: Plan, shards: Sequence[Path], seconds: float) -> dict[str, Any]:
