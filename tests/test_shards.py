@@ -102,3 +102,25 @@ def test_more_parts_than_cases_is_refused() -> None:
     assert ShardSpec.parse(" 3 / 8 ") == ShardSpec(3, 8)
     with pytest.raises(AuditError, match=f"the plan has {len(cases)} cases"):
         PlanPart.of(ShardSpec(1, len(cases) + 1), cases)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["sweep", "--sizes", "256", "--shard", "0/4"], "I counts from 1 to N"),
+        (["map", "--sizes", "64:256:64", "--shard", "two/4"], "is not I/N"),
+        (["candidates", "--sizes", "256", "--shard", "3/2"], "I counts from 1 to N"),
+        (["sweep", "--sizes", "256", "--shard", "1/2", "--devices", "all"], "give one"),
+        (["map", "--sizes", "64:256:64", "--shard", "1/2", "--follow-up"], "--follow-up"),
+        (["sweep", "--resume", str(SWEEP_PLAN.parent), "--shard", "1/2"], "give --resume alone"),
+        (["sweep", "--sizes", "256", "--single", "--no-batched", "--shard", "9/9"], "fewer than"),
+    ],
+)
+def test_shard_options_are_refused_before_the_gpu(args: list[str], message: str) -> None:
+    from typer.testing import CliRunner
+
+    from cublas_audit.cli import app
+
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2, result.output
+    assert message in result.output and len(result.output.strip().splitlines()) == 1
