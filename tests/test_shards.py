@@ -1,7 +1,7 @@
 """`--shard I/N`: a plan's parts, on the plans of real recorded runs (the H100's FP32 map of 64 to
-4096, its batched sweep). Every case in exactly one part, parts
-in plan order and balanced by estimated work, the same split for the same plan, and a fingerprint
-that tells plans apart."""
+4096, its batched sweep). Every case in exactly one part, parts in plan order and balanced by
+estimated work, the same split for the same plan, a fingerprint that tells plans apart, and the
+option refused before the GPU."""
 
 from __future__ import annotations
 
