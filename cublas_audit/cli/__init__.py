@@ -1,7 +1,7 @@
 """The `cublas-audit` command line: parses arguments, calls the library, prints. Nothing else.
 
 One module per command group (measure: sweep, map, reference; candidates; read: report, diff,
-shapes; machine: env), what they share in options, the exit codes (README) in exit_codes.
+shapes; merge; machine: env), what they share in options, the exit codes (README) in exit_codes.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Annotated, Any
 import typer
 from typer.core import TyperArgument, TyperCommand
 
-from cublas_audit.cli import candidates, fix, machine, measure, read
+from cublas_audit.cli import candidates, fix, machine, measure, merge, read
 from cublas_audit.cli.exit_codes import INTERNAL_ERROR, INTERRUPTED, exit_codes
 
 __all__ = ["INTERNAL_ERROR", "INTERRUPTED", "app", "exit_codes"]
@@ -78,6 +78,7 @@ _COMMANDS = (
     ("diff", read.diff_command),
     ("shapes", read.shapes_command),
     ("map", measure.map_command),
+    ("merge", merge.merge_command),
     ("fix", fix.fix_command),
     ("verify", fix.verify_command),
 )

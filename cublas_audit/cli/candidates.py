@@ -27,6 +27,7 @@ from cublas_audit.cli.options import (
     Resume,
     Shapes,
     ShapesFile,
+    Shard,
     Single,
     Sizes,
     TorchTrace,
@@ -79,6 +80,7 @@ def candidates_command(
     devices: Devices = None,
     allow_mixed: AllowMixed = False,
     resume: Resume = None,
+    shard: Shard = None,
     probe_python: ProbePython = None,
     cublas_lib: CublasLib = None,
     probe_env: ProbeEnv = None,
@@ -110,7 +112,9 @@ def candidates_command(
     spread = opt.spread(devices, False, allow_mixed, resume)
     if fix and out is None and resume is None:
         raise AuditError("--fix needs --out DIR: the fixes are written beside the audit")
-    if spread is not None:
+    if shard is not None or opt.is_shard_run(resume):
+        frame, gap = _as_shard(case_list, out, resume, probe, settings, shard, spread)
+    elif spread is not None:
         frame, gap = _on_devices(case_list, out, resume, probe, settings, spread)
     elif resume is not None:
         raise AuditError(f"--resume: {resume} is not a run of `candidates --devices`")
@@ -190,6 +194,32 @@ def _here(case_list: list[Case], out: Path | None, settings: dict[str, Any]) -> 
         gpu_label=label_from_gpu_name(env.gpu_name or ""),
         progress=lambda line: typer.echo(line, err=True),
     )
+
+
+def _as_shard(
+    case_list: list[Case],
+    out: Path | None,
+    resume: Path | None,
+    probe: opt.Probe,
+    settings: dict[str, Any],
+    shard: str | None,
+    spread: Spread | None,
+) -> tuple[pd.DataFrame, float]:
+    """--shard I/N: that part of the plan's problems audited in a probe on this machine's GPU,
+    into a run directory of its own (resumable, joined by merge); with its recorded threshold."""
+    from cublas_audit.jobs.measure import sweep
+    from cublas_audit.planning.cases import candidate_problems
+    from cublas_audit.table import rundir
+
+    # the whole plan is the problems: every shard audits each of its problems once
+    chosen = settings if resume is None else {}
+    problems = candidate_problems(case_list)
+    options = opt.run_options(problems, out, resume, probe, phase="candidates", **chosen)
+    options = opt.sharded(options, shard, spread)
+    result = with_progress(lambda bars: sweep(options, bars.hooks()))
+    typer.echo(f"run directory: {result.run_dir}\nreport: {result.report}", err=True)
+    assert result.frame is not None  # a candidates run's table: candidates.csv
+    return result.frame, float(rundir.read_env(result.run_dir)["candidate_threshold"])
 
 
 def _on_devices(

@@ -28,6 +28,7 @@ from cublas_audit.cli.options import (
     RunDir,
     Shapes,
     ShapesFile,
+    Shard,
     Single,
     Sizes,
     Thresholds,
@@ -94,6 +95,7 @@ def sweep_command(
     devices: Devices = None,
     replicate: Replicate = False,
     allow_mixed: AllowMixed = False,
+    shard: Shard = None,
     fix: opt.Fix = False,
 ) -> None:
     """Run cuBLAS / cuBLASLt calls across sizes under ncu and write a dispatch table."""
@@ -124,6 +126,7 @@ def sweep_command(
         observer=Observer.parse(observer),
     )
     spread = opt.spread(devices, replicate, allow_mixed, resume)
+    options = opt.sharded(options, shard, spread)
     if fix and replicate:
         raise AuditError("--fix takes one run's fixes; a replicated run has one per unit")
     if spread is not None:
@@ -187,6 +190,7 @@ def map_command(
     devices: Devices = None,
     replicate: Replicate = False,
     allow_mixed: AllowMixed = False,
+    shard: Shard = None,
     fix: opt.Fix = False,
 ) -> None:
     """Map which kernel cuBLAS dispatches over a dense grid of shapes (CUPTI, no counters needed):
@@ -228,6 +232,9 @@ def map_command(
     if fix and not follow_up:
         raise AuditError("--fix needs --follow-up: a map's alternatives are measured there")
     spread = opt.spread(devices, replicate, allow_mixed, resume)
+    options = opt.sharded(options, shard, spread)
+    if follow_up and (shard is not None or opt.is_shard_run(resume)):
+        raise AuditError("--follow-up judges the whole map: leave it out of a --shard run")
     result = with_progress(
         lambda bars: jobs.dispatch_map_run(
             options, limit, limits, bars.hooks(), spread, bars.for_gpu if spread else None

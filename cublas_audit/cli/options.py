@@ -149,6 +149,15 @@ Fix = Annotated[
         "the TunableOp file (for the torch installed), fix.md (as `cublas-audit fix` does).",
     ),
 ]
+Shard = Annotated[
+    str | None,
+    typer.Option(
+        metavar="I/N",
+        help="Run the I-th (from 1) of N parts of the plan, balanced by estimated work and the "
+        "same for the same plan: one part per machine (a Slurm job array), a run directory each, "
+        "joined by `cublas-audit merge`.",
+    ),
+]
 AllowMixed = Annotated[
     bool,
     typer.Option("--allow-mixed", help="With --devices: GPUs of different models, per model."),
@@ -283,6 +292,32 @@ def spread(
     if resume is not None and resume.is_dir() and recorded(resume) is not None:
         return Spread()
     return None
+
+
+def sharded(options: SweepOptions, shard: str | None, spread: Spread | None) -> SweepOptions:
+    """--shard I/N: the options of that part of the plan (its part and whole plan recorded for
+    merge); checked before any GPU work."""
+    from dataclasses import replace
+
+    from cublas_audit.planning.shards import PlanPart, ShardSpec
+
+    if shard is None:
+        return options
+    if options.resume is not None:
+        raise AuditError("--shard with --resume: a shard run knows its part; give --resume alone")
+    if spread is not None:
+        raise AuditError(
+            "--shard splits a plan across machines, --devices across this host's GPUs: give one"
+        )
+    part = PlanPart.of(ShardSpec.parse(shard), options.cases)
+    return replace(options, cases=part.cases(), part=part)
+
+
+def is_shard_run(resume: Path | None) -> bool:
+    """Whether --resume names the run directory of a --shard run."""
+    from cublas_audit.table import rundir
+
+    return resume is not None and resume.is_dir() and "shard" in rundir.read_env(resume)
 
 
 def print_json(data: Any) -> None:

@@ -14,13 +14,13 @@ Each shard is a sweep (or a map) of its own, started in a thread of this process
 its ncu, where ncu observes) runs pinned to its GPU with CUDA_VISIBLE_DEVICES=<UUID>, so the
 shards run at the same time without sharing a device. A shard streams its results into its own
 directory as a single-GPU run does, so `--resume` of the run resumes every shard where it
-stopped. Shards are balanced by estimated work (FLOPs plus a per-case cost), largest first.
+stopped. Shards are balanced by estimated work (planning.shards: FLOPs plus a per-case cost),
+largest first, as `--shard I/N` splits a plan.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
-import heapq
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -34,20 +34,18 @@ from cublas_audit.errors import AuditError, InterruptedSweepError, ToolMissingEr
 from cublas_audit.observe.environment import Gpu, list_gpus
 from cublas_audit.planning.cases import Case, candidate_problems, read_plan, write_plan
 from cublas_audit.planning.grid import check_label, label_from_gpu_name
+from cublas_audit.planning.shards import shard
 from cublas_audit.run.sweep import Progress
 from cublas_audit.run.sweep_setup import SweepOptions, check_new_run_dir, default_run_dir, sweep
 from cublas_audit.table import candidates_table, rundir
 from cublas_audit.table import dispatch as table
+from cublas_audit.table.merge import in_plan_order
 from cublas_audit.table.validation import read_table
 from cublas_audit.version import __version__
 
 SHARDS_DIR = "shards"
 UNITS_REPORT = "units.md"
 UNITS_JSON = "units.json"
-# A case's cost for balancing: its FLOPs plus what the probe spends on any case (operands, the
-# check, the record): about 6 ms on the H100's map, 5e10 FLOPs of work at its ~50 TFLOP/s x 6
-# calls. The sweep's per-case cost is larger, and scales alike on every shard.
-CASE_FLOPS = 5e10
 
 
 @dataclass(frozen=True)
@@ -103,21 +101,6 @@ def check_models(devices: Sequence[Gpu], allow_mixed: bool) -> None:
 
 
 # ----- which cases where ----------------------------------------------------------------------
-
-
-def shard(cases: Sequence[Case], count: int) -> list[list[Case]]:
-    """`count` shards of about equal work (largest cases first onto the least loaded shard),
-    each in plan order."""
-    loads = [(0.0, i) for i in range(count)]
-    owner: dict[int, int] = {}
-    for position in sorted(range(len(cases)), key=lambda p: -cases[p].flops):
-        load, index = heapq.heappop(loads)
-        owner[position] = index
-        heapq.heappush(loads, (load + CASE_FLOPS + cases[position].flops, index))
-    shards: list[list[Case]] = [[] for _ in range(count)]
-    for position, case in enumerate(cases):
-        shards[owner[position]].append(case)
-    return shards
 
 
 def shard_dir(run_dir: Path, gpu: Gpu | int) -> Path:
@@ -268,7 +251,7 @@ def run(
 
 def merged_table(plan: Plan, shards: Sequence[Path]) -> pd.DataFrame:
     """The shards' tables as one, in plan order, written to the run's dispatch.csv."""
-    frame = _in_plan_order(plan, [read_table(path) for path in shards])
+    frame = in_plan_order(plan.cases, [read_table(path) for path in shards])
     table.write_table(frame, plan.run_dir / rundir.TABLE_FILE)
     return frame
 
@@ -276,16 +259,9 @@ def merged_table(plan: Plan, shards: Sequence[Path]) -> pd.DataFrame:
 def merged_candidates(plan: Plan, shards: Sequence[Path]) -> pd.DataFrame:
     """The shards' candidate audits as one, in plan order, written to the run's candidates.csv
     (each problem was audited whole on one GPU: its ranks and gaps stand as they are)."""
-    frame = _in_plan_order(plan, [candidates_table.read_candidates(path) for path in shards])
+    frame = in_plan_order(plan.cases, [candidates_table.read_candidates(path) for path in shards])
     candidates_table.write_candidates(frame, plan.run_dir / rundir.CANDIDATES_FILE)
     return frame
-
-
-def _in_plan_order(plan: Plan, frames: Sequence[pd.DataFrame]) -> pd.DataFrame:
-    order = {case.case_id: i for i, case in enumerate(plan.cases)}
-    frame = pd.concat(frames, ignore_index=True)
-    frame = frame.sort_values("case_id", key=lambda ids: ids.map(order), kind="stable")
-    return frame.reset_index(drop=True)
 
 
 def finish(plan: Plan, shards: Sequence[Path], seconds: float) -> dict[str, Any]:

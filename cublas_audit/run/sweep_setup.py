@@ -10,6 +10,7 @@ refused.
 from __future__ import annotations
 
 import os
+import socket
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -26,6 +27,7 @@ from cublas_audit.observe.ncu_command import CLOCK_CONTROLS
 from cublas_audit.observe.observer import MAP_OBSERVERS, Observer
 from cublas_audit.planning.cases import DEFAULT_WORKSPACE_BYTES, Case, read_plan, write_plan
 from cublas_audit.planning.grid import check_label, label_from_gpu_name
+from cublas_audit.planning.shards import PlanPart
 from cublas_audit.resources import package_view
 from cublas_audit.run import probe_process
 from cublas_audit.run.sweep import Progress, SweepConfig, run
@@ -68,6 +70,8 @@ class SweepOptions:
     # The GPU (nvidia-smi's index) a shard of a sharded run measures on; its probe is pinned to
     # it through CUDA_VISIBLE_DEVICES in probe_env (cublas_audit.run.multi_gpu).
     device: int | None = None
+    # `--shard I/N`: which part of which whole plan `cases` is (recorded for merge).
+    part: PlanPart | None = None
 
 
 PHASES = ("time", "map", "candidates")
@@ -293,6 +297,8 @@ def start_run(config: SweepConfig, env: environment.Environment, options: SweepO
     config.run_dir.mkdir(parents=True, exist_ok=True)
     (config.run_dir / rundir.NCU_DIR).mkdir(exist_ok=True)
     write_plan(config.cases, config.run_dir / rundir.PLAN_FILE)
+    if options.part is not None:
+        write_plan(options.part.whole, config.run_dir / rundir.WHOLE_PLAN_FILE)
     rundir.write_env(
         config.run_dir,
         {
@@ -315,8 +321,14 @@ def start_run(config: SweepConfig, env: environment.Environment, options: SweepO
             "command": options.command,
             "tool_version": __version__,
             "started": datetime.now(UTC).isoformat(timespec="seconds"),
+            **_shard_record(options.part),
         },
     )
+
+
+def _shard_record(part: PlanPart | None) -> dict[str, Any]:
+    """A shard run's part of its plan and the host it ran on (merge lists each shard's)."""
+    return {} if part is None else {**part.record(), "host": socket.gethostname()}
 
 
 def measured_roofline(env: environment.Environment) -> dict[str, Any] | None:

@@ -4,6 +4,7 @@ are cublas_audit.files).
     reports/<gpu-label>/<YYYYmmdd-HHMMSS>/
       env.json          environment, tool version, the exact command line, the probe settings
       plan.json         the cases
+      plan-whole.json   a shard's (`--shard I/N`): the whole plan it is a part of
       dispatch.csv      the dispatch table (docs/schema.md)
       candidates.csv    the cuBLASLt candidate audit (with --candidates), candidates.log beside it,
                         candidates.jsonl: each problem's rows as it finished (what resume keeps)
@@ -29,6 +30,7 @@ from cublas_audit.files import write_text_atomic
 
 ENV_FILE = "env.json"
 PLAN_FILE = "plan.json"
+WHOLE_PLAN_FILE = "plan-whole.json"  # a shard run's whole plan, before sharding
 TABLE_FILE = "dispatch.csv"
 CANDIDATES_FILE = "candidates.csv"
 CANDIDATES_LOG = "candidates.log"

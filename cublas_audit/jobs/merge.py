@@ -1,0 +1,71 @@
+"""`cublas-audit merge RUN... --out DIR`: shard run directories (`--shard I/N`) joined into one
+run directory, then its report as the phase's measuring job writes it (jobs.reports).
+
+    DIR/plan.json       the whole plan
+    DIR/dispatch.csv    the shards' tables as one, in plan order (where the shards have them)
+    DIR/candidates.csv  the shards' candidate audits as one (where the shards have them)
+    DIR/env.json        the first shard's record of what was measured, each shard listed (its
+                        host, GPU, times), the versions and settings merged with --allow-mixed
+    DIR/report.md       the run's, the map's or the candidate audit's report
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from cublas_audit.errors import AuditError
+from cublas_audit.jobs.measure import SweepResult
+from cublas_audit.jobs.reports import write_candidates_report, write_map_report, write_run_report
+from cublas_audit.planning.cases import write_plan
+from cublas_audit.run.sweep_setup import check_new_run_dir
+from cublas_audit.table import candidates_table, merge, rundir
+from cublas_audit.table import dispatch as table
+
+
+@dataclass(frozen=True)
+class MergeJob:
+    """What `merge` was asked: the shard run directories, where the merged run goes, whether
+    versions, settings and GPU models may differ, and the command line (recorded)."""
+
+    runs: list[Path]
+    out: Path
+    allow_mixed: bool = False
+    command: list[str] = field(default_factory=list)
+
+
+def run(job: MergeJob) -> SweepResult:
+    """Every check first (nothing is written on a refusal), then the merged run and its report."""
+    merge.check_out(job.out, job.runs)
+    check_new_run_dir(job.out)
+    _check_given_once(job.runs)
+    shards = [merge.read_shard(path) for path in job.runs]
+    merge.check_shards(shards, job.allow_mixed)
+    merged = merge.merge(shards, job.command)
+    out = job.out
+    out.mkdir(parents=True, exist_ok=True)
+    write_plan(merged.whole, out / rundir.PLAN_FILE)
+    if merged.table is not None:
+        table.write_table(merged.table, out / rundir.TABLE_FILE)
+    if merged.candidates is not None:
+        candidates_table.write_candidates(merged.candidates, out / rundir.CANDIDATES_FILE)
+    rundir.write_env(out, merged.env)
+    return SweepResult(out, merged.table, _report(out, merged), [s.path for s in shards])
+
+
+def _check_given_once(runs: list[Path]) -> None:
+    seen: set[Path] = set()
+    for run in runs:
+        if run.resolve() in seen:
+            raise AuditError(f"merge: {run} is given twice")
+        seen.add(run.resolve())
+
+
+def _report(out: Path, merged: merge.Merged) -> Path:
+    phase = merged.env.get("phase") or "time"
+    if phase == "map":
+        return write_map_report(out)
+    if phase == "candidates":
+        assert merged.candidates is not None  # check_shards: every candidates shard has one
+        return write_candidates_report(out, merged.candidates)
+    return write_run_report(out)

@@ -1,0 +1,116 @@
+"""A plan in parts: the I-th of N parts of a plan (`--shard I/N`), balanced by estimated work and
+the same for the same plan on every machine, and the plan's fingerprint that ties the parts of one
+plan together (`cublas-audit merge`).
+
+`--devices` shards a plan across the GPUs of one host with the same function, so a part of a
+`--shard` run is what one GPU of `--devices` would have measured.
+
+Shards are numbered from 1 (1/4 .. 4/4), as a Slurm job array's SLURM_ARRAY_TASK_ID with
+`--array=1-N` counts them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import heapq
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from cublas_audit.errors import AuditError
+from cublas_audit.planning.cases import Case
+
+# A case's cost for balancing: its FLOPs plus what the probe spends on any case (operands, the
+# check, the record): about 6 ms on the H100's map, 5e10 FLOPs of work at its ~50 TFLOP/s x 6
+# calls. The sweep's per-case cost is larger, and scales alike on every shard.
+CASE_FLOPS = 5e10
+
+_SPEC = re.compile(r"^\s*(\d+)\s*/\s*(\d+)\s*$")
+
+
+def shard(cases: Sequence[Case], count: int) -> list[list[Case]]:
+    """`count` shards of about equal work (largest cases first onto the least loaded shard),
+    each in plan order. Deterministic: ties go to the earlier case and the lower shard, so the
+    same plan splits the same way on every machine."""
+    loads = [(0.0, i) for i in range(count)]
+    owner: dict[int, int] = {}
+    for position in sorted(range(len(cases)), key=lambda p: -cases[p].flops):
+        load, index = heapq.heappop(loads)
+        owner[position] = index
+        heapq.heappush(loads, (load + work(cases[position]), index))
+    shards: list[list[Case]] = [[] for _ in range(count)]
+    for position, case in enumerate(cases):
+        shards[owner[position]].append(case)
+    return shards
+
+
+def work(case: Case) -> float:
+    """The estimated work of a case, what shards are balanced by."""
+    return CASE_FLOPS + case.flops
+
+
+@dataclass(frozen=True, order=True)
+class ShardSpec:
+    """`--shard I/N`: the I-th (from 1) of N parts of a plan."""
+
+    index: int
+    count: int
+
+    @classmethod
+    def parse(cls, text: str) -> ShardSpec:
+        """`I/N` with 1 <= I <= N; anything else is a one-line error."""
+        found = _SPEC.match(text)
+        if found is None:
+            raise AuditError(f"--shard: {text!r} is not I/N (e.g. 2/8: the 2nd of 8 parts)")
+        index, count = int(found[1]), int(found[2])
+        if count < 1:
+            raise AuditError(f"--shard {text}: N must be 1 or more")
+        if not 1 <= index <= count:
+            raise AuditError(f"--shard {text}: I counts from 1 to N ({count}), got {index}")
+        return cls(index, count)
+
+    def __str__(self) -> str:
+        return f"{self.index}/{self.count}"
+
+    def cases(self, plan: Sequence[Case]) -> list[Case]:
+        """This part of `plan`, in plan order."""
+        return shard(plan, self.count)[self.index - 1]
+
+
+def fingerprint(plan: Sequence[Case]) -> str:
+    """sha256 of the whole plan's canonical JSON (every case, before sharding): equal exactly for
+    parts of one plan."""
+    canonical = json.dumps([c.to_json() for c in plan], sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class PlanPart:
+    """A shard run's share of a plan: which part, and the whole plan it is a part of (recorded in
+    the shard's run directory, so merge knows the plan's order and what is missing)."""
+
+    spec: ShardSpec
+    whole: tuple[Case, ...]
+
+    @classmethod
+    def of(cls, spec: ShardSpec, whole: Sequence[Case]) -> PlanPart:
+        """The part, refused where a shard would be empty (more parts than cases)."""
+        if spec.count > len(whole):
+            raise AuditError(
+                f"--shard {spec}: the plan has {len(whole)} case{'s' if len(whole) != 1 else ''}, "
+                "fewer than the parts; give N of at most that"
+            )
+        return cls(spec, tuple(whole))
+
+    def cases(self) -> list[Case]:
+        return self.spec.cases(self.whole)
+
+    def record(self) -> dict[str, Any]:
+        """What the shard's env.json says of it."""
+        return {
+            "shard": str(self.spec),
+            "plan_fingerprint": fingerprint(self.whole),
+            "plan_cases": len(self.whole),
+        }

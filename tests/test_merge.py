@@ -1,0 +1,184 @@
+"""`cublas-audit merge`: shard run directories joined into one run.
+
+The shards are cut in the test from real recorded runs, the way `--shard I/N` runs would have
+written them: the H100's batched sweep with its candidate audit
+(reports/h100/20261123-145452-batched) and its FP32 map (reports/h100/maps/20261123-235543-fp32-64-
+4096). Each shard holds its part's recorded rows, its plan, the whole plan and the run's env.json
+with its shard and the plan's fingerprint. No number is made up: merge must give back the run.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from functools import cache
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from cublas_audit.cli import app
+from cublas_audit.jobs import merge as merge_job
+from cublas_audit.planning.cases import Case, candidate_problems, read_plan, write_plan
+from cublas_audit.planning.shards import PlanPart, ShardSpec
+from cublas_audit.table import candidates_table, merge, rundir
+from cublas_audit.table import dispatch as table
+from cublas_audit.table.validation import read_table
+
+REPORTS = Path(__file__).resolve().parents[1] / "reports/h100"
+SWEEP = REPORTS / "20261123-145452-batched"
+MAP = REPORTS / "maps/20261123-235543-fp32-64-4096"
+
+
+@cache
+def recorded(run: Path) -> tuple[list[Case], pd.DataFrame, pd.DataFrame | None]:
+    found = run / rundir.CANDIDATES_FILE
+    candidates = candidates_table.read_candidates(found) if found.exists() else None
+    return read_plan(run / rundir.PLAN_FILE), read_table(run), candidates
+
+
+def split(run: Path, count: int, where: Path) -> list[Path]:
+    """The run cut into `count` shard run directories, as `--shard I/N` writes them."""
+    whole, frame, candidates = recorded(run)
+    env = rundir.read_env(run)
+    shards = []
+    for index in range(1, count + 1):
+        part = PlanPart.of(ShardSpec(index, count), whole)
+        path = where / f"shard-{index}"
+        path.mkdir(parents=True)
+        write_plan(part.cases(), path / rundir.PLAN_FILE)
+        write_plan(whole, path / rundir.WHOLE_PLAN_FILE)
+        ids = [case.case_id for case in part.cases()]
+        table.write_table(frame[frame["case_id"].isin(ids)], path / rundir.TABLE_FILE)
+        if candidates is not None:  # a sweep --candidates shard audits its cases' problems
+            problems = [p.case_id for p in candidate_problems(part.cases())]
+            mine = candidates[candidates["case_id"].isin(problems)]
+            candidates_table.write_candidates(mine, path / rundir.CANDIDATES_FILE)
+        rundir.write_env(path, {**env, **part.record(), "host": f"node{index}"})
+        shards.append(path)
+    return shards
+
+
+@pytest.fixture(scope="module")
+def sweep_shards(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    return split(SWEEP, 2, tmp_path_factory.mktemp("sweep"))
+
+
+def test_merged_shards_are_the_run_rows_kernels_and_candidates(sweep_shards: list[Path]) -> None:
+    shards = [merge.read_shard(path) for path in reversed(sweep_shards)]  # any order given
+    merge.check_shards(shards)
+    merged = merge.merge(shards, ["cublas-audit", "merge"])
+    whole, frame, candidates = recorded(SWEEP)
+    assert [c.case_id for c in merged.whole] == [c.case_id for c in whole]
+    assert merged.table is not None and merged.candidates is not None
+    pd.testing.assert_frame_equal(merged.table, frame)  # same cases, kernels, rows, plan order
+    # two shards' cases pose some problems alike, each shard audited them: kept once
+    audited = sum(
+        len((p / rundir.CANDIDATES_FILE).read_text().splitlines()) - 1 for p in sweep_shards
+    )
+    assert candidates is not None and audited > len(candidates)
+    key = ["case_id", "candidate_index"] if "candidate_index" in candidates else ["case_id"]
+    ordered = candidates.sort_values(key, kind="stable").reset_index(drop=True)
+    got = merged.candidates.sort_values(key, kind="stable").reset_index(drop=True)
+    pd.testing.assert_frame_equal(got, ordered)
+    assert [s["host"] for s in merged.env["shards"]] == ["node1", "node2"]
+    assert merged.env["plan_fingerprint"] == shards[0].plan_fingerprint
+    assert "shard" not in merged.env and merged.env["mixed"] == []
+
+
+def test_a_merged_map_is_the_map(tmp_path: Path) -> None:
+    shards = [merge.read_shard(path) for path in split(MAP, 2, tmp_path)]
+    merge.check_shards(shards)
+    merged = merge.merge(shards, [])
+    assert merged.table is not None
+    pd.testing.assert_frame_equal(merged.table, recorded(MAP)[1])
+    assert merged.candidates is None
+
+
+def test_merge_writes_one_run_directory_and_its_report(
+    sweep_shards: list[Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    reported: list[Path] = []
+    monkeypatch.setattr(merge_job, "write_run_report", lambda out: reported.append(out) or out)
+    out = tmp_path / "merged"
+    result = merge_job.run(merge_job.MergeJob(sweep_shards, out, command=["merge"]))
+    assert reported == [out] and result.run_dir == out
+    assert [c.case_id for c in read_plan(out / rundir.PLAN_FILE)] == [
+        c.case_id for c in recorded(SWEEP)[0]
+    ]
+    pd.testing.assert_frame_equal(result.frame, recorded(SWEEP)[1])
+    assert (out / rundir.TABLE_FILE).is_file() and (out / rundir.CANDIDATES_FILE).is_file()
+    assert len(rundir.read_env(out)["shards"]) == 2
+
+
+def refused(args: list[str], out: Path) -> str:
+    result = CliRunner().invoke(app, ["merge", *args, "--out", str(out)])
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1, result.output
+    assert not out.exists() or not any(out.iterdir())  # nothing written
+    return lines[0]
+
+
+@pytest.fixture
+def shards(sweep_shards: list[Path], tmp_path: Path) -> list[Path]:
+    """Copies of the sweep's shards, for a test to spoil."""
+    copies = []
+    for path in sweep_shards:
+        shutil.copytree(path, tmp_path / path.name)
+        copies.append(tmp_path / path.name)
+    return copies
+
+
+def edit_env(path: Path, **changes: object) -> None:
+    env = json.loads((path / rundir.ENV_FILE).read_text())
+    rundir.write_env(path, {**env, **changes})
+
+
+def test_a_missing_shard_is_named(shards: list[Path], tmp_path: Path) -> None:
+    line = refused([str(shards[1])], tmp_path / "out")
+    assert "shard 1/2 missing" in line
+
+
+def test_a_shard_given_twice_is_refused(shards: list[Path], tmp_path: Path) -> None:
+    again = tmp_path / "again"
+    shutil.copytree(shards[1], again)
+    line = refused([*map(str, shards), str(again)], tmp_path / "out")
+    assert "shard 2/2 is given twice" in line
+    assert "given twice" in refused([*map(str, shards), str(shards[0])], tmp_path / "out")
+
+
+def test_shards_of_another_plan_are_refused(shards: list[Path], tmp_path: Path) -> None:
+    other = split(MAP, 2, tmp_path / "map")
+    line = refused([str(shards[0]), str(other[1])], tmp_path / "out")
+    assert "shards of different plans" in line
+
+
+def test_another_cublas_is_refused_unless_mixed_is_allowed(
+    shards: list[Path], tmp_path: Path
+) -> None:
+    edit_env(shards[1], cublas_version="13.0.2")
+    line = refused(list(map(str, shards)), tmp_path / "out")
+    assert "cublas_version" in line and "--allow-mixed" in line
+    ordered = [merge.read_shard(path) for path in shards]
+    merge.check_shards(ordered, allow_mixed=True)
+    assert merge.merged_env(ordered, [])["mixed"] == ["cublas_version"]
+
+
+def test_a_run_that_is_no_shard_is_refused(shards: list[Path], tmp_path: Path) -> None:
+    line = refused([str(shards[0]), str(SWEEP)], tmp_path / "out")
+    assert "not a shard run" in line
+
+
+def test_out_inside_an_input_is_refused(shards: list[Path], tmp_path: Path) -> None:
+    line = refused(list(map(str, shards)), shards[0] / "merged")
+    assert "inside the input" in line
+    onto = CliRunner().invoke(app, ["merge", *map(str, shards), "--out", str(shards[1])])
+    assert onto.exit_code == 2 and "inside the input" in onto.output
+
+
+def test_an_unfinished_shard_is_refused(shards: list[Path], tmp_path: Path) -> None:
+    (shards[1] / rundir.TABLE_FILE).unlink()
+    line = refused(list(map(str, shards)), tmp_path / "out")
+    assert "not finished" in line and "--resume" in line
