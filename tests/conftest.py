@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import math
 import os
+import pickle
 import shutil
 import subprocess
+import tempfile
+import time
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -86,12 +89,16 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
+    if not os.environ.get("PYTEST_XDIST_WORKER"):  # the workers' shared work, once all are done
+        shutil.rmtree(_shared_root(os.getpid()), ignore_errors=True)
     for process in _PROCESSES:
         if process.poll() is None:
             process.kill()
     pool = session.config.stash.get(_POOL, None)
     if pool is not None:
         pool.shutdown(wait=True, cancel_futures=True)
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        return  # a worker's results live under the shared directory the controller removes
     for future in session.config.stash.get(_STARTED, {}).values():
         finished = future.done() and not future.cancelled() and future.exception() is None
         if finished and isinstance(future.result(), Path):
@@ -99,13 +106,59 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 
 
 def background_result(request: pytest.FixtureRequest) -> Any:
-    """The test module's `background_work()`: started at collection, or run now."""
+    """The test module's `background_work()`: started at collection, or run now (under
+    pytest-xdist once for all workers: the first to ask does it, the others wait for it)."""
     started = request.config.stash.setdefault(_STARTED, {})
     name = request.module.__name__
     if name not in started:
         started[name] = Future()
-        started[name].set_result(request.module.background_work())
+        work = request.module.background_work
+        shared = os.environ.get("PYTEST_XDIST_WORKER")
+        started[name].set_result(_once_for_all_workers(name, work) if shared else work())
     return started[name].result()
+
+
+def _shared_root(controller_pid: int) -> Path:
+    return Path(tempfile.gettempdir()) / f"cublas-audit-tests-{controller_pid}"
+
+
+def _once_for_all_workers(name: str, work: Any) -> Any:
+    """The work done by the first worker to ask, its result pickled for the others (a Path it
+    returns moved under the run's shared directory, which the controller removes at the end)."""
+    root = _shared_root(os.getppid())  # the workers' parent: the controller
+    root.mkdir(exist_ok=True)
+    done = root / f"{name}.pickle"
+    try:
+        (root / name).mkdir()  # only the first worker to ask succeeds
+    except FileExistsError:
+        return _wait_for(done, name)
+    try:
+        result = work()
+    except Exception as exc:
+        _publish(done, RuntimeError(f"{name}'s background work failed in another worker: {exc}"))
+        raise
+    if isinstance(result, Path):
+        result = Path(shutil.move(str(result), str(root / name / "result")))
+    _publish(done, result)
+    return result
+
+
+def _publish(done: Path, outcome: Any) -> None:
+    partial = done.with_suffix(".partial")
+    partial.write_bytes(pickle.dumps(outcome))
+    partial.rename(done)  # whole or not at all, for the workers polling for it
+
+
+def _wait_for(done: Path, name: str, timeout: float = 900) -> Any:
+    waited = time.monotonic()
+    while not done.exists():
+        if time.monotonic() - waited > timeout:
+            raise TimeoutError(f"another worker's {name} background work never finished")
+        time.sleep(0.05)
+    outcome = pickle.loads(done.read_bytes())
+    if isinstance(outcome, BaseException):
+        raise outcome
+    return outcome
 
 
 def run_process(argv: Sequence[str], timeout: float = 900) -> str:
