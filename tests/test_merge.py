@@ -182,3 +182,18 @@ def test_an_unfinished_shard_is_refused(shards: list[Path], tmp_path: Path) -> N
     (shards[1] / rundir.TABLE_FILE).unlink()
     line = refused(list(map(str, shards)), tmp_path / "out")
     assert "not finished" in line and "--resume" in line
+
+
+def test_a_map_merged_from_three_shards_on_the_h100_is_the_whole_map() -> None:
+    """Recorded on the H100 (reports/h100/checks/20261125-101230-shards): the same 400-problem
+    map run whole and as `--shard 1/3`, `2/3`, `3/3`, then `merge`d: the same cases in the same
+    order, the same kernels everywhere, kernel times within the run-to-run noise (0.975-1.041x)."""
+    from cublas_audit.table.validation import read_table
+
+    recorded = REPORTS / "checks/20261125-101230-shards"
+    whole = read_table(recorded / "whole").set_index("case_id")
+    merged = read_table(recorded / "merged").set_index("case_id")
+    assert list(merged.index) == list(whole.index) and len(whole) == 400
+    assert (merged["traced_kernels"] == whole["traced_kernels"]).all()
+    ratio = (merged["kernel_time_ms"] / whole["kernel_time_ms"]).astype(float)
+    assert ratio.between(0.95, 1.05).all()
