@@ -331,3 +331,24 @@ def test_verify_of_a_bad_fix_file_is_exit_2_and_writes_nothing(
     assert result.exit_code == 2, result.output
     assert re.search(words, result.output) and len(result.output.strip().splitlines()) == 1
     assert sorted(p.name for p in tmp_path.iterdir()) == ["fix.json"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (["map", "--sizes", "64:256:64", "--fix"], "--fix needs --follow-up"),
+        (["candidates", "--sizes", "256", "--fix"], "--fix needs --out DIR"),
+        (["sweep", "--sizes", "256", "--devices", "0", "--replicate", "--fix"], "--fix takes one"),
+    ],
+)
+def test_fix_of_a_measuring_command_is_refused_before_any_gpu_work(
+    argv: list[str], words: str
+) -> None:
+    """Exit 2 (bad input), not 3 (no GPU here): the options are judged before the GPU is sought."""
+    from typer.testing import CliRunner
+
+    from cublas_audit.cli import app
+
+    result = CliRunner().invoke(app, argv)
+    assert result.exit_code == 2, result.output
+    assert words in result.output
