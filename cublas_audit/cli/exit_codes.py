@@ -1,5 +1,5 @@
-"""The exit-code contract of every command (README): 0 done, 1 a regression found (the diff gate
-only), 2 bad input, 3 a tool or permission missing, 4 an internal error (the traceback goes to a
+"""The exit-code contract of every command (README): 0 done, 1 a gate failed (only the --fail-on
+of diff and verify), 2 bad input, 3 a tool or permission missing, 4 an internal error (the traceback goes to a
 log file), 130 interrupted. Each error is one line on stderr."""
 
 from __future__ import annotations
