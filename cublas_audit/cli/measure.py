@@ -23,6 +23,7 @@ from cublas_audit.cli.options import (
     Modes,
     ProbeEnv,
     ProbePython,
+    RayAddress,
     Replicate,
     Resume,
     RunDir,
@@ -96,6 +97,7 @@ def sweep_command(
     replicate: Replicate = False,
     allow_mixed: AllowMixed = False,
     shard: Shard = None,
+    ray: RayAddress = None,
     fix: opt.Fix = False,
 ) -> None:
     """Run cuBLAS / cuBLASLt calls across sizes under ncu and write a dispatch table."""
@@ -125,11 +127,16 @@ def sweep_command(
         candidate_limit=limit if candidates else None,
         observer=Observer.parse(observer),
     )
+    engine = opt.on_ray(ray, resume, devices, shard, replicate)
     spread = opt.spread(devices, replicate, allow_mixed, resume)
     options = opt.sharded(options, shard, spread)
     if fix and replicate:
         raise AuditError("--fix takes one run's fixes; a replicated run has one per unit")
-    if spread is not None:
+    if engine is not None:
+        from cublas_audit.jobs.fleet import on_ray
+
+        result = on_ray(options, engine.address)
+    elif spread is not None:
         from cublas_audit.jobs.measure import sweep_on_devices
 
         result = with_progress(lambda bars: sweep_on_devices(options, spread, bars.for_gpu))
@@ -191,6 +198,7 @@ def map_command(
     replicate: Replicate = False,
     allow_mixed: AllowMixed = False,
     shard: Shard = None,
+    ray: RayAddress = None,
     fix: opt.Fix = False,
 ) -> None:
     """Map which kernel cuBLAS dispatches over a dense grid of shapes (CUPTI, no counters needed):
@@ -231,21 +239,28 @@ def map_command(
     limit = follow_up_limit if follow_up else None
     if fix and not follow_up:
         raise AuditError("--fix needs --follow-up: a map's alternatives are measured there")
+    engine = opt.on_ray(ray, resume, devices, shard, replicate)
     spread = opt.spread(devices, replicate, allow_mixed, resume)
     options = opt.sharded(options, shard, spread)
-    if follow_up and (shard is not None or opt.is_shard_run(resume)):
-        raise AuditError("--follow-up judges the whole map: leave it out of a --shard run")
-    result = with_progress(
-        lambda bars: jobs.dispatch_map_run(
-            options, limit, limits, bars.hooks(), spread, bars.for_gpu if spread else None
+    if follow_up and (shard is not None or opt.is_shard_run(resume) or engine is not None):
+        raise AuditError("--follow-up judges the whole map: leave it out of a --shard or --ray run")
+    if engine is not None:
+        from cublas_audit.jobs.fleet import on_ray
+
+        result = on_ray(options, engine.address, "map")
+    else:
+        result = with_progress(
+            lambda bars: jobs.dispatch_map_run(
+                options, limit, limits, bars.hooks(), spread, bars.for_gpu if spread else None
+            )
         )
-    )
     if result.frame is None:
         typer.echo(f"\nrun directory: {result.run_dir}\nunits: {result.report}")
         return
-    found = result.findings
-    counts = {rule: sum(f.rule == rule for f in found) for rule in MAP_RULES}
-    typer.echo(", ".join(f"{count} {rule}" for rule, count in counts.items()))
+    if engine is None:  # (a Ray run's findings are judged by its merged report, shown there)
+        found = result.findings
+        counts = {rule: sum(f.rule == rule for f in found) for rule in MAP_RULES}
+        typer.echo(", ".join(f"{count} {rule}" for rule, count in counts.items()))
     typer.echo(f"\nrun directory: {result.run_dir}\nreport: {result.report}")
     if result.follow_up is not None:
         typer.echo(f"follow-up: {result.follow_up}")

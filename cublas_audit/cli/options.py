@@ -158,6 +158,16 @@ Shard = Annotated[
         "joined by `cublas-audit merge`.",
     ),
 ]
+RayAddress = Annotated[
+    str | None,
+    typer.Option(
+        "--ray",
+        metavar="auto|ADDRESS",
+        help="Place one shard per GPU of a Ray cluster (auto: the one this machine is part of, "
+        "else a new one here), one Ray task each, gathered and merged into --out; "
+        "needs `pip install 'cublas-audit[ray]'`.",
+    ),
+]
 AllowMixed = Annotated[
     bool,
     typer.Option("--allow-mixed", help="With --devices: GPUs of different models, per model."),
@@ -311,6 +321,39 @@ def sharded(options: SweepOptions, shard: str | None, spread: Spread | None) -> 
         )
     part = PlanPart.of(ShardSpec.parse(shard), options.cases)
     return replace(options, cases=part.cases(), part=part)
+
+
+@dataclass(frozen=True)
+class OnRay:
+    """The run goes through Ray: at `address`, or (None) where the resumed run ran."""
+
+    address: str | None
+
+
+def on_ray(
+    ray: str | None, resume: Path | None, devices: str | None, shard: str | None, replicate: bool
+) -> OnRay | None:
+    """--ray, or the resume of a Ray run: checked against the options it excludes, then whether
+    Ray is installed (exit 3 naming the extra), all before any GPU work. None: no Ray."""
+    from cublas_audit.run import ray_fleet
+
+    resumed = ray_fleet.is_ray_run(resume)
+    if ray is None and not resumed:
+        return None
+    if resume is not None and not resumed:
+        raise AuditError(f"--resume: {resume} is no Ray run: leave out --ray")
+    if devices is not None:
+        raise AuditError(
+            "--ray places shards on the cluster's GPUs, --devices on this host's: give one"
+        )
+    if replicate:
+        raise AuditError(
+            "--replicate with --ray is not built yet: replicate with --devices on a node"
+        )
+    if shard is not None:
+        raise AuditError("--ray splits the plan itself, one shard per GPU: leave out --shard")
+    ray_fleet.require_ray()
+    return OnRay(ray)
 
 
 def is_shard_run(resume: Path | None) -> bool:

@@ -11,8 +11,9 @@ run directory, then its report as the phase's measuring job writes it (jobs.repo
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from cublas_audit.errors import AuditError
 from cublas_audit.jobs.measure import SweepResult
@@ -40,9 +41,21 @@ def run(job: MergeJob) -> SweepResult:
     check_new_run_dir(job.out)
     _check_given_once(job.runs)
     shards = [merge.read_shard(path) for path in job.runs]
-    merge.check_shards(shards, job.allow_mixed)
-    merged = merge.merge(shards, job.command)
-    out = job.out
+    return write_merged(shards, job.out, job.allow_mixed, job.command)
+
+
+def write_merged(
+    shards: list[merge.ShardRun],
+    out: Path,
+    allow_mixed: bool,
+    command: list[str],
+    record: dict[str, Any] | None = None,
+) -> SweepResult:
+    """The shards checked, then merged into `out` and reported (`merge`, and a Ray run into its
+    own directory, whose `record` of the engine joins the merged env.json)."""
+    merge.check_shards(shards, allow_mixed)
+    merged = merge.merge(shards, command)
+    merged = replace(merged, env={**merged.env, **(record or {})})
     out.mkdir(parents=True, exist_ok=True)
     write_plan(merged.whole, out / rundir.PLAN_FILE)
     if merged.table is not None:

@@ -127,16 +127,25 @@ def check_shards(shards: Sequence[ShardRun], allow_mixed: bool = False) -> None:
     _check_one_plan(shards)
     _check_each_part_once(shards)
     for shard in shards:
-        table = rundir.CANDIDATES_FILE if _phase(shard) == "candidates" else rundir.TABLE_FILE
-        if not (shard.path / table).is_file():
+        if not finished(shard):
             raise AuditError(
-                f"{shard.path}: shard {shard.spec} is not finished (no {table}); finish it with "
-                f"--resume {shard.path}"
+                f"{shard.path}: shard {shard.spec} is not finished (no {result_file(shard)}); "
+                f"finish it with --resume {shard.path}"
             )
     if not allow_mixed:
         for key in (*VERSIONS, *SETTINGS, "gpu_name"):
             _check_same(shards, key)
     _check_models_labelled(shards)
+
+
+def result_file(shard: ShardRun) -> str:
+    """The table a finished shard holds: candidates.csv for a candidates run, else dispatch.csv."""
+    return rundir.CANDIDATES_FILE if _phase(shard) == "candidates" else rundir.TABLE_FILE
+
+
+def finished(shard: ShardRun) -> bool:
+    """Whether the shard ran to its end (its table is written last)."""
+    return (shard.path / result_file(shard)).is_file()
 
 
 def _check_one_plan(shards: Sequence[ShardRun]) -> None:

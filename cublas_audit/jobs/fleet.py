@@ -1,0 +1,35 @@
+"""`sweep|map|candidates --ray auto|ADDRESS`: the shards placed on a Ray cluster (run.ray_fleet),
+then merged into the run's own directory and reported as `merge` does (jobs.merge)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from cublas_audit.jobs.measure import SweepResult
+from cublas_audit.jobs.merge import write_merged
+from cublas_audit.planning.cases import candidate_problems
+from cublas_audit.run import ray_fleet
+from cublas_audit.run.sweep_setup import SweepOptions, sweep
+from cublas_audit.table import merge, rundir
+
+
+def on_ray(
+    options: SweepOptions,
+    address: str | None,
+    phase: str | None = None,
+    run_sweep: ray_fleet.ShardSweep = sweep,
+    retries: int = ray_fleet.DEFAULT_RETRIES,
+) -> SweepResult:
+    """The Ray run (new, or options.resume finished), merged and reported. `phase`: "map" or
+    "candidates" for those commands (a resumed run keeps its recorded one); `run_sweep`: what a
+    task runs (a stand-in for the GPU in tests); `retries`: Ray's reruns of a task whose worker
+    or node was lost."""
+    if options.resume is None and phase is not None:
+        options = replace(options, phase=phase)
+        if phase == "candidates":  # the plan is the problems: each audited once, on one GPU
+            options = replace(options, cases=candidate_problems(options.cases))
+    fleet, shard_dirs = ray_fleet.run(options, address, run_sweep, retries)
+    shards = [merge.read_shard(path) for path in shard_dirs]
+    record = rundir.read_env(fleet.run_dir)
+    kept = {key: record[key] for key in (*ray_fleet.ENGINE_KEYS, "placed") if key in record}
+    return write_merged(shards, fleet.run_dir, False, fleet.command, kept)

@@ -1,0 +1,357 @@
+"""`--ray auto|ADDRESS`: a plan's shards placed on a Ray cluster's GPUs, one Ray task each.
+
+The engine boundary: the tool plans, runs one shard, merges and judges; Ray places and restarts.
+Each task (`num_gpus=1`; Ray sets its CUDA_VISIBLE_DEVICES) runs the same sweep as
+`--shard I/N` on its node, into a node-local temporary run directory, and returns that directory
+as bytes (a tar); the driver unpacks it under `<run>/shards/shard-I/`. No shared filesystem is
+needed, and one node works alike. The driver then merges the shards (jobs.merge) into `<run>`.
+
+    <run>/env.json          engine "ray", its address, the shard count, the settings every
+                            shard runs with, and each shard's node, host and GPU
+    <run>/plan.json         the whole plan
+    <run>/shards/shard-I/   shard I's run directory, as `--shard I/N` writes it
+
+A task that fails (its worker or node lost, an error in its sweep) leaves its shard missing; the
+others are kept, and `--resume <run>` re-runs only the missing shards through Ray.
+
+Ray is an optional extra: it is imported only inside functions, and its absence is a
+ToolMissingError naming the install command.
+"""
+
+from __future__ import annotations
+
+import io
+import shutil
+import socket
+import tarfile
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from cublas_audit.errors import AuditError, ToolMissingError
+from cublas_audit.observe.observer import Observer
+from cublas_audit.planning.cases import Case, read_plan, write_plan
+from cublas_audit.planning.shards import PlanPart, ShardSpec, fingerprint
+from cublas_audit.run.multi_gpu import SHARDS_DIR
+from cublas_audit.run.sweep_setup import SweepOptions, check_new_run_dir, sweep
+from cublas_audit.table import merge, rundir
+from cublas_audit.version import __version__
+
+INSTALL_HINT = "pip install 'cublas-audit[ray]'"
+ENGINE = "ray"
+# A lost worker or node: Ray runs its task again this many times (on any GPU free) before the
+# shard counts as missing.
+DEFAULT_RETRIES = 2
+# The SweepOptions every shard runs with, recorded so that a missing shard re-runs as it would
+# have (it has no run directory of its own to resume from).
+SETTINGS = (
+    "gpu_label",
+    "profile",
+    "reference",
+    "ncu",
+    "clock_control",
+    "probe_python",
+    "cublas_lib",
+    "probe_env",
+    "min_reps",
+    "candidate_limit",
+    "candidate_threshold",
+    "candidate_min_reps",
+    "workspace_bytes",
+    "observer",
+    "phase",
+)
+
+# env.json's keys of the engine (engine_record), kept when the shards are merged over it
+ENGINE_KEYS = (
+    "engine",
+    "ray_address",
+    "shard_count",
+    "ray_settings",
+    "ray_shards",
+)
+
+ShardSweep = Callable[[SweepOptions], object]  # sweep_setup.sweep; tests stand in for the GPU
+
+
+@dataclass(frozen=True)
+class ShardDone:
+    """What a task hands back: its shard's run directory as a tar, and where it ran."""
+
+    index: int
+    archive: bytes
+    node_id: str
+    host: str
+    gpu: str  # Ray's GPU id on that node (its CUDA_VISIBLE_DEVICES)
+
+
+@dataclass(frozen=True)
+class FleetRun:
+    """A Ray run as its env.json records it."""
+
+    run_dir: Path
+    address: str
+    count: int
+    whole: list[Case]
+    settings: SweepOptions
+    command: list[str]
+
+    def shard_dir(self, index: int) -> Path:
+        return self.run_dir / SHARDS_DIR / f"shard-{index}"
+
+    def spec(self, index: int) -> ShardSpec:
+        return ShardSpec(index, self.count)
+
+
+# ----- Ray, optional ---------------------------------------------------------------------------
+
+
+def require_ray() -> ModuleType:
+    """The ray module, or exit 3 with the install command (checked before any GPU work)."""
+    try:
+        import ray
+    except ImportError as exc:
+        raise ToolMissingError(f"--ray: Ray is not installed here; {INSTALL_HINT}") from exc
+    return ray
+
+
+def connect(address: str) -> ModuleType:
+    """Ray joined: `auto` is the cluster this machine is part of (`ray start`), else a new one
+    on this machine; an address is that cluster's. Already joined (a caller's ray.init): kept."""
+    ray = require_ray()
+    if not ray.is_initialized():
+        try:
+            ray.init(
+                address=None if address == "auto" else address,
+                include_dashboard=False,
+                log_to_driver=False,
+            )
+        except (ConnectionError, RuntimeError, ValueError) as exc:
+            raise AuditError(f"--ray {address}: no Ray cluster joined ({exc})") from exc
+    return ray
+
+
+def cluster_gpus(ray: ModuleType, address: str) -> int:
+    gpus = int(ray.cluster_resources().get("GPU", 0))
+    if gpus < 1:
+        raise ToolMissingError(f"--ray {address}: the Ray cluster has no GPU")
+    return gpus
+
+
+# ----- the run's record ------------------------------------------------------------------------
+
+
+def start(options: SweepOptions, address: str, gpus: int) -> FleetRun:
+    """A new Ray run directory: the whole plan, one shard per GPU (fewer where the plan has
+    fewer cases), the settings each shard runs with."""
+    if not options.cases:
+        raise AuditError("nothing to run: the plan has no case")
+    if options.out is None:
+        raise AuditError("--ray: give --out DIR (the run directory the shards are gathered in)")
+    run_dir = options.out.absolute()
+    check_new_run_dir(run_dir)
+    fleet = FleetRun(
+        run_dir,
+        address,
+        min(gpus, len(options.cases)),
+        list(options.cases),
+        options,
+        list(options.command),
+    )
+    run_dir.mkdir(parents=True, exist_ok=True)
+    write_plan(fleet.whole, run_dir / rundir.PLAN_FILE)
+    rundir.write_env(run_dir, {**engine_record(fleet), "tool_version": __version__})
+    return fleet
+
+
+def engine_record(fleet: FleetRun, placed: dict[str, Any] | None = None) -> dict[str, Any]:
+    """What env.json says of the engine; kept in the merged env.json so the run resumes."""
+    settings = {name: getattr(fleet.settings, name) for name in SETTINGS}
+    settings["cublas_lib"] = str(settings["cublas_lib"]) if settings["cublas_lib"] else None
+    settings["probe_env"] = dict(settings["probe_env"])
+    return {
+        "engine": ENGINE,
+        "ray_address": fleet.address,
+        "shard_count": fleet.count,
+        "plan_fingerprint": fingerprint(fleet.whole),
+        "phase": fleet.settings.phase or "time",
+        "ray_settings": settings,
+        "ray_shards": placed or {},
+        "command": fleet.command,
+    }
+
+
+def is_ray_run(run_dir: Path | None) -> bool:
+    """Whether `run_dir` is the directory of a `--ray` run."""
+    return run_dir is not None and run_dir.is_dir() and _engine(run_dir) == ENGINE
+
+
+def _engine(run_dir: Path) -> str | None:
+    return rundir.read_env(run_dir).get("engine")
+
+
+def recorded(run_dir: Path, address: str | None) -> FleetRun:
+    """The Ray run `run_dir` records (`address`: another cluster to finish it on)."""
+    env = rundir.read_env(run_dir)
+    if env.get("engine") != ENGINE:
+        raise AuditError(f"--resume: {run_dir} is no Ray run: leave out --ray")
+    try:
+        settings = dict(env["ray_settings"])
+        settings["cublas_lib"] = Path(settings["cublas_lib"]) if settings["cublas_lib"] else None
+        settings["observer"] = Observer(settings["observer"]) if settings["observer"] else None
+        options = SweepOptions(**settings)
+        count = int(env["shard_count"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise AuditError(f"{run_dir / rundir.ENV_FILE}: its Ray record is not readable") from exc
+    whole = read_plan(run_dir / rundir.PLAN_FILE)
+    if fingerprint(whole) != env.get("plan_fingerprint"):
+        raise AuditError(f"{run_dir}: its plan.json is not the plan its env.json names")
+    return FleetRun(
+        Path(run_dir).absolute(),
+        address or str(env.get("ray_address") or "auto"),
+        count,
+        whole,
+        options,
+        [str(word) for word in env.get("command") or []],
+    )
+
+
+# ----- one shard, in a Ray task ----------------------------------------------------------------
+
+
+def shard_options(fleet: FleetRun, index: int) -> SweepOptions:
+    """Shard I's sweep: exactly what `--shard I/N` runs (its part and whole plan recorded)."""
+    part = PlanPart.of(fleet.spec(index), fleet.whole)
+    return replace(
+        fleet.settings,
+        cases=part.cases(),
+        part=part,
+        out=None,
+        resume=None,
+        command=[*fleet.command, f"(ray shard {part.spec})"],
+    )
+
+
+def run_shard(options: SweepOptions, index: int, run_sweep: ShardSweep = sweep) -> ShardDone:
+    """In the task: the shard swept on the GPU Ray gave it, in a node-local temporary directory
+    returned whole as a tar (so the driver needs no shared filesystem)."""
+    import ray
+
+    gpu = [str(i) for i in ray.get_gpu_ids()]
+    # Ray's GPU id is the node's CUDA index, nvidia-smi's where CUDA_DEVICE_ORDER agrees (it does
+    # on a node of one model); the probe sees only that GPU through CUDA_VISIBLE_DEVICES.
+    device = int(gpu[0]) if gpu and gpu[0].isdigit() else None
+    with tempfile.TemporaryDirectory(prefix="cublas-audit-shard-") as scratch:
+        out = Path(scratch) / f"shard-{index}"
+        run_sweep(replace(options, out=out, device=device))
+        node = ray.get_runtime_context().get_node_id()
+        return ShardDone(index, pack(out), node, socket.gethostname(), ",".join(gpu))
+
+
+def pack(directory: Path) -> bytes:
+    """A run directory as an uncompressed tar (its tables compress little; time matters more)."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as archive:
+        archive.add(directory, arcname=".")
+    return buffer.getvalue()
+
+
+def unpack(archive: bytes, directory: Path) -> None:
+    """A shard's tar into `directory`, replacing what an earlier attempt left there; the "data"
+    filter refuses links and paths that leave it."""
+    if directory.exists():
+        shutil.rmtree(directory)
+    directory.mkdir(parents=True)
+    with tarfile.open(fileobj=io.BytesIO(archive), mode="r") as opened:
+        opened.extractall(directory, filter="data")
+
+
+# ----- the driver ------------------------------------------------------------------------------
+
+
+def pending(fleet: FleetRun) -> list[int]:
+    """The shards still to run: those with no finished run directory (a new run: all)."""
+    return [i for i in range(1, fleet.count + 1) if not _finished(fleet.shard_dir(i))]
+
+
+def _finished(path: Path) -> bool:
+    if not (path / rundir.ENV_FILE).is_file():
+        return False
+    try:
+        return merge.finished(merge.read_shard(path))
+    except AuditError:
+        return False  # half written: run it again
+
+
+def run(
+    options: SweepOptions,
+    address: str | None,
+    run_sweep: ShardSweep = sweep,
+    retries: int = DEFAULT_RETRIES,
+) -> tuple[FleetRun, list[Path]]:
+    """A new Ray run, or the recorded one options.resume is finished: each pending shard a task,
+    gathered under shards/. Returns the run and its shard directories, all finished; a shard a
+    task did not bring back is one AuditError naming it and the --resume command."""
+    ray = require_ray()
+    if options.resume is not None:
+        fleet = recorded(options.resume, address)
+        ray = connect(fleet.address)
+    else:
+        ray = connect(address or "auto")
+        fleet = start(options, address or "auto", cluster_gpus(ray, address or "auto"))
+    failures = _place(ray, fleet, pending(fleet), run_sweep, retries)
+    if failures:
+        raise AuditError(missing_message(fleet, failures))
+    return fleet, [fleet.shard_dir(i) for i in range(1, fleet.count + 1)]
+
+
+def _place(
+    ray: ModuleType, fleet: FleetRun, indices: Sequence[int], run_sweep: ShardSweep, retries: int
+) -> dict[int, str]:
+    """Each shard a task on one GPU; each one's directory unpacked as it comes back. Returns
+    the shards that failed, with why."""
+    task = ray.remote(num_gpus=1, max_retries=retries)(run_shard)
+    futures = {task.remote(shard_options(fleet, i), i, run_sweep): i for i in indices}
+    placed = dict(rundir.read_env(fleet.run_dir).get("ray_shards") or {})
+    failures: dict[int, str] = {}
+    for future, index in futures.items():
+        try:
+            done: ShardDone = ray.get(future)
+        except ray.exceptions.RayError as exc:
+            failures[index] = _reason(exc)
+            continue
+        unpack(done.archive, fleet.shard_dir(index))
+        where = {"node_id": done.node_id, "host": done.host, "gpu": done.gpu}
+        placed[str(fleet.spec(index))] = where
+    _record(fleet, placed)
+    return failures
+
+
+def _record(fleet: FleetRun, placed: dict[str, Any]) -> None:
+    env = rundir.read_env(fleet.run_dir)
+    env.update(engine_record(fleet, placed))
+    env["placed"] = datetime.now(UTC).isoformat(timespec="seconds")
+    rundir.write_env(fleet.run_dir, env)
+
+
+def _reason(error: Exception) -> str:
+    """A failed task's cause in one line: the AuditError a shard's sweep raised, else Ray's."""
+    cause = getattr(error, "cause", None)
+    text = str(cause if isinstance(cause, AuditError) else error).strip()
+    first = text.splitlines()[0] if text else ""
+    return f"{type(cause if isinstance(cause, AuditError) else error).__name__}: {first}"
+
+
+def missing_message(fleet: FleetRun, failures: dict[int, str]) -> str:
+    names = ", ".join(f"{fleet.spec(i)} ({why})" for i, why in sorted(failures.items()))
+    command = {"map": "map", "candidates": "candidates"}.get(fleet.settings.phase or "", "sweep")
+    plural = "s" if len(failures) > 1 else ""
+    return (
+        f"--ray: shard{plural} {names} missing; the finished shards are kept in "
+        f"{fleet.run_dir / SHARDS_DIR}; finish with: "
+        f"cublas-audit {command} --resume {fleet.run_dir}"
+    )
