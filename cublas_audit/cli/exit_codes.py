@@ -1,6 +1,6 @@
 """The exit-code contract of every command (README): 0 done, 1 a gate failed (only the --fail-on
-of diff and verify), 2 bad input, 3 a tool or permission missing, 4 an internal error (the traceback goes to a
-log file), 130 interrupted. Each error is one line on stderr."""
+of diff and verify), 2 bad input, 3 a tool or permission missing, 4 an internal error (the
+traceback goes to a log file), 130 interrupted. Each error is one line on stderr."""
 
 from __future__ import annotations
 
