@@ -20,6 +20,7 @@ ToolMissingError naming the install command.
 
 from __future__ import annotations
 
+import importlib
 import io
 import shutil
 import socket
@@ -113,7 +114,7 @@ class FleetRun:
 def require_ray() -> ModuleType:
     """The ray module, or exit 3 with the install command (checked before any GPU work)."""
     try:
-        import ray
+        ray = importlib.import_module("ray")  # typed the same with the ray extra or without
     except ImportError as exc:
         raise ToolMissingError(f"--ray: Ray is not installed here; {INSTALL_HINT}") from exc
     return ray
@@ -239,8 +240,7 @@ def shard_options(fleet: FleetRun, index: int) -> SweepOptions:
 def run_shard(options: SweepOptions, index: int, run_sweep: ShardSweep = sweep) -> ShardDone:
     """In the task: the shard swept on the GPU Ray gave it, in a node-local temporary directory
     returned whole as a tar (so the driver needs no shared filesystem)."""
-    import ray
-
+    ray = require_ray()
     gpu = [str(i) for i in ray.get_gpu_ids()]
     # Ray's GPU id is the node's CUDA index, nvidia-smi's where CUDA_DEVICE_ORDER agrees (it does
     # on a node of one model); the probe sees only that GPU through CUDA_VISIBLE_DEVICES.
