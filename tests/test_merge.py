@@ -197,3 +197,21 @@ def test_a_map_merged_from_three_shards_on_the_h100_is_the_whole_map() -> None:
     assert (merged["traced_kernels"] == whole["traced_kernels"]).all()
     ratio = (merged["kernel_time_ms"] / whole["kernel_time_ms"]).astype(float)
     assert ratio.between(0.95, 1.05).all()
+
+
+def test_the_same_map_through_ray_on_the_h100_is_the_whole_map() -> None:
+    """Recorded on the H100 (reports/h100/checks/20261125-103316-ray): the 400-problem map of
+    the shards check run with `--ray auto` (Ray 2.60, one node, one GPU: one shard), gathered
+    and merged by the driver: the whole run's 400 cases in order and its kernels everywhere, and
+    env.json says which engine placed the shard where."""
+    from cublas_audit.table.rundir import read_env
+    from cublas_audit.table.validation import read_table
+
+    checks = REPORTS / "checks"
+    whole = read_table(checks / "20261125-101230-shards/whole").set_index("case_id")
+    through_ray = read_table(checks / "20261125-103316-ray").set_index("case_id")
+    assert list(through_ray.index) == list(whole.index)
+    assert (through_ray["traced_kernels"] == whole["traced_kernels"]).all()
+    env = read_env(checks / "20261125-103316-ray")
+    assert env["engine"] == "ray" and list(env["ray_shards"]) == ["1/1"]
+    assert env["shards"][0]["gpu_name"] == "NVIDIA H100 80GB HBM3"
