@@ -173,3 +173,38 @@ def test_ray_refuses_what_it_replaces(tmp_path: Path) -> None:
         on_ray("auto", tmp_path, None, None, False)
     assert on_ray(None, None, None, None, False) is None
     assert not ray_fleet.is_ray_run(tmp_path)
+
+
+@pytest.mark.slow
+def test_a_candidate_audit_through_ray_is_each_problem_once_merged(
+    tmp_path: Path, cluster: object
+) -> None:
+    """`candidates --ray`: the batched run's 18 problems (from its 54 cases) shared among the
+    cluster's three GPUs, each audited once by the fake probe replaying the H100's recorded
+    candidates.csv, merged into one table equal to the recorded audit."""
+    from cublas_audit.planning.cases import read_plan
+    from cublas_audit.table import candidates_table
+    from tests.fakeprobe import H100_RUN
+    from tests.test_multi_candidates import RECORDED, in_case_order
+
+    script, _calls = fake_probe(
+        tmp_path,
+        candidates=H100_RUN / rundir.CANDIDATES_FILE,
+        candidates_per_problem=True,
+        env_keys=("CUDA_VISIBLE_DEVICES",),
+    )
+    audit = SweepOptions(
+        cases=read_plan(H100_RUN / rundir.PLAN_FILE),
+        out=tmp_path / "run",
+        probe_python=script.python,
+        candidate_limit=32,
+        command=["cublas-audit", "candidates", "--batched", "--ray", "auto"],
+    )
+    result = fleet.on_ray(audit, None, "candidates", StandIn())
+
+    merged = candidates_table.read_candidates(result.run_dir)
+    pd.testing.assert_frame_equal(in_case_order(merged), in_case_order(RECORDED))
+    env = rundir.read_env(result.run_dir)
+    assert env["engine"] == "ray" and env["phase"] == "candidates"
+    assert sorted(p["gpu"] for p in env["ray_shards"].values()) == ["0", "1", "2"]
+    assert "better-candidate" in result.report.read_text()

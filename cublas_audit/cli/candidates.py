@@ -85,6 +85,7 @@ def candidates_command(
     cublas_lib: CublasLib = None,
     probe_env: ProbeEnv = None,
     fix: opt.Fix = False,
+    ray: opt.RayAddress = None,
 ) -> None:
     """Time every algorithm cuBLASLt's heuristic offers: is its default the fastest?"""
     from cublas_audit.judge.candidates import judge_candidates
@@ -112,7 +113,10 @@ def candidates_command(
     spread = opt.spread(devices, False, allow_mixed, resume)
     if fix and out is None and resume is None:
         raise AuditError("--fix needs --out DIR: the fixes are written beside the audit")
-    if shard is not None or opt.is_shard_run(resume):
+    engine = opt.on_ray(ray, resume, devices, shard, False)
+    if engine is not None:
+        frame, gap = _on_ray(case_list, out, resume, probe, settings, engine.address)
+    elif shard is not None or opt.is_shard_run(resume):
         frame, gap = _as_shard(case_list, out, resume, probe, settings, shard, spread)
     elif spread is not None:
         frame, gap = _on_devices(case_list, out, resume, probe, settings, spread)
@@ -220,6 +224,28 @@ def _as_shard(
     typer.echo(f"run directory: {result.run_dir}\nreport: {result.report}", err=True)
     assert result.frame is not None  # a candidates run's table: candidates.csv
     return result.frame, float(rundir.read_env(result.run_dir)["candidate_threshold"])
+
+
+def _on_ray(
+    case_list: list[Case],
+    out: Path | None,
+    resume: Path | None,
+    probe: opt.Probe,
+    settings: dict[str, Any],
+    address: str | None,
+) -> tuple[pd.DataFrame, float]:
+    """--ray: the problems sharded over a Ray cluster's GPUs (jobs.fleet), merged into one
+    candidates.csv and its report; with the threshold the run recorded."""
+    from cublas_audit.jobs.fleet import on_ray
+    from cublas_audit.table import rundir
+    from cublas_audit.table.candidates_table import read_candidates
+
+    chosen = settings if resume is None else {}
+    options = opt.run_options(case_list, out, resume, probe, **chosen)
+    result = on_ray(options, address, "candidates")
+    typer.echo(f"run directory: {result.run_dir}\nreport: {result.report}", err=True)
+    threshold = float(rundir.read_env(result.run_dir)["candidate_threshold"])
+    return read_candidates(result.run_dir), threshold
 
 
 def _on_devices(
