@@ -1,6 +1,7 @@
 """`--ray`: a map's shards placed on a real local Ray cluster (three logical GPUs, no CUDA), one
 task each, gathered as bytes, merged; a task whose worker dies leaves its shard missing and
-`--resume` re-runs only that one; without Ray, `--ray` is exit 3 with the install command.
+`--resume` re-runs only that one; without Ray, `--ray` is exit 3 with the install command;
+`--replicate`: every GPU runs the whole map, a unit each, and the units are compared.
 
 What stands in for the machine, inside each Ray worker: environment.collect (the H100 of a bundled
 run, on the GPU Ray gave the task) and the probe (tests/fakeprobe.py replaying the H100's
@@ -10,7 +11,9 @@ the tar of each shard's run directory, the merge and the report.
 
 from __future__ import annotations
 
+import json
 import os
+import socket
 import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -39,10 +42,15 @@ WHERE = ["device_index", "gpu_uuid"]
 @dataclass(frozen=True)
 class StandIn:
     """A task's sweep with the machine stood in for (in the Ray worker's own process). Where
-    `crash` exists, shard `crash_shard`'s worker dies as a lost node's would."""
+    `crash` exists, shard `crash_shard`'s worker (or the one on GPU `crash_gpu`, given) dies as a
+    lost node's would; where `other_probe`
+    is given, the task on GPU `other_gpu` runs it (a unit that measures otherwise)."""
 
     crash: Path | None = None
     crash_shard: int = 2
+    crash_gpu: int | None = None
+    other_probe: str | None = None
+    other_gpu: int = 1
 
     def __call__(self, options: SweepOptions) -> object:
         def collect(ncu: str | None = None, device: int | None = None) -> environment.Environment:
@@ -51,8 +59,15 @@ class StandIn:
 
         environment.collect = collect  # this worker's module, never the test process's
         assert options.part is not None
-        if self.crash and self.crash.exists() and options.part.spec.index == self.crash_shard:
+        lost = (
+            options.part.spec.index == self.crash_shard
+            if self.crash_gpu is None
+            else (options.device == self.crash_gpu)
+        )
+        if self.crash and self.crash.exists() and lost:
             os._exit(1)
+        if self.other_probe and options.device == self.other_gpu:
+            options = replace(options, probe_python=self.other_probe)
         return sweep(options)
 
 
@@ -160,14 +175,13 @@ def test_ray_missing_is_exit_3_with_the_install_command(
 
 
 def test_ray_refuses_what_it_replaces(tmp_path: Path) -> None:
-    from cublas_audit.cli.options import on_ray
+    from cublas_audit.cli.options import OnRay, on_ray
 
     with pytest.raises(AuditError, match="--devices"):
         on_ray("auto", None, "all", None, False)
     with pytest.raises(AuditError, match="--shard"):
         on_ray("auto", None, None, "1/2", False)
-    with pytest.raises(AuditError, match="--replicate"):
-        on_ray("auto", None, None, None, True)
+    assert on_ray("auto", None, None, None, True) == OnRay("auto", True)
     (tmp_path / rundir.ENV_FILE).write_text('{"phase": "map"}')
     with pytest.raises(AuditError, match="no Ray run"):
         on_ray("auto", tmp_path, None, None, False)
@@ -208,3 +222,87 @@ def test_a_candidate_audit_through_ray_is_each_problem_once_merged(
     assert env["engine"] == "ray" and env["phase"] == "candidates"
     assert sorted(p["gpu"] for p in env["ray_shards"].values()) == ["0", "1", "2"]
     assert "better-candidate" in result.report.read_text()
+
+
+# ----- --replicate: a unit per GPU, compared ------------------------------------------------------
+
+OTHER_KERNEL = "sm90_xmma_gemm_f32f32_tf32f32_f32_nn_n_tilesize128x128x32"
+
+
+def other_unit(tmp_path: Path) -> str:
+    """A fake probe replaying the recorded map with one case dispatched to another kernel and
+    another case's kernel 30 % slower: the unit that differs."""
+    records = [json.loads(line) for line in (MAP / rundir.TIME_RESULTS).read_text().splitlines()]
+    planned = {case.case_id for case in map_cases()}
+    # the record the probe replays for each case of the plan: its last
+    done = {r["case_id"]: r for r in records if r.get("event") == "done"}
+    traced = [r for case_id, r in done.items() if case_id in planned and r.get("kernel_time_ms")]
+    changed, slower = traced[len(traced) // 2], traced[-1]
+    changed["traced_kernels"] = OTHER_KERNEL
+    for key in [k for k in slower if k.startswith("kernel_time_") and k.endswith("_ms")]:
+        slower[key] = slower[key] * 1.3
+    replay = tmp_path / "other-replay"
+    replay.mkdir(parents=True)
+    (replay / rundir.TIME_RESULTS).write_text("".join(json.dumps(r) + "\n" for r in records))
+    (replay / rundir.PROFILE_RESULTS).touch()
+    (tmp_path / "other").mkdir()
+    script, _calls = fake_probe(tmp_path / "other", replay=replay)
+    return script.python
+
+
+@pytest.mark.slow
+def test_replicate_runs_the_whole_map_on_each_gpu_and_names_the_unit_that_differs(
+    tmp_path: Path, cluster: object, probe: Path
+) -> None:
+    other = other_unit(tmp_path)
+    result = fleet.on_ray(
+        options(tmp_path, probe), None, "map", StandIn(other_probe=other), replicate=True
+    )
+
+    assert result.frame is None and result.report == result.run_dir / "units.md"
+    assert [p.name for p in result.shards] == ["unit-1", "unit-2", "unit-3"]
+    cases = {case.case_id for case in map_cases()}
+    assert all(set(load_run(unit).frame["case_id"]) == cases for unit in result.shards)
+    env = rundir.read_env(result.run_dir)
+    assert env["engine"] == "ray" and env["replicate"] is True and env["unit_label"] == "h100"
+    host = socket.gethostname().split(".")[0]
+    assert set(env["ray_shards"]) == {"unit-1", "unit-2", "unit-3"}
+    assert sorted(p["gpu"] for p in env["ray_shards"].values()) == ["0", "1", "2"]
+    assert {p["host"] for p in env["ray_shards"].values()} == {socket.gethostname()}
+
+    units = json.loads((result.run_dir / "units.json").read_text())
+    labels = {f"h100-{host}-gpu{i}" for i in range(GPUS)}
+    assert {row["unit"] for row in units["spread"]} == labels
+    odd = f"h100-{host}-gpu1"
+    by_severity = {f["severity"]: f for f in units["findings"]}
+    assert len(units["findings"]) == 2 and set(by_severity) == {"high", "medium"}
+    assert all(f["gpu_label"] == odd for f in units["findings"])
+    # (the kernel as the report shortens it)
+    assert by_severity["high"]["message"].startswith(f"{odd} dispatches xmma_128x128x32 where")
+    assert "MHz" in by_severity["medium"]["message"]  # the clocks said beside it
+    report = result.report.read_text()
+    assert all(label in report for label in labels)
+    assert "## Kernel mismatches (1)" in report and "## Slower units (1)" in report
+
+
+@pytest.mark.slow
+def test_a_lost_unit_is_missing_and_resume_runs_only_it(
+    tmp_path: Path, cluster: object, probe: Path
+) -> None:
+    crash = tmp_path / "crash-gpu-2"
+    crash.touch()
+    with pytest.raises(AuditError, match=r"--ray: unit-\d \(.*\) missing.*--resume"):
+        stand_in = StandIn(crash, crash_gpu=2)
+        fleet.on_ray(options(tmp_path, probe), None, "map", stand_in, retries=0, replicate=True)
+    run_dir = tmp_path / "run"
+    assert len(list((run_dir / "shards").iterdir())) == 2 and not (run_dir / "units.md").exists()
+    before = len(seen(tmp_path))
+
+    crash.unlink()
+    resumed = SweepOptions(resume=run_dir, command=["cublas-audit", "map", "--resume"])
+    result = fleet.on_ray(resumed, None, None, StandIn(crash, crash_gpu=2))
+
+    assert len([s for s in seen(tmp_path)[before:] if "--only" in s["argv"]]) == 1
+    assert [p.name for p in result.shards] == ["unit-1", "unit-2", "unit-3"]
+    units = json.loads((run_dir / "units.json").read_text())
+    assert len(units["spread"]) == GPUS and units["findings"] == []  # three alike units

@@ -135,7 +135,7 @@ def sweep_command(
     if engine is not None:
         from cublas_audit.jobs.fleet import on_ray
 
-        result = on_ray(options, engine.address)
+        result = on_ray(options, engine.address, replicate=engine.replicate)
     elif spread is not None:
         from cublas_audit.jobs.measure import sweep_on_devices
 
@@ -247,7 +247,7 @@ def map_command(
     if engine is not None:
         from cublas_audit.jobs.fleet import on_ray
 
-        result = on_ray(options, engine.address, "map")
+        result = on_ray(options, engine.address, "map", replicate=engine.replicate)
     else:
         result = with_progress(
             lambda bars: jobs.dispatch_map_run(

@@ -138,7 +138,8 @@ Replicate = Annotated[
     bool,
     typer.Option(
         "--replicate",
-        help="With --devices: run every case on every GPU and compare the units (units.md).",
+        help="With --devices (or --ray: every GPU of the cluster): run every case on every GPU "
+        "and compare the units (units.md).",
     ),
 ]
 Fix = Annotated[
@@ -325,9 +326,11 @@ def sharded(options: SweepOptions, shard: str | None, spread: Spread | None) -> 
 
 @dataclass(frozen=True)
 class OnRay:
-    """The run goes through Ray: at `address`, or (None) where the resumed run ran."""
+    """The run goes through Ray: at `address`, or (None) where the resumed run ran; `replicate`:
+    every GPU runs the whole plan, a unit each, compared."""
 
     address: str | None
+    replicate: bool = False
 
 
 def on_ray(
@@ -346,14 +349,10 @@ def on_ray(
         raise AuditError(
             "--ray places shards on the cluster's GPUs, --devices on this host's: give one"
         )
-    if replicate:
-        raise AuditError(
-            "--replicate with --ray is not built yet: replicate with --devices on a node"
-        )
     if shard is not None:
         raise AuditError("--ray splits the plan itself, one shard per GPU: leave out --shard")
     ray_fleet.require_ray()
-    return OnRay(ray)
+    return OnRay(ray, replicate)
 
 
 def is_shard_run(resume: Path | None) -> bool:

@@ -1,12 +1,16 @@
 """`sweep|map|candidates --ray auto|ADDRESS`: the shards placed on a Ray cluster (run.ray_fleet),
-then merged into the run's own directory and reported as `merge` does (jobs.merge)."""
+then merged into the run's own directory and reported as `merge` does (jobs.merge); with
+`--replicate` (sweep, map): a unit per GPU (run.ray_units), each reported, then compared as
+`--devices --replicate` compares its units (units.md, units.json)."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
+from cublas_audit.errors import AuditError
 from cublas_audit.jobs.measure import SweepResult
 from cublas_audit.jobs.merge import write_merged
+from cublas_audit.jobs.reports import write_map_report, write_run_report, write_units_report
 from cublas_audit.planning.cases import candidate_problems
 from cublas_audit.run import ray_fleet
 from cublas_audit.run.sweep_setup import SweepOptions, sweep
@@ -19,16 +23,27 @@ def on_ray(
     phase: str | None = None,
     run_sweep: ray_fleet.ShardSweep = sweep,
     retries: int = ray_fleet.DEFAULT_RETRIES,
+    replicate: bool = False,
 ) -> SweepResult:
     """The Ray run (new, or options.resume finished), merged and reported. `phase`: "map" or
     "candidates" for those commands (a resumed run keeps its recorded one); `run_sweep`: what a
     task runs (a stand-in for the GPU in tests); `retries`: Ray's reruns of a task whose worker
-    or node was lost."""
+    or node was lost; `replicate`: a new run's units (a resumed run keeps what it was)."""
+    if replicate and phase == "candidates":
+        raise AuditError("--replicate: the candidate audit shards its problems; leave it out")
     if options.resume is None and phase is not None:
         options = replace(options, phase=phase)
         if phase == "candidates":  # the plan is the problems: each audited once, on one GPU
             options = replace(options, cases=candidate_problems(options.cases))
-    fleet, shard_dirs = ray_fleet.run(options, address, run_sweep, retries)
+    fleet, shard_dirs = ray_fleet.run(options, address, run_sweep, retries, replicate)
+    if fleet.replicate:
+        for unit in shard_dirs:
+            if fleet.settings.phase == "map":
+                write_map_report(unit)
+            else:
+                write_run_report(unit)
+        units = write_units_report(fleet.run_dir, shard_dirs)
+        return SweepResult(fleet.run_dir, None, units, shard_dirs)
     shards = [merge.read_shard(path) for path in shard_dirs]
     record = rundir.read_env(fleet.run_dir)
     kept = {key: record[key] for key in (*ray_fleet.ENGINE_KEYS, "placed") if key in record}

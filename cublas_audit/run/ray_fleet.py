@@ -10,6 +10,8 @@ needed, and one node works alike. The driver then merges the shards (jobs.merge)
                             shard runs with, and each shard's node, host and GPU
     <run>/plan.json         the whole plan
     <run>/shards/shard-I/   shard I's run directory, as `--shard I/N` writes it
+    <run>/shards/unit-I/    `--replicate`: unit I's run directory, the whole plan on one GPU
+                            (run.ray_units; compared, not merged)
 
 A task that fails (its worker or node lost, an error in its sweep) leaves its shard missing; the
 others are kept, and `--resume <run>` re-runs only the missing shards through Ray.
@@ -37,6 +39,7 @@ from cublas_audit.errors import AuditError, ToolMissingError
 from cublas_audit.observe.observer import Observer
 from cublas_audit.planning.cases import Case, read_plan, write_plan
 from cublas_audit.planning.shards import PlanPart, ShardSpec, fingerprint
+from cublas_audit.run import ray_units
 from cublas_audit.run.multi_gpu import SHARDS_DIR
 from cublas_audit.run.sweep_setup import SweepOptions, check_new_run_dir, sweep
 from cublas_audit.table import merge, rundir
@@ -74,6 +77,8 @@ ENGINE_KEYS = (
     "shard_count",
     "ray_settings",
     "ray_shards",
+    "replicate",
+    "unit_label",
 )
 
 ShardSweep = Callable[[SweepOptions], object]  # sweep_setup.sweep; tests stand in for the GPU
@@ -100,12 +105,20 @@ class FleetRun:
     whole: list[Case]
     settings: SweepOptions
     command: list[str]
+    # --replicate: `count` units, each the whole plan (its part 1/1), labelled from `label`
+    replicate: bool = False
+    label: str = ""
 
     def shard_dir(self, index: int) -> Path:
-        return self.run_dir / SHARDS_DIR / f"shard-{index}"
+        name = ray_units.unit_name(index) if self.replicate else f"shard-{index}"
+        return self.run_dir / SHARDS_DIR / name
 
     def spec(self, index: int) -> ShardSpec:
-        return ShardSpec(index, self.count)
+        return ShardSpec(1, 1) if self.replicate else ShardSpec(index, self.count)
+
+    def name(self, index: int) -> str:
+        """Shard I/N, or unit-I: its key in env.json's ray_shards and in messages."""
+        return ray_units.unit_name(index) if self.replicate else str(self.spec(index))
 
 
 # ----- Ray, optional ---------------------------------------------------------------------------
@@ -146,9 +159,10 @@ def cluster_gpus(ray: ModuleType, address: str) -> int:
 # ----- the run's record ------------------------------------------------------------------------
 
 
-def start(options: SweepOptions, address: str, gpus: int) -> FleetRun:
+def start(options: SweepOptions, address: str, gpus: int, unit_base: str | None = None) -> FleetRun:
     """A new Ray run directory: the whole plan, one shard per GPU (fewer where the plan has
-    fewer cases), the settings each shard runs with."""
+    fewer cases), the settings each shard runs with; `unit_base` (--replicate): one unit per
+    GPU instead, labelled from it."""
     if not options.cases:
         raise AuditError("nothing to run: the plan has no case")
     if options.out is None:
@@ -158,10 +172,12 @@ def start(options: SweepOptions, address: str, gpus: int) -> FleetRun:
     fleet = FleetRun(
         run_dir,
         address,
-        min(gpus, len(options.cases)),
+        ray_units.unit_count(gpus) if unit_base is not None else min(gpus, len(options.cases)),
         list(options.cases),
         options,
         list(options.command),
+        unit_base is not None,
+        unit_base or "",
     )
     run_dir.mkdir(parents=True, exist_ok=True)
     write_plan(fleet.whole, run_dir / rundir.PLAN_FILE)
@@ -182,6 +198,8 @@ def engine_record(fleet: FleetRun, placed: dict[str, Any] | None = None) -> dict
         "phase": fleet.settings.phase or "time",
         "ray_settings": settings,
         "ray_shards": placed or {},
+        "replicate": fleet.replicate,
+        "unit_label": fleet.label or None,
         "command": fleet.command,
     }
 
@@ -218,6 +236,8 @@ def recorded(run_dir: Path, address: str | None) -> FleetRun:
         whole,
         options,
         [str(word) for word in env.get("command") or []],
+        bool(env.get("replicate")),
+        str(env.get("unit_label") or ""),
     )
 
 
@@ -225,7 +245,8 @@ def recorded(run_dir: Path, address: str | None) -> FleetRun:
 
 
 def shard_options(fleet: FleetRun, index: int) -> SweepOptions:
-    """Shard I's sweep: exactly what `--shard I/N` runs (its part and whole plan recorded)."""
+    """Shard I's sweep: exactly what `--shard I/N` runs (its part and whole plan recorded); a
+    unit's: the whole plan as part 1/1."""
     part = PlanPart.of(fleet.spec(index), fleet.whole)
     return replace(
         fleet.settings,
@@ -233,15 +254,22 @@ def shard_options(fleet: FleetRun, index: int) -> SweepOptions:
         part=part,
         out=None,
         resume=None,
-        command=[*fleet.command, f"(ray shard {part.spec})"],
+        command=[*fleet.command, f"(ray {'' if fleet.replicate else 'shard '}{fleet.name(index)})"],
     )
 
 
-def run_shard(options: SweepOptions, index: int, run_sweep: ShardSweep = sweep) -> ShardDone:
+def run_shard(
+    options: SweepOptions, index: int, run_sweep: ShardSweep = sweep, unit_base: str = ""
+) -> ShardDone:
     """In the task: the shard swept on the GPU Ray gave it, in a node-local temporary directory
-    returned whole as a tar (so the driver needs no shared filesystem)."""
+    returned whole as a tar (so the driver needs no shared filesystem). `unit_base`: a unit's,
+    labelled here, where its host and GPU are known."""
     ray = require_ray()
     gpu = [str(i) for i in ray.get_gpu_ids()]
+    if unit_base:
+        options = replace(
+            options, gpu_label=ray_units.task_label(unit_base, socket.gethostname(), gpu)
+        )
     # Ray's GPU id is the node's CUDA index, nvidia-smi's where CUDA_DEVICE_ORDER agrees (it does
     # on a node of one model); the probe sees only that GPU through CUDA_VISIBLE_DEVICES.
     device = int(gpu[0]) if gpu and gpu[0].isdigit() else None
@@ -292,17 +320,21 @@ def run(
     address: str | None,
     run_sweep: ShardSweep = sweep,
     retries: int = DEFAULT_RETRIES,
+    replicate: bool = False,
 ) -> tuple[FleetRun, list[Path]]:
-    """A new Ray run, or the recorded one options.resume is finished: each pending shard a task,
-    gathered under shards/. Returns the run and its shard directories, all finished; a shard a
-    task did not bring back is one AuditError naming it and the --resume command."""
+    """A new Ray run, or the recorded one options.resume is finished: each pending shard (or
+    unit, `replicate`) a task, gathered under shards/. Returns the run and its shard directories,
+    all finished; a shard a task did not bring back is one AuditError naming it and the --resume
+    command."""
     ray = require_ray()
     if options.resume is not None:
         fleet = recorded(options.resume, address)
         ray = connect(fleet.address)
     else:
         ray = connect(address or "auto")
-        fleet = start(options, address or "auto", cluster_gpus(ray, address or "auto"))
+        gpus = cluster_gpus(ray, address or "auto")
+        base = ray_units.base_label(options.gpu_label, ray.cluster_resources())
+        fleet = start(options, address or "auto", gpus, base if replicate else None)
     failures = _place(ray, fleet, pending(fleet), run_sweep, retries)
     if failures:
         raise AuditError(missing_message(fleet, failures))
@@ -315,7 +347,8 @@ def _place(
     """Each shard a task on one GPU; each one's directory unpacked as it comes back. Returns
     the shards that failed, with why."""
     task = ray.remote(num_gpus=1, max_retries=retries)(run_shard)
-    futures = {task.remote(shard_options(fleet, i), i, run_sweep): i for i in indices}
+    # (fleet.label: a unit's base label; "" for a shard, which keeps the run's)
+    futures = {task.remote(shard_options(fleet, i), i, run_sweep, fleet.label): i for i in indices}
     placed = dict(rundir.read_env(fleet.run_dir).get("ray_shards") or {})
     failures: dict[int, str] = {}
     for future, index in futures.items():
@@ -326,7 +359,7 @@ def _place(
             continue
         unpack(done.archive, fleet.shard_dir(index))
         where = {"node_id": done.node_id, "host": done.host, "gpu": done.gpu}
-        placed[str(fleet.spec(index))] = where
+        placed[fleet.name(index)] = where
     _record(fleet, placed)
     return failures
 
@@ -347,11 +380,12 @@ def _reason(error: Exception) -> str:
 
 
 def missing_message(fleet: FleetRun, failures: dict[int, str]) -> str:
-    names = ", ".join(f"{fleet.spec(i)} ({why})" for i, why in sorted(failures.items()))
+    names = ", ".join(f"{fleet.name(i)} ({why})" for i, why in sorted(failures.items()))
     command = {"map": "map", "candidates": "candidates"}.get(fleet.settings.phase or "", "sweep")
     plural = "s" if len(failures) > 1 else ""
+    kind = "" if fleet.replicate else f"shard{plural} "  # (a unit's name says unit-I)
     return (
-        f"--ray: shard{plural} {names} missing; the finished shards are kept in "
+        f"--ray: {kind}{names} missing; the finished shards are kept in "
         f"{fleet.run_dir / SHARDS_DIR}; finish with: "
         f"cublas-audit {command} --resume {fleet.run_dir}"
     )
