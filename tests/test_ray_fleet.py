@@ -1,7 +1,8 @@
 """`--ray`: a map's shards placed on a real local Ray cluster (three logical GPUs, no CUDA), one
 task each, gathered as bytes, merged; a task whose worker dies leaves its shard missing and
 `--resume` re-runs only that one; without Ray, `--ray` is exit 3 with the install command;
-`--replicate`: every GPU runs the whole map, a unit each, and the units are compared.
+`--replicate`: every GPU runs the whole map, a unit each, and the units are compared; Ctrl-C while
+gathering cancels the tasks not yet back.
 
 What stands in for the machine, inside each Ray worker: environment.collect (the H100 of a bundled
 run, on the GPU Ray gave the task) and the probe (tests/fakeprobe.py replaying the H100's
@@ -306,3 +307,48 @@ def test_a_lost_unit_is_missing_and_resume_runs_only_it(
     assert [p.name for p in result.shards] == ["unit-1", "unit-2", "unit-3"]
     units = json.loads((run_dir / "units.json").read_text())
     assert len(units["spread"]) == GPUS and units["findings"] == []  # three alike units
+
+
+@dataclass
+class Interrupted:
+    """Ray stood in for: three tasks; the second ray.get is Ctrl-C (KeyboardInterrupt)."""
+
+    archive: bytes
+    cancelled: list[tuple[str, bool]]
+    exceptions = type("Exceptions", (), {"RayError": RuntimeError})
+
+    def is_initialized(self) -> bool:
+        return True
+
+    def cluster_resources(self) -> dict[str, float]:
+        return {"GPU": float(GPUS)}
+
+    def remote(self, **_options: object) -> object:
+        refs = iter(f"ref-{i}" for i in range(1, GPUS + 1))
+        task = type("Task", (), {"remote": staticmethod(lambda *_args: next(refs))})
+        return lambda _function: task
+
+    def get(self, ref: str) -> ray_fleet.ShardDone:
+        if ref != "ref-1":
+            raise KeyboardInterrupt
+        return ray_fleet.ShardDone(1, self.archive, "node-1", "host-1", "0")
+
+    def cancel(self, ref: str, force: bool = False) -> None:
+        self.cancelled.append((ref, force))
+
+
+def test_ctrl_c_while_gathering_cancels_the_tasks_not_back_and_keeps_what_came(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "done").mkdir()
+    (tmp_path / "done" / "marker").write_text("shard 1")
+    ray = Interrupted(ray_fleet.pack(tmp_path / "done"), [])
+    monkeypatch.setattr(ray_fleet, "require_ray", lambda: ray)
+    run = SweepOptions(cases=map_cases(), gpu_label="h100", out=tmp_path / "run")
+
+    with pytest.raises(KeyboardInterrupt):
+        ray_fleet.run(run, "auto", StandIn())
+
+    assert ray.cancelled == [("ref-2", True), ("ref-3", True)]
+    assert (tmp_path / "run" / "shards" / "shard-1" / "marker").read_text() == "shard 1"
+    assert set(rundir.read_env(tmp_path / "run")["ray_shards"]) == {"1/3"}

@@ -14,7 +14,8 @@ needed, and one node works alike. The driver then merges the shards (jobs.merge)
                             (run.ray_units; compared, not merged)
 
 A task that fails (its worker or node lost, an error in its sweep) leaves its shard missing; the
-others are kept, and `--resume <run>` re-runs only the missing shards through Ray.
+others are kept, and `--resume <run>` re-runs only the missing shards through Ray. Ctrl-C while
+they are gathered cancels the tasks not yet back; the shards gathered stay for `--resume`.
 
 Ray is an optional extra: it is imported only inside functions, and its absence is a
 ToolMissingError naming the install command.
@@ -345,22 +346,33 @@ def _place(
     ray: ModuleType, fleet: FleetRun, indices: Sequence[int], run_sweep: ShardSweep, retries: int
 ) -> dict[int, str]:
     """Each shard a task on one GPU; each one's directory unpacked as it comes back. Returns
-    the shards that failed, with why."""
+    the shards that failed, with why. Ctrl-C: the tasks not yet back are cancelled (else they
+    would keep their GPUs busy after the driver is gone), what came back is recorded, and the
+    KeyboardInterrupt goes on to the CLI (exit 130)."""
     task = ray.remote(num_gpus=1, max_retries=retries)(run_shard)
     # (fleet.label: a unit's base label; "" for a shard, which keeps the run's)
     futures = {task.remote(shard_options(fleet, i), i, run_sweep, fleet.label): i for i in indices}
     placed = dict(rundir.read_env(fleet.run_dir).get("ray_shards") or {})
     failures: dict[int, str] = {}
-    for future, index in futures.items():
-        try:
-            done: ShardDone = ray.get(future)
-        except ray.exceptions.RayError as exc:
-            failures[index] = _reason(exc)
-            continue
-        unpack(done.archive, fleet.shard_dir(index))
-        where = {"node_id": done.node_id, "host": done.host, "gpu": done.gpu}
-        placed[fleet.name(index)] = where
-    _record(fleet, placed)
+    waiting = list(futures)
+    try:
+        for future, index in futures.items():
+            try:
+                done: ShardDone = ray.get(future)
+            except ray.exceptions.RayError as exc:
+                waiting.remove(future)
+                failures[index] = _reason(exc)
+                continue
+            waiting.remove(future)
+            unpack(done.archive, fleet.shard_dir(index))
+            where = {"node_id": done.node_id, "host": done.host, "gpu": done.gpu}
+            placed[fleet.name(index)] = where
+    except KeyboardInterrupt:
+        for future in waiting:
+            ray.cancel(future, force=True)
+        raise
+    finally:
+        _record(fleet, placed)
     return failures
 
 
