@@ -27,7 +27,7 @@ from cublas_audit.jobs import fleet
 from cublas_audit.jobs import measure as jobs
 from cublas_audit.observe import environment
 from cublas_audit.report import map_plots
-from cublas_audit.run import ray_fleet
+from cublas_audit.run import ray_fleet, run_archive
 from cublas_audit.run.sweep_setup import SweepOptions, sweep
 from cublas_audit.table import rundir
 from cublas_audit.table.inputs import load_run
@@ -342,7 +342,7 @@ def test_ctrl_c_while_gathering_cancels_the_tasks_not_back_and_keeps_what_came(
 ) -> None:
     (tmp_path / "done").mkdir()
     (tmp_path / "done" / "marker").write_text("shard 1")
-    ray = Interrupted(ray_fleet.pack(tmp_path / "done"), [])
+    ray = Interrupted(run_archive.pack(tmp_path / "done"), [])
     monkeypatch.setattr(ray_fleet, "require_ray", lambda: ray)
     run = SweepOptions(cases=map_cases(), gpu_label="h100", out=tmp_path / "run")
 

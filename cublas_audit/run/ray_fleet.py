@@ -24,10 +24,7 @@ ToolMissingError naming the install command.
 from __future__ import annotations
 
 import importlib
-import io
-import shutil
 import socket
-import tarfile
 import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -42,6 +39,7 @@ from cublas_audit.planning.cases import Case, read_plan, write_plan
 from cublas_audit.planning.shards import PlanPart, ShardSpec, fingerprint
 from cublas_audit.run import ray_units
 from cublas_audit.run.multi_gpu import SHARDS_DIR
+from cublas_audit.run.run_archive import pack, unpack
 from cublas_audit.run.sweep_setup import SweepOptions, check_new_run_dir, sweep
 from cublas_audit.table import merge, rundir
 from cublas_audit.version import __version__
@@ -279,24 +277,6 @@ def run_shard(
         run_sweep(replace(options, out=out, device=device))
         node = ray.get_runtime_context().get_node_id()
         return ShardDone(index, pack(out), node, socket.gethostname(), ",".join(gpu))
-
-
-def pack(directory: Path) -> bytes:
-    """A run directory as an uncompressed tar (its tables compress little; time matters more)."""
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w") as archive:
-        archive.add(directory, arcname=".")
-    return buffer.getvalue()
-
-
-def unpack(archive: bytes, directory: Path) -> None:
-    """A shard's tar into `directory`, replacing what an earlier attempt left there; the "data"
-    filter refuses links and paths that leave it."""
-    if directory.exists():
-        shutil.rmtree(directory)
-    directory.mkdir(parents=True)
-    with tarfile.open(fileobj=io.BytesIO(archive), mode="r") as opened:
-        opened.extractall(directory, filter="data")
 
 
 # ----- the driver ------------------------------------------------------------------------------
