@@ -175,8 +175,11 @@ def test_ray_missing_is_exit_3_with_the_install_command(
     assert not (tmp_path / "r").exists()
 
 
-def test_ray_refuses_what_it_replaces(tmp_path: Path) -> None:
+def test_ray_refuses_what_it_replaces(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from cublas_audit.cli.options import OnRay, on_ray
+
+    # what is judged here is the options, with or without the ray extra installed
+    monkeypatch.setattr(ray_fleet, "require_ray", lambda: sys)
 
     with pytest.raises(AuditError, match="--devices"):
         on_ray("auto", None, "all", None, False)
