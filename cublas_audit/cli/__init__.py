@@ -1,7 +1,8 @@
 """The `cublas-audit` command line: parses arguments, calls the library, prints. Nothing else.
 
 One module per command group (measure: sweep, map, reference; candidates; read: report, diff,
-shapes; merge; machine: env), what they share in options, the exit codes (README) in exit_codes.
+shapes; fix: fix, verify; merge; machine: env), what they share in options, the exit codes
+(README) in exit_codes.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ __all__ = ["INTERNAL_ERROR", "INTERRUPTED", "app", "exit_codes"]
 
 app = typer.Typer(
     name="cublas-audit",
-    help="Catch cuBLAS dispatching the wrong GEMM kernel: profile, tabulate, report, diff.",
+    help="Catch cuBLAS dispatching the wrong GEMM kernel: profile, tabulate, report, diff, fix.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     rich_markup_mode=None,  # plain help: options show their metavars, no <bool> type column
