@@ -63,14 +63,7 @@ def _case_columns(case: Case) -> dict[str, Any]:
         "n": case.n,
         "k": case.k,
         "batch": case.batch,
-        "transa": case.transa,
-        "transb": case.transb,
-        "lda": case.lda,
-        "ldb": case.ldb,
-        "broadcast": case.broadcast,
-        "beta": case.beta,
-        "strided": int(case.strided),
-        "bias": int(case.bias),
+        **table.layout_columns(case),
         "workspace_mib": case.workspace_mib,
     }
 

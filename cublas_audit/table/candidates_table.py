@@ -22,6 +22,7 @@ from cublas_audit.table.dispatch import (
     blank_as_missing,
     check_numeric_columns,
     check_values,
+    layout_columns,
     plain,
     row_number,
 )
@@ -196,17 +197,7 @@ PROBLEM_LAYOUT = (
 def problem_columns(case: Case, workspace_limit_bytes: int) -> dict[str, Any]:
     """The columns that pose `case` (beyond mode and shape) and the workspace its candidates were
     allowed: what a row needs so that its times can be rebuilt on the same problem."""
-    return {
-        "transa": case.transa,
-        "transb": case.transb,
-        "lda": case.lda,
-        "ldb": case.ldb,
-        "broadcast": case.broadcast,
-        "beta": case.beta,
-        "strided": int(case.strided),
-        "bias": int(case.bias),
-        "workspace_limit_bytes": workspace_limit_bytes,
-    }
+    return {**layout_columns(case), "workspace_limit_bytes": workspace_limit_bytes}
 
 
 def layout_known(frame: pd.DataFrame) -> pd.Series:

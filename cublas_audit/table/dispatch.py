@@ -12,7 +12,7 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -21,6 +21,9 @@ from cublas_audit.errors import AuditError
 from cublas_audit.files import write_csv_atomic
 from cublas_audit.observe.ncu_export import STALL_REASONS
 from cublas_audit.planning.modes import MODE_NAMES as MODES
+
+if TYPE_CHECKING:
+    from cublas_audit.planning.cases import Case
 
 # 2: the timed distributions and the GPU's clocks and power; 3: kernel-only times (CUPTI) beside
 # the call times, and the traced launch geometry (older tables stay readable: every added column
@@ -351,3 +354,19 @@ def json_ready(data: Any) -> Any:
 def frame_records(frame: pd.DataFrame) -> list[dict[str, Any]]:
     """A table as JSON-ready row dicts."""
     return [json_ready(record) for record in frame.to_dict("records")]
+
+
+def layout_columns(case: Case) -> dict[str, Any]:
+    """How `case` poses its problem beyond mode and shape, as the tables' columns hold it
+    (transposes, leading dimensions, broadcast, beta, strided, bias): one writer for the
+    dispatch table's rows and the candidates table's."""
+    return {
+        "transa": case.transa,
+        "transb": case.transb,
+        "lda": case.lda,
+        "ldb": case.ldb,
+        "broadcast": case.broadcast,
+        "beta": case.beta,
+        "strided": int(case.strided),
+        "bias": int(case.bias),
+    }
