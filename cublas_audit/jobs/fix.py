@@ -65,14 +65,14 @@ def _fixes_of_input(path: Path, limits: Thresholds, given: Mapping[str, Any]) ->
     if (deep / rundir.TABLE_FILE).exists():
         return _fixes_of_input(deep, limits, given)
     env = rundir.read_env(path) or dict(given)
-    if not (path / rundir.TABLE_FILE).exists():
-        if not (path / rundir.CANDIDATES_FILE).exists():
-            raise AuditError(
-                f"{path}: neither a dispatch table nor a candidate audit (a map needs "
-                "--follow-up to measure alternatives)"
-            )
+    if rundir.is_candidates_run(path):
         verdicts = recorded_verdicts(path, read_candidates(path), limits.candidate_gap_pct / 100)
         return stamp_of(env, verdicts.frame), pin_fixes(verdicts, str(path)), str(path)
+    if not (path / rundir.TABLE_FILE).exists():
+        raise AuditError(
+            f"{path}: neither a dispatch table nor a candidate audit (a map needs --follow-up "
+            "to measure alternatives)"
+        )
     audited = audit_dataset(load_run(path), limits)
     plan_file = path / rundir.PLAN_FILE
     plan = {case.case_id: case for case in read_plan(plan_file)} if plan_file.exists() else {}

@@ -59,8 +59,8 @@ def _report(job: ReportJob, inputs: list[Path], terminal: bool, echo: Echo) -> N
     limits = with_overrides(job.thresholds)
     if job.out is not None:
         check_output(job.out, inputs, plots=job.format != "json")
-    runs = [path for path in inputs if not _candidates_run(path)]
-    audits = [_candidates_of(path, limits) for path in inputs if _candidates_run(path)]
+    runs = [path for path in inputs if not rundir.is_candidates_run(path)]
+    audits = [_candidates_of(path, limits) for path in inputs if rundir.is_candidates_run(path)]
     audited = audit_all(load_inputs(runs), limits)
     if job.format == "json":
         found = findings_json(audited) + [item for a in audits for item in a.flagged]
@@ -80,16 +80,6 @@ def _report(job: ReportJob, inputs: list[Path], terminal: bool, echo: Echo) -> N
         show(audited)
         written = write_report(audited, TERMINAL_REPORT, extra)
         echo(f"\nfull report (Markdown, plots beside it): {written}")
-
-
-def _candidates_run(path: Path) -> bool:
-    """A run directory of the candidate audit alone (`candidates --devices`): no dispatch table."""
-    path = Path(path)
-    return (
-        path.is_dir()
-        and not (path / rundir.TABLE_FILE).exists()
-        and (path / rundir.CANDIDATES_FILE).exists()
-    )
 
 
 def _candidates_of(run_dir: Path, limits: Thresholds) -> CandidateVerdicts:

@@ -94,3 +94,10 @@ def env_value(value: Any) -> str:
     if isinstance(value, dict):
         return ", ".join(f"{k}={v}" for k, v in sorted(value.items())) or "none"
     return str(value)
+
+
+def is_candidates_run(path: Path) -> bool:
+    """A run directory of the candidate audit alone (`candidates --devices`, `--shard`, `--ray`):
+    candidates.csv and no dispatch table."""
+    path = Path(path)
+    return path.is_dir() and not (path / TABLE_FILE).exists() and (path / CANDIDATES_FILE).exists()
