@@ -32,6 +32,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
+from cublas_audit.device import loaded
 from cublas_audit.errors import ToolMissingError
 from cublas_audit.judge.candidates import DEFAULT_LIMIT, DEFAULT_THRESHOLD
 from cublas_audit.judge.candidates import DEFAULT_MIN_REPS as CANDIDATE_MIN_REPS
@@ -60,20 +61,27 @@ def main(argv: list[str]) -> int:
         wanted = set(Path(args.only).read_text().split())
         cases = [c for c in cases if c.case_id in wanted]
     with open(args.results, "a", buffering=1) as out:
-        emit(out, {"event": "probe", **versions(cupy)})
+        emit(out, {"event": "probe", **loaded.versions(cupy)})
         if args.phase == "candidates":
             return candidates(cases, Path(args.results).parent, args)
         runner = Runner(args.phase, args.reference, args.min_reps)
         runner.precompile_reference(cases)
-        for case in cases:
+
+        def started(case: Case) -> None:
             emit(out, {"event": "start", "case_id": case.case_id, "phase": args.phase})
             print(START_LINE + case.case_id, flush=True)
-            started = time.perf_counter()
-            result = runner.run(case)
-            # the probe's wall time on the case (operands, check, calls): what a map's speed is
-            result["case_s"] = round(time.perf_counter() - started, 5)
+
+        def finished(case: Case, result: dict[str, Any]) -> None:
             emit(out, {"event": "done", "case_id": case.case_id, "phase": args.phase, **result})
             print(DONE_LINE + case.case_id, flush=True)
+
+        if args.phase == "map":
+            spent = runner.map_all(cases, started, finished, args.careful)
+            emit(out, {"event": "engine", "seconds": spent})
+            return 0
+        for case in cases:
+            started(case)
+            finished(case, runner.timed_run(case))
     return 0
 
 
@@ -92,34 +100,14 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--candidate-min-reps", type=int, default=CANDIDATE_MIN_REPS)
     parser.add_argument("--workspace-bytes", type=int, default=DEFAULT_WORKSPACE_BYTES)
     parser.add_argument("--gpu-label", default="")
+    careful = "map: the first N cases one at a time (after a crash, to name the culprit)"
+    parser.add_argument("--careful", type=int, default=0, help=careful)
     return parser.parse_args(argv)
 
 
 def emit(out: IO[str], record: dict[str, Any]) -> None:
     out.write(json.dumps(record) + "\n")
     out.flush()
-
-
-def versions(cupy: Any) -> dict[str, Any]:
-    """What this process really loaded: the sweep records it and checks --cublas-lib against it."""
-    from cupy_backends.cuda.libs import cublas
-
-    return {
-        "cublas_version_int": cublas.getVersion(cupy.cuda.device.get_cublas_handle()),
-        "cublas_paths": loaded_libraries("libcublas"),
-        "cuda_runtime_int": cupy.cuda.runtime.runtimeGetVersion(),
-        "cupy": cupy.__version__,
-        "python": sys.version.split()[0],
-    }
-
-
-def loaded_libraries(prefix: str) -> list[str]:
-    """Paths of the shared objects mapped into this process whose file name starts with prefix."""
-    maps = Path("/proc/self/maps")
-    if not maps.exists():
-        return []
-    paths = {line.split()[-1] for line in maps.read_text().splitlines() if "/" in line}
-    return sorted(p for p in paths if Path(p).name.startswith(prefix))
 
 
 def candidates(cases: list[Case], run_dir: Path, args: argparse.Namespace) -> int:
@@ -170,6 +158,12 @@ class Runner:
     def _wants_reference(self, case: Case) -> bool:
         return self.reference and case.reference_computes
 
+    def timed_run(self, case: Case) -> dict[str, Any]:
+        """run(case) with the probe's wall time on it (operands, check, calls): `case_s`."""
+        started = time.perf_counter()
+        result = self.run(case)
+        return {**result, "case_s": round(time.perf_counter() - started, 5)}
+
     def run(self, case: Case) -> dict[str, Any]:
         try:
             ops = self.prepare(case)
@@ -179,17 +173,49 @@ class Runner:
             if self.phase == "map":
                 return self.map(ops, launch)
             return self.time(case, ops, launch)
-        except Skip as why:
-            self.release()
-            return {"status": "skipped", "detail": str(why)}
         except Exception as exc:  # a failing call is recorded and the sweep goes on
-            traceback.print_exc()
             self.release()
-            return {"status": "error", "detail": f"{type(exc).__name__}: {exc}".splitlines()[0]}
+            return self.failed(exc)
         finally:
             for close in self.closers:  # cuBLASLt descriptors and workspace are per case
                 close()
             self.closers = []
+
+    @staticmethod
+    def failed(exc: BaseException) -> dict[str, Any]:
+        """A case that could not run, as its result: skipped (Skip: memory, a missing library)
+        or an error (with its traceback in the probe's log)."""
+        if isinstance(exc, Skip):
+            return {"status": "skipped", "detail": str(exc)}
+        traceback.print_exc()
+        return {"status": "error", "detail": f"{type(exc).__name__}: {exc}".splitlines()[0]}
+
+    def map_all(
+        self,
+        cases: list[Case],
+        started: Callable[[Case], None],
+        finished: Callable[[Case, dict[str, Any]], None],
+        careful: int,
+    ) -> dict[str, float]:
+        """The map phase through device.map_engine: pooled operands, many cases queued per
+        synchronisation; a case it does not pool runs alone (timed_run). Returns where the
+        engine's time went."""
+        from cublas_audit.device.map_engine import MapEngine
+
+        engine = MapEngine(
+            cases, self.min_reps, self.pooled_launcher, self.failed, self.timed_run,
+            untraced=self._cupti_missing(),
+        )  # fmt: skip
+        engine.run(cases, started, finished, careful)
+        return {name: round(seconds, 3) for name, seconds in engine.seconds.items()}
+
+    def pooled_launcher(
+        self, case: Case, ops: Operands
+    ) -> tuple[Callable[[], None], list[Callable[[], None]]]:
+        """The case's launcher on the engine's operands, and what closes it once its calls ran."""
+        launch = self.launcher(case, ops)
+        closers, self.closers = self.closers, []
+        return launch, closers
 
     def release(self) -> None:
         import cupy

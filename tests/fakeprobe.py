@@ -77,10 +77,14 @@ for option in ("--plan", "--phase", "--results", "--only", "--min-reps", "--gpu-
                "--threshold", "--candidate-min-reps", "--workspace-bytes"):
     parser.add_argument(option)
 parser.add_argument("--reference", action="store_true")
+parser.add_argument("--careful", type=int, default=0)
 args = parser.parse_args(sys.argv[3:])
 only = open(args.only).read().split() if args.only else None
 with open(CONFIG["calls"], "a") as calls:
-    calls.write(json.dumps({{"phase": args.phase, "only": only}}) + "\\n")
+    record = {{"phase": args.phase, "only": only}}
+    if args.careful:
+        record["careful"] = args.careful
+    calls.write(json.dumps(record) + "\\n")
 if CONFIG["behaviour"] == "exit-0-silently":
     print("fake probe: exiting 0 without writing a result")
     sys.exit(0)
@@ -140,6 +144,22 @@ with open(args.results, "a", buffering=1) as out:
             writer = csv.DictWriter(out_csv, header)
             writer.writeheader()
             writer.writerows(row for case_id in plan for row in finished[case_id])
+        sys.exit(0)
+    if CONFIG["behaviour"] == "chunked":  # as the map engine: a chunk started, then measured
+        todo = [c for c in plan if only is None or c in only]
+        groups = [[c] for c in todo[:args.careful]]
+        rest = todo[args.careful:]
+        groups += [rest[i:i + 3] for i in range(0, len(rest), 3)]
+        for group in groups:
+            for case_id in group:
+                emit({{"event": "start", "case_id": case_id, "phase": args.phase}})
+                print(CONFIG["start_line"] + case_id, flush=True)
+            if CONFIG["crash_on"] in group:
+                print("fake probe: illegal address in a chunk", flush=True)
+                os._exit(139)
+            for case_id in group:
+                emit(done[case_id])
+                print(CONFIG["done_line"] + case_id, flush=True)
         sys.exit(0)
     for case_id in plan:
         if only is not None and case_id not in only:

@@ -219,3 +219,25 @@ def test_resume_profiles_only_the_missing_chunk(
         5453.44
     )
     assert launches.loc["cublas.fp32.8192x8192x8192.b16.nn", "fma_pct"] == pytest.approx(82.103251)
+
+
+def test_a_map_chunk_that_kills_the_probe_is_retried_one_case_at_a_time(tmp_path: Path) -> None:
+    # The map engine starts a chunk of cases before it measures them: a crash leaves several
+    # started and unfinished. None of them is blamed yet; they run again one at a time
+    # (--careful), so only the case that really kills the probe becomes an error row.
+    culprit = SMOKE_IDS[4]  # the second case of the second chunk of three
+    run_dir = new_run_dir(tmp_path, SMOKE)
+    probe, calls = fake_probe(tmp_path, crash_on=culprit, behaviour="chunked")
+    recorded = Recorded()
+    config = config_for(run_dir, probe)
+    config.phase = "map"
+    run_sweep(config, recorded)
+
+    results = rundir.read_results(run_dir / TIME_RESULTS)
+    assert results[culprit]["detail"] == "the probe died during this case (exit code 139)"
+    assert [c for c in SMOKE_IDS if results[c]["status"] == "error"] == [culprit]
+    runs = call_records(calls)
+    assert [run.get("careful", 0) for run in runs] == [0, 3, 0]
+    assert runs[1]["only"] == SMOKE_IDS[3:]  # the chunk in flight first, one by one
+    assert runs[2]["only"] == SMOKE_IDS[5:]
+    assert recorded.notes[0] == "probe died with 3 cases in flight; retrying them one by one"

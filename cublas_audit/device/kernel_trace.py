@@ -20,7 +20,7 @@ without it records why and times with events alone.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -105,6 +105,7 @@ def available() -> str | None:
 
 
 MARKER = "cublas_audit_call_marker"
+MARKERS = (MARKER, "cublas_audit_call_marker_b")  # the map engine's chunks alternate them
 
 
 def trace_calls(contenders: Mapping[str, Callable[[], None]], reps: int) -> dict[str, TracedCalls]:
@@ -164,12 +165,44 @@ def split_at_markers(records: Sequence[KernelLaunch]) -> list[tuple[KernelLaunch
     return [tuple(call) for call in calls]
 
 
-@functools.lru_cache(maxsize=1)
-def _marker() -> Callable[[], None]:
+def split_chunk(
+    records: Sequence[KernelLaunch], opener: str, closers: Collection[str]
+) -> tuple[list[tuple[KernelLaunch, ...]], list[KernelLaunch]]:
+    """One queued chunk's calls out of the records CUPTI has delivered so far (device.map_engine):
+    a call opens at an `opener` marker and ends at the next marker or `closers` kernel (the
+    chunk's check kernels). Chunks alternate between two marker kernels, so a marker of the other
+    name seen after this chunk's calls began is the next chunk, queued already: it and every
+    record after it are returned as the leftover for the next split. Markers of the other name
+    before this chunk's are a late record of the previous chunk, and dropped."""
+    ordered = sorted(records, key=lambda k: k.start_ns)
+    calls: list[list[KernelLaunch]] = []
+    open_call: list[KernelLaunch] | None = None
+    for index, record in enumerate(ordered):
+        if record.name == opener:
+            open_call = []
+            calls.append(open_call)
+        elif record.name in MARKERS:
+            if calls:
+                return [tuple(c) for c in calls], list(ordered[index:])
+            open_call = None
+        elif record.name in closers:
+            open_call = None
+        elif open_call is not None:
+            open_call.append(record)
+    return [tuple(c) for c in calls], []
+
+
+@functools.lru_cache(maxsize=2)
+def marker(name: str = MARKER) -> Callable[[], None]:
+    """A launcher of the empty one-thread kernel `name` (one of MARKERS) on the current stream."""
     import cupy
 
-    kernel = cupy.RawKernel(f'extern "C" __global__ void {MARKER}() {{}}', MARKER)
+    kernel = cupy.RawKernel(f'extern "C" __global__ void {name}() {{}}', name)
     return lambda: kernel((1,), (1,), ())
+
+
+def _marker() -> Callable[[], None]:
+    return marker(MARKER)
 
 
 class _Tracer:
@@ -207,22 +240,37 @@ class _Tracer:
         taken, self.records = self.records, []
         return taken
 
+    def enable(self) -> None:
+        """Drops what was recorded before and records kernels from now on."""
+        self.take()
+        self.cupti.activity_enable(self.cupti.ActivityKind.CONCURRENT_KERNEL)
+
+    def flushed(self) -> list[KernelLaunch]:
+        """The records of every kernel finished so far (forced flush), taken."""
+        self.cupti.activity_flush_all(1)
+        return self.take()
+
+    def disable(self) -> None:
+        self.cupti.activity_flush_all(1)  # every record of the calls made, before disabling
+        self.cupti.activity_disable(self.cupti.ActivityKind.CONCURRENT_KERNEL)
+
 
 class _Recording:
     def __init__(self, tracer: _Tracer) -> None:
         self.tracer = tracer
 
     def __enter__(self) -> None:
-        cupti = self.tracer.cupti
-        self.tracer.take()
-        cupti.activity_enable(cupti.ActivityKind.CONCURRENT_KERNEL)
+        self.tracer.enable()
 
     def __exit__(self, *exc: object) -> None:
-        cupti = self.tracer.cupti
-        cupti.activity_flush_all(1)  # every record of the calls just made, before disabling
-        cupti.activity_disable(cupti.ActivityKind.CONCURRENT_KERNEL)
+        self.tracer.disable()
 
 
 @functools.lru_cache(maxsize=1)
 def _tracer() -> _Tracer:
     return _Tracer()
+
+
+def tracer() -> _Tracer:
+    """This process's CUPTI kernel recorder (registered on first use)."""
+    return _tracer()

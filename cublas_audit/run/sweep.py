@@ -225,19 +225,25 @@ def _time_cases(config: SweepConfig, cases: list[Case], progress: Progress) -> N
     that finishes no case and names no culprit is an error, never a retry."""
     results_path = config.run_dir / TIME_RESULTS
     remaining = cases
+    careful = 0  # the map's first cases one at a time: after a crash with several in flight
     while remaining:
         only = _write_only(config, "timing.cases", remaining)
-        argv = config.probe.argv(_probe_args(config, config.phase, only))
-        code = _run_probe(config, argv, progress)
+        args = _probe_args(config, config.phase, only)
+        args += ["--careful", str(careful)] if careful else []
+        code = _run_probe(config, config.probe.argv(args), progress)
         if code in INTERRUPTED_CODES:  # Ctrl-C reached the probe first: stop, never an error row
             raise KeyboardInterrupt
         done = rundir.read_results(results_path)
-        culprit = crashed_case(results_path, done)
-        if culprit is None and not any(c.case_id in done for c in remaining):
+        in_flight = unfinished_cases(results_path, done)
+        if not in_flight and not any(c.case_id in done for c in remaining):
             raise AuditError(
                 f"the probe finished no case (exit code {code}; log: "
                 f"{config.run_dir / rundir.PROBE_LOG})" + _probe_log_tail(config.run_dir)
             )
+        careful = len(in_flight) if len(in_flight) > 1 else 0
+        if careful:  # the map queues many cases at once: which one killed it is not known yet
+            progress.note(f"probe died with {careful} cases in flight; retrying them one by one")
+        culprit = in_flight[0] if len(in_flight) == 1 else None
         if culprit is not None:
             detail = f"the probe died during this case (exit code {code})"
             rundir.append_record(
@@ -324,10 +330,17 @@ def probe_versions(run_dir: Path) -> dict[str, Any]:
     return versions
 
 
-def crashed_case(path: Path, done: Mapping[str, Any]) -> str | None:
-    """The case the probe started last and never finished, if any."""
-    started = [r.get("case_id") for r in rundir.records(path) if r.get("event") == "start"]
-    return next((c for c in reversed(started) if c and c not in done), None)
+def unfinished_cases(path: Path, done: Mapping[str, Any]) -> list[str]:
+    """The cases the last probe run started and never finished, in the order it started them:
+    one where it runs a case at a time, up to two chunks' worth in the map (device.map_engine
+    queues the next chunk before it reads one back)."""
+    started: list[str] = []
+    for record in rundir.records(path):
+        if record.get("event") == "probe":  # a new probe run: what came before was settled
+            started = []
+        elif record.get("event") == "start" and record.get("case_id"):
+            started.append(str(record["case_id"]))
+    return [case_id for case_id in dict.fromkeys(started) if case_id not in done]
 
 
 def collect_launches(run_dir: Path) -> list[ncu_parse.Launch]:

@@ -1,0 +1,30 @@
+"""What this process really loaded (cuBLAS's version and paths, the CUDA runtime, CuPy): the
+probe records it first, and the sweep checks --cublas-lib against it."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def versions(cupy: Any) -> dict[str, Any]:
+    """What this process really loaded: the sweep records it and checks --cublas-lib against it."""
+    from cupy_backends.cuda.libs import cublas
+
+    return {
+        "cublas_version_int": cublas.getVersion(cupy.cuda.device.get_cublas_handle()),
+        "cublas_paths": loaded_libraries("libcublas"),
+        "cuda_runtime_int": cupy.cuda.runtime.runtimeGetVersion(),
+        "cupy": cupy.__version__,
+        "python": sys.version.split()[0],
+    }
+
+
+def loaded_libraries(prefix: str) -> list[str]:
+    """Paths of the shared objects mapped into this process whose file name starts with prefix."""
+    maps = Path("/proc/self/maps")
+    if not maps.exists():
+        return []
+    paths = {line.split()[-1] for line in maps.read_text().splitlines() if "/" in line}
+    return sorted(p for p in paths if Path(p).name.startswith(prefix))

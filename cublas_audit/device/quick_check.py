@@ -1,0 +1,269 @@
+"""The quick float64 check as two CUDA kernels: the map's check of every problem, made without a
+synchronisation or a CuPy temporary, so that it queues behind the calls it checks.
+
+It computes the check's metric (device.operands: ||C_i - R_i||_F / ||R_i||_F, R the float64
+product of the same stored inputs) over QUICK_COLUMNS columns of the first and last batch entries:
+`cublas_audit_check_partial` accumulates R's picked columns in float64, split over K between
+blocks (atomics into a scratch array) so that a 4096-row problem still fills the GPU;
+`cublas_audit_check_final` adds beta C0 and the bias, compares with C and adds each entry's
+squared error and squared norm into its two slots of `sums`. A NaN or infinity in C makes the
+sums NaN or infinite: the error is then infinite, never a pass.
+
+The same arithmetic as the CuPy check it replaced (widen to float64, matmul, norms), without its
+dozen kernel launches, its NVRTC compiles on a cold cache and its two synchronisations a case.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+from typing import Any
+
+MAX_COLUMNS = 16  # columns of each checked entry (device.operands.QUICK_COLUMNS)
+ROWS = 128  # rows of C per block of the partial kernel
+K_TILE = 32  # values of K staged in shared memory at once
+FILL_BLOCKS = 264  # blocks worth launching at least (two per SM of an H100)
+FINAL_THREADS = 256
+STORAGE_CODES = {"float32": 0, "float16": 1, "uint16": 2}  # uint16: bf16 bits
+
+SOURCE = r"""
+#define MAX_COLUMNS 16
+#define ROWS 128
+#define K_TILE 32
+
+__device__ __forceinline__ double half_bits(unsigned short h) {
+    const unsigned exponent = (h >> 10) & 0x1f, fraction = h & 0x3ff;
+    double v;
+    if (exponent == 0) v = ldexp((double)fraction, -24);
+    else if (exponent == 31) v = fraction ? __longlong_as_double(0x7ff8000000000000ULL)
+                                          : __longlong_as_double(0x7ff0000000000000ULL);
+    else v = ldexp((double)(fraction | 0x400), (int)exponent - 25);
+    return (h >> 15) ? -v : v;
+}
+
+__device__ __forceinline__ double load(const void* p, long long i, int storage) {
+    if (storage == 0) return (double)((const float*)p)[i];
+    const unsigned short h = ((const unsigned short*)p)[i];
+    if (storage == 2) return (double)__uint_as_float(((unsigned)h) << 16);
+    return half_bits(h);
+}
+
+extern "C" __global__ void cublas_audit_check_partial(
+        const void* a, const void* b, int storage, int m, int k, int transa, int transb,
+        long long lda, long long ldb, long long stride_a, long long stride_b,
+        const int* entries, const int* columns, int n_columns, int k_per_block,
+        double* partial) {
+    __shared__ double tile[K_TILE][MAX_COLUMNS];
+    const int slot = blockIdx.z;
+    const long long e = entries[slot];
+    const int i = blockIdx.x * ROWS + threadIdx.x;
+    const int p0 = blockIdx.y * k_per_block;
+    const int p1 = min(k, p0 + k_per_block);
+    const int* cols = columns + slot * n_columns;
+    double acc[MAX_COLUMNS];
+    #pragma unroll
+    for (int c = 0; c < MAX_COLUMNS; ++c) acc[c] = 0.0;
+    for (int base = p0; base < p1; base += K_TILE) {
+        for (int t = threadIdx.x; t < K_TILE * MAX_COLUMNS; t += ROWS) {
+            const int p = base + t / MAX_COLUMNS, c = t % MAX_COLUMNS;
+            double v = 0.0;
+            if (p < p1 && c < n_columns) {
+                const long long j = cols[c];
+                v = load(b, e * stride_b + (transb ? p * ldb + j : j * ldb + p), storage);
+            }
+            tile[t / MAX_COLUMNS][c] = v;
+        }
+        __syncthreads();
+        if (i < m) {
+            const int span = min(K_TILE, p1 - base);
+            for (int q = 0; q < span; ++q) {
+                const long long p = base + q;
+                const double x = load(a, e * stride_a + (transa ? i * lda + p : p * lda + i),
+                                      storage);
+                #pragma unroll
+                for (int c = 0; c < MAX_COLUMNS; ++c) acc[c] += x * tile[q][c];
+            }
+        }
+        __syncthreads();
+    }
+    if (i < m) {
+        #pragma unroll
+        for (int c = 0; c < MAX_COLUMNS; ++c)  // unrolled: acc stays in registers
+            if (c < n_columns)
+                atomicAdd(&partial[((long long)slot * MAX_COLUMNS + c) * m + i], acc[c]);
+    }
+}
+
+extern "C" __global__ void cublas_audit_check_final(
+        const void* c, const void* c0, const void* bias, int storage, double beta, int m,
+        int n, const int* entries, const int* columns, int n_columns, const double* partial,
+        double* sums) {
+    const int slot = blockIdx.y;
+    const long long e = entries[slot];
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    double d2 = 0.0, r2 = 0.0;
+    if (i < m) {
+        for (int col = 0; col < n_columns; ++col) {
+            const long long j = columns[slot * n_columns + col];
+            const long long at = e * (long long)m * n + j * m + i;
+            double exact = partial[((long long)slot * MAX_COLUMNS + col) * m + i];
+            if (c0) exact += beta * load(c0, at, storage);
+            if (bias) exact += load(bias, i, storage);
+            const double diff = load(c, at, storage) - exact;
+            d2 += diff * diff;
+            r2 += exact * exact;
+        }
+    }
+    for (int offset = 16; offset > 0; offset >>= 1) {
+        d2 += __shfl_down_sync(0xffffffffu, d2, offset);
+        r2 += __shfl_down_sync(0xffffffffu, r2, offset);
+    }
+    __shared__ double warp_sums[2][32];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    if (lane == 0) { warp_sums[0][warp] = d2; warp_sums[1][warp] = r2; }
+    __syncthreads();
+    if (warp == 0) {
+        const int warps = blockDim.x >> 5;
+        d2 = lane < warps ? warp_sums[0][lane] : 0.0;
+        r2 = lane < warps ? warp_sums[1][lane] : 0.0;
+        for (int offset = 16; offset > 0; offset >>= 1) {
+            d2 += __shfl_down_sync(0xffffffffu, d2, offset);
+            r2 += __shfl_down_sync(0xffffffffu, r2, offset);
+        }
+        if (lane == 0) { atomicAdd(&sums[2 * slot], d2); atomicAdd(&sums[2 * slot + 1], r2); }
+    }
+}
+"""
+
+
+@dataclass(frozen=True)
+class Picked:
+    """What one case's check compares: the batch entries and, per entry, the columns."""
+
+    entries: tuple[int, ...]
+    columns: tuple[tuple[int, ...], ...]
+
+    @property
+    def n_columns(self) -> int:
+        return len(self.columns[0])
+
+    def index_values(self) -> list[int]:
+        """The entries then every entry's columns, as the kernels read them from one array."""
+        return [*self.entries, *(c for cols in self.columns for c in cols)]
+
+
+@functools.lru_cache(maxsize=4096)
+def picked(batch: int, n: int, columns: int = MAX_COLUMNS) -> Picked:
+    """The first and last batch entries and, for each, `columns` random columns of n (all of
+    them where n is no more): a fixed seed, so a rerun checks the same outputs."""
+    import numpy
+
+    rng = numpy.random.default_rng(0)
+    entries = tuple(sorted({0, batch - 1}))
+    count = min(columns, n)
+    chosen = tuple(tuple(int(j) for j in rng.permutation(n)[:count]) for _ in entries)
+    return Picked(entries, chosen)
+
+
+def error_from_sums(sums: Any) -> float:
+    """The largest normwise error over the entries, from each entry's (squared error, squared
+    norm); infinite where the output held a NaN or an infinity."""
+    worst = 0.0
+    for diff2, ref2 in zip(sums[0::2], sums[1::2], strict=True):
+        if not (math.isfinite(diff2) and math.isfinite(ref2)):
+            return math.inf
+        error = math.sqrt(diff2 / ref2) if ref2 > 0 else math.sqrt(diff2)
+        worst = max(worst, error)
+    return worst
+
+
+@functools.lru_cache(maxsize=1)
+def _kernels() -> tuple[Any, Any]:
+    import cupy
+
+    module = cupy.RawModule(code=SOURCE, options=("-std=c++17",))
+    return (
+        module.get_function("cublas_audit_check_partial"),
+        module.get_function("cublas_audit_check_final"),
+    )
+
+
+def k_per_block(m: int, k: int, entries: int) -> int:
+    """K values each partial block sums: split so that at least FILL_BLOCKS blocks run, in whole
+    K_TILE steps."""
+    row_blocks = -(-m // ROWS)
+    splits = max(1, min(-(-k // K_TILE), -(-FILL_BLOCKS // (row_blocks * entries))))
+    per_block = -(-k // splits)
+    return -(-per_block // K_TILE) * K_TILE
+
+
+class Scratch:
+    """The partial kernel's float64 accumulator, grown as needed and reused by every case on
+    the stream (each case zeroes it before use, in stream order)."""
+
+    def __init__(self) -> None:
+        self.array: Any = None
+
+    def zeroed(self, values: int, stream: Any) -> Any:
+        import cupy
+
+        if self.array is None or self.array.size < values:
+            self.array = cupy.empty(max(values, 1), dtype=cupy.float64)
+        cupy.cuda.runtime.memsetAsync(self.array.data.ptr, 0, values * 8, stream.ptr)
+        return self.array
+
+
+def enqueue(ops: Any, out: Any, chosen: Picked, indices: Any, sums: Any, scratch: Scratch) -> None:
+    """Queues the check of `out` (shaped like C) against ops's inputs on the current stream:
+    `indices` holds chosen.index_values() on the GPU (int32), `sums` receives 2 float64 per
+    entry (zeroed by the caller). Nothing synchronises."""
+    import cupy
+    import numpy
+
+    from cublas_audit.planning.modes import mode as mode_of
+
+    case = ops.case
+    partial_kernel, final_kernel = _kernels()
+    stream = cupy.cuda.get_current_stream()
+    storage = numpy.int32(STORAGE_CODES[mode_of(case.mode).storage])
+    la, lb = case.operand("a"), case.operand("b")
+    slots = len(chosen.entries)
+    entries, columns = indices, indices[slots:]
+    n_columns = numpy.int32(chosen.n_columns)
+    partial = scratch.zeroed(slots * MAX_COLUMNS * case.m, stream)
+    per_block = k_per_block(case.m, case.k, slots)
+    grid = (-(-case.m // ROWS), -(-case.k // per_block), slots)
+    partial_kernel(
+        grid, (ROWS,),
+        (ops.a, ops.b, storage, numpy.int32(case.m), numpy.int32(case.k),
+         numpy.int32(case.transa == "t"), numpy.int32(case.transb == "t"),
+         numpy.int64(la.ld), numpy.int64(lb.ld), numpy.int64(la.stride), numpy.int64(lb.stride),
+         entries, columns, n_columns, numpy.int32(per_block), partial),
+    )  # fmt: skip
+    c0 = ops.c0 if ops.c0 is not None else _null()
+    bias = ops.bias if ops.bias is not None else _null()
+    final_kernel(
+        (-(-case.m // FINAL_THREADS), slots), (FINAL_THREADS,),
+        (out, c0, bias, storage, numpy.float64(case.beta), numpy.int32(case.m),
+         numpy.int32(case.n), entries, columns, n_columns, partial, sums),
+    )  # fmt: skip
+
+
+def _null() -> Any:
+    """A null device pointer argument (no C0, no bias)."""
+    import numpy
+
+    return numpy.uintp(0)
+
+
+def error_now(ops: Any, out: Any) -> float:
+    """The quick check of `out` against ops's inputs, synchronously (one case, one readback)."""
+    import cupy
+
+    case = ops.case
+    chosen = picked(case.batch, case.n)
+    indices = cupy.asarray(chosen.index_values(), dtype=cupy.int32)
+    sums = cupy.zeros(2 * len(chosen.entries), dtype=cupy.float64)
+    enqueue(ops, out, chosen, indices, sums, Scratch())
+    return error_from_sums(sums.get().tolist())

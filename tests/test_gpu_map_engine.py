@@ -1,0 +1,123 @@
+"""The map engine on the GPU: the quick check's kernels against float64 computed on the host,
+the check catching output never written or a transpose ignored, and the engine's queued chunks
+giving each case the kernels, call count and result that the one-case-at-a-time path gives."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import pytest
+
+from cublas_audit.planning.cases import Case
+
+pytestmark = pytest.mark.gpu
+
+LAYOUTS = [
+    {},
+    {"transa": "t"},
+    {"transb": "t", "broadcast": "b"},
+    {"transa": "t", "transb": "t", "bias": True, "api": "cublasLt"},  # the bias epilogue
+    {"beta": 0.5, "lda": 200},
+]
+
+
+def host_error(ops: Any, out: Any) -> float:
+    """The quick check's metric computed with NumPy in float64 on the same outputs."""
+    import numpy
+
+    from cublas_audit.device import operands, quick_check
+
+    case = ops.case
+    chosen = quick_check.picked(case.batch, case.n)
+    a, b = (operands.widen(x).get() for x in (ops.a, ops.b))
+    got_all = operands.widen(out).get()
+    worst = 0.0
+    for entry, cols in zip(chosen.entries, chosen.columns, strict=True):
+        ea, eb = a[entry if a.shape[0] > 1 else 0], b[entry if b.shape[0] > 1 else 0]
+        op_a = ea[:, : case.m].T if case.transa == "n" else ea[:, : case.k]  # m x k
+        op_b = eb[:, : case.k].T if case.transb == "n" else eb[:, : case.n]  # k x n
+        exact = op_a @ op_b[:, list(cols)]
+        if ops.c0 is not None:
+            exact += case.beta * operands.widen(ops.c0).get()[entry][list(cols), : case.m].T
+        if ops.bias is not None:
+            exact += operands.widen(ops.bias).get()[:, None]
+        got = got_all[entry][list(cols), : case.m].T
+        worst = max(worst, numpy.linalg.norm(got - exact) / numpy.linalg.norm(exact))
+    return float(worst)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS, ids=str)
+@pytest.mark.parametrize("mode", ["fp32", "bf16", "fp16"])
+def test_the_quick_check_kernels_compute_the_float64_metric(mode: str, layout: dict) -> None:
+    from cublas_audit.device import operands, quick_check
+
+    settings = dict(layout)
+    case = Case(settings.pop("api", "cublas"), mode, 160, 96, 130, 3, **settings)
+    ops = operands.make_for(case, seed=3)
+    operands.reset(ops)
+    launch, closers = prepare(case, ops)
+    launch()
+    for close in closers:
+        close()
+    on_gpu = quick_check.error_now(ops, ops.c)
+    assert 0 < on_gpu <= operands.tolerance(mode)
+    assert on_gpu == pytest.approx(host_error(ops, ops.c), rel=1e-9)
+
+
+def test_the_quick_check_fails_output_never_written_and_a_transpose_ignored() -> None:
+    from cublas_audit.device import launchers, operands
+
+    case = Case("cublas", "fp32", 256, 256, 256, 2, transa="t")
+    ops = operands.make_for(case, seed=4)
+    assert operands.checked(lambda: None, ops, quick=True) == math.inf  # C stays NaN
+    wrong = launchers.classic(dataclasses.replace(case, transa="n"), ops)
+    assert operands.checked(wrong, ops, quick=True) > 0.5
+
+
+def prepare(case: Case, ops: Any) -> tuple[Any, list[Any]]:
+    from cublas_audit.device import launchers
+
+    if case.api == "cublasLt":
+        gemm = launchers.lt(case, ops)
+        return gemm.run, [gemm.close]
+    return (launchers.loop(case, ops) if case.loop else launchers.classic(case, ops)), []
+
+
+def alone(case: Case) -> dict[str, Any]:
+    """The one-case path: fresh operands, its own trace (what the engine must agree with)."""
+    from cublas_audit.device import kernel_trace, operands
+
+    ops = operands.make_for(case)
+    launch, closers = prepare(case, ops)
+    _timing, traced = kernel_trace.time_and_trace(launch, 5)
+    for close in closers:
+        close()
+    return {"status": "alone", "traced_kernels": traced.kernel_names}
+
+
+def test_the_engine_gives_each_case_the_kernels_of_the_one_case_path() -> None:
+    from cublas_audit.device.map_engine import MapEngine
+
+    cases = [Case("cublas", "fp32", 64 * i, 64 * j, 128, 1) for i in (1, 3, 16) for j in (1, 5, 32)]
+    cases += [
+        Case("cublasLt", "bf16", 1024, 96, 4096, 1),
+        Case("loop", "fp32", 256, 256, 256, 4),
+        Case("cublas", "bf16", 640, 128, 64, 8, transa="t"),
+        Case("cublas", "fp32", 512, 512, 512, 1, beta=0.5),  # not pooled: alone
+    ]
+    results: dict[str, dict[str, Any]] = {}
+    order: list[str] = []
+    engine = MapEngine(cases, 5, prepare, lambda exc: {"status": "error"}, alone)
+    started = lambda c: order.append(c.case_id)  # noqa: E731
+    engine.run(cases, started, lambda c, r: results.update({c.case_id: r}), careful=3)
+    assert order == [c.case_id for c in cases] == list(results)
+    assert results[cases[-1].case_id]["status"] == "alone"
+    for case in cases[:-1]:
+        got = results[case.case_id]
+        assert got["status"] == "ok", got
+        assert got["kernel_time_status"] == "ok" and got["kernel_time_n"] == got["time_n"] == 5
+        assert got["traced_kernels"] == alone(case)["traced_kernels"], case.case_id
+        assert got["max_rel_err"] <= 1e-2 and got["case_s"] > 0
+        assert got["kernel_time_ms"] <= got["time_ms"] * 1.05  # the kernels fit in the events
