@@ -111,6 +111,9 @@ class _Chunk:
     sums: Any = None
     indices: Any = None
     end: Any = None
+    # pinned host copies: a pageable copy would wait for everything queued, the next chunk too
+    host_sums: Any = None
+    host_indices: Any = None
 
 
 class MapEngine:
@@ -184,7 +187,9 @@ class MapEngine:
         for pick in picks:
             offsets.append(len(values))
             values.extend(pick.index_values())
-        chunk.indices = cupy.asarray(values, dtype=cupy.int32)
+        chunk.host_indices = _pinned(values, "int32")
+        chunk.indices = cupy.empty(len(values), dtype=cupy.int32)
+        chunk.indices.set(chunk.host_indices, stream=cupy.cuda.get_current_stream())
         chunk.sums = cupy.zeros(4 * len(group), dtype=cupy.float64)
         if not self.untraced:
             self._start_tracing()
@@ -194,6 +199,8 @@ class MapEngine:
                 self._queue_case(item, slot, pick, chunk, offset)
             except Exception as exc:  # a case that cannot be made is recorded; the map goes on
                 item.result = self.failed(exc)
+        chunk.host_sums = _pinned([0.0] * chunk.sums.size, "float64")
+        chunk.sums.get(stream=cupy.cuda.get_current_stream(), out=chunk.host_sums, blocking=False)
         chunk.end = cupy.cuda.Event()
         chunk.end.record()
         return chunk
@@ -232,7 +239,7 @@ class MapEngine:
         chunk.end.synchronize()
         waited = time.perf_counter()
         self.seconds["wait"] += waited - began
-        sums = chunk.sums.get().tolist()
+        sums = chunk.host_sums.tolist()  # copied before the chunk's end event
         calls = self._calls(chunk)
         state = clocks.state()  # once a chunk: the clocks move slower than a chunk lasts
         now = time.perf_counter()
@@ -297,6 +304,16 @@ class MapEngine:
         if self.tracing:
             kernel_trace.tracer().disable()
             self.tracing = False
+
+
+def _pinned(values: Sequence[float], dtype: str) -> Any:
+    """`values` in page-locked host memory (asynchronous copies to and from the GPU)."""
+    import cupyx
+    import numpy
+
+    array = cupyx.empty_pinned((len(values),), dtype=dtype)
+    array[...] = numpy.asarray(values, dtype=dtype)
+    return array
 
 
 def _groups(cases: Sequence[Case], careful: int) -> list[tuple[list[Case], bool]]:

@@ -42,17 +42,22 @@ ENV_KEYS = (
 TABLE_ENV_COLUMNS = ("gpu_name", "cc", "driver_version", "cublas_version")
 SIDE_COLUMNS = ("kernel_name", "kernel_short", "util", "time_ms", "status")
 # Evidence a timing verdict uses where the table has it: the distribution and clock (schema 2),
-# the kernel-only time and its distribution (schema 3).
+# the kernel-only time and its distribution (schema 3); the extremes (verdicts: both sides'
+# calls apart beyond the floor).
 EVIDENCE_COLUMNS = (
     "time_n",
     "time_q1_ms",
     "time_q3_ms",
+    "time_min_ms",
+    "time_max_ms",
     "sm_clock_mhz",
     "power_w",
     "kernel_time_ms",
     "kernel_time_n",
     "kernel_time_q1_ms",
     "kernel_time_q3_ms",
+    "kernel_time_min_ms",
+    "kernel_time_max_ms",
 )
 CLOCK_NOTE_PCT = 2.0  # SM clocks of the two sides further apart than this are said beside a verdict
 

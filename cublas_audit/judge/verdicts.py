@@ -7,14 +7,19 @@ sides' uncertainties combine on the log scale at 99 % (z = 2.576). Between runs,
 moves by up to the floor of the noise model at that time scale (cublas_audit.judge.noise), so the
 interval is widened by it on both sides. Then:
 
-- SLOWER: the observed change is a slowdown of at least `threshold` and the whole interval lies
-  above 1;
-- FASTER: the observed change is a speed-up of at least `threshold` and the whole interval lies
-  below 1;
+- SLOWER: the observed change is a slowdown of at least `threshold`, the whole interval lies
+  above 1, and, where both sides recorded their extremes, every call of B took longer than every
+  call of A by more than the floor;
+- FASTER: the same, the other way;
 - UNSURE: the observed change is at least `threshold` either way, but the interval reaches 1:
   noise alone could have made it;
 - SAME: the observed change is smaller than `threshold`.
 
+The extremes matter where a kernel's time has two modes: a short FP32 kernel on the H100 takes
+either of two times call to call (38 or 44 us), and a median of 5 calls lands on either, so the
+median moved by up to 15 % between two runs of the same 10,000-problem map while the fastest and
+slowest calls did not; the median's interval, which assumes one mode, called 2 of them slower.
+Separated extremes called none of them slower, either way, from a 2 % margin up (issue 28).
 A table without distributions (schema 1) is judged on the floor alone. Kernel changes are not
 timing verdicts: the diff reports them exactly, always.
 """
@@ -48,6 +53,8 @@ class Timed:
     n: int | None = None
     q1_ms: float | None = None
     q3_ms: float | None = None
+    min_ms: float | None = None
+    max_ms: float | None = None
 
     @property
     def log_se(self) -> float:
@@ -68,6 +75,8 @@ class Timed:
             int(n) if n else None,
             plain(row.get(f"{prefix}_q1_ms{suffix}")),
             plain(row.get(f"{prefix}_q3_ms{suffix}")),
+            plain(row.get(f"{prefix}_min_ms{suffix}")),
+            plain(row.get(f"{prefix}_max_ms{suffix}")),
         )
 
 
@@ -103,10 +112,18 @@ def judge(a: Timed, b: Timed, floor: float, threshold: float) -> Judgement:
     if ratio < band and ratio > 1 / band:
         verdict = Verdict.same
     elif ratio >= band:
-        verdict = Verdict.slower if low > 1 else Verdict.unsure
+        verdict = Verdict.slower if low > 1 and _apart(a, b, floor) else Verdict.unsure
     else:
-        verdict = Verdict.faster if high < 1 else Verdict.unsure
+        verdict = Verdict.faster if high < 1 and _apart(b, a, floor) else Verdict.unsure
     return Judgement(verdict, ratio, low, high, floor)
+
+
+def _apart(fast: Timed, slow: Timed, floor: float) -> bool:
+    """Every call of `slow` took longer than every call of `fast` beyond the floor; True where
+    either side's extremes are not recorded (the interval alone decides)."""
+    if fast.max_ms is None or slow.min_ms is None:
+        return True
+    return slow.min_ms > fast.max_ms * (1 + floor)
 
 
 def detectable_slowdown(floor: float, threshold: float, log_se: float = 0.0) -> float:
