@@ -14,9 +14,9 @@
 #   reference   benchmarks/reference_vs_cublas.py --tune (tuned table to OUT/strategy.json)
 #   gpu-tests   pytest -m gpu
 #   observer    benchmarks/observer_overhead.py: CUPTI kernel times against CUDA events at >= 1 ms
-#   map-speed   a 10,000-case FP32 map (M, N, K sampled from 64..4096 step 64) into
-#               benchmarks/results/map-10k-<label>/ (resumed where a DIR of it exists), then
-#               benchmarks/map_speed.py over it
+#   map-speed   the map engine's speed: the FP32 grid 64..1024 step 64, then 10,000 problems of
+#               64..4096 step 64 in FP32 (twice) and BF16, into $MAPS (default /tmp/maps), then
+#               benchmarks/map_speed.py over them (with the rerun's agreement)
 #   map-full    the FP32 map 64..8192 step 64, single and batch 8, with --follow-up, into
 #               reports/<label>/maps/<timestamp>-fp32-64-8192/
 #   multi-map   a 2,000-case FP32 map on one GPU, then the same on every GPU (--devices all), into
@@ -190,18 +190,23 @@ for what in "$@"; do
         made+=("benchmarks/results/observer_overhead_$label.json")
         ;;
     map-speed)
-        big="benchmarks/results/map-10k-$label"
+        # Issue 28: the map engine's rate on small problems (the whole 64..1024 step 64 grid),
+        # on 10,000 problems of the full 64..4096 grid in FP32 (twice: the rerun must agree)
+        # and BF16; the maps stay in $MAPS (default /tmp/maps), the figures are committed.
+        maps=${MAPS:-/tmp/maps}
+        small=64:1024:64
         axis=64:4096:64
-        if [[ -e $big/plan.json ]]; then
-            step map-speed 480 $py -m cublas_audit map --resume "$big"
-        else
-            step map-speed 480 $py -m cublas_audit map --m $axis --n $axis --k $axis \
-                --sample 10000 --gpu-label "$label" --out "$big"
-        fi
-        $py benchmarks/map_speed.py "$big" --json "benchmarks/results/map_speed_$label.json" \
-            >"$out/map-speed-summary.log" 2>&1
-        tail -n 4 "$out/map-speed-summary.log"
-        made+=("$big" "benchmarks/results/map_speed_$label.json")
+        step map-small 120 $py -m cublas_audit map --m $small --n $small --k $small \
+            --gpu-label "$label" --out "$maps/small-fp32"
+        for name in fp32 fp32-rerun bf16; do
+            step "map-10k-$name" 120 $py -m cublas_audit map --m $axis --n $axis --k $axis \
+                --sample 10000 --modes "${name%-rerun}" --gpu-label "$label" --out "$maps/10k-$name"
+        done
+        $py benchmarks/map_speed.py "$maps/small-fp32" "$maps/10k-fp32" "$maps/10k-bf16" \
+            --rerun "$maps/10k-fp32" "$maps/10k-fp32-rerun" \
+            --json "benchmarks/results/map_speed_$label.json" >"$out/map-speed-summary.log" 2>&1
+        tail -n 12 "$out/map-speed-summary.log"
+        made+=("benchmarks/results/map_speed_$label.json")
         ;;
     map-full)
         full="reports/$label/maps/$stamp-fp32-64-8192"
