@@ -12,7 +12,7 @@ from typing import Any
 import pandas as pd
 
 from cublas_audit.errors import AuditError
-from cublas_audit.planning.cases import read_plan
+from cublas_audit.planning.cases import plan_case_ids
 from cublas_audit.resources import shipped
 from cublas_audit.table.candidates_table import read_candidates
 from cublas_audit.table.dispatch import TableSource, row_number
@@ -89,7 +89,7 @@ def load_run(run_dir: Path) -> Dataset:
         require_one_gpu(frame, source.path)
     plan = run_dir / PLAN_FILE
     if plan.is_file():
-        check_against_plan(frame, [case.case_id for case in read_plan(plan)], source)
+        check_against_plan(frame, plan_case_ids(plan), source)
     check_env(env, run_dir / ENV_FILE)
     if "sm_count" not in frame.columns and isinstance(env.get("sm_count"), int):
         # tables written before the column existed: the GPU's SMs, as env.json recorded them
