@@ -106,10 +106,11 @@ def _shape_labels(rows: pd.DataFrame) -> pd.Series:
         [(rows[c] == default).fillna(False).to_numpy(dtype=bool)
          for c, default in LAYOUT_DEFAULTS.items()]
     )  # fmt: skip
-    suffix = pd.Series("", index=rows.index, dtype="string")
+    variants = np.full(len(rows), "", dtype=object)
     if not packed.all():
         posed = rows.loc[~packed, list(LAYOUT_DEFAULTS)].to_dict("records")
-        suffix[~packed] = [_variant(record) for record in posed]
+        variants[~packed] = [_variant(record) for record in posed]
+    suffix = pd.Series(variants, index=rows.index, dtype="string")
     return shape.where(suffix == "", shape + " " + suffix)
 
 
