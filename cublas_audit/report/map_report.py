@@ -138,7 +138,7 @@ def _findings(rows: pd.DataFrame, found: Sequence[Finding], thresholds: Threshol
     for rule in dispatch_rules(found):
         listed = [f for f in found if f.rule == rule]
         table = [
-            (md_text(_where(f)), md_text(f.message), md_text(f.workaround))
+            (md_text(finding_series(f)), md_text(f.message), md_text(f.workaround))
             for f in listed[:FINDINGS_SHOWN]
         ]
         parts.append(f"### {rule} ({len(listed)})")
@@ -152,7 +152,8 @@ def dispatch_rules(found: Sequence[Finding]) -> list[str]:
     return list(dict.fromkeys(f.rule for f in found))
 
 
-def _where(finding: Finding) -> str:
+def finding_series(finding: Finding) -> str:
+    """The call a finding is on: 'cublas cublasSgemm fp32 b1'."""
     return f"{finding.api} {finding.routine} {finding.mode} b{finding.batch}"
 
 
