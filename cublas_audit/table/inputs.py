@@ -14,6 +14,7 @@ import pandas as pd
 from cublas_audit.errors import AuditError
 from cublas_audit.planning.cases import plan_case_ids
 from cublas_audit.resources import shipped
+from cublas_audit.table.atlas_files import is_atlas, read_atlas
 from cublas_audit.table.candidates_table import read_candidates
 from cublas_audit.table.dispatch import TableSource, row_number
 from cublas_audit.table.rundir import CANDIDATES_FILE, ENV_FILE, PLAN_FILE, TABLE_FILE, read_env
@@ -71,8 +72,12 @@ def check_distinct(paths: Sequence[Path]) -> None:
 
 
 def load_one_gpu(path: Path) -> Dataset:
-    """The input of one side of a diff: a table that mixes GPUs is refused."""
+    """The input of one side of a diff: a table that mixes GPUs is refused. An atlas directory
+    (<out>/<mode>/ of `atlas`) is its grid as a dispatch table, with its map's env.json."""
     path = Path(path)
+    if is_atlas(path):
+        frame, meta = read_atlas(path)
+        return _dataset(path, frame, dict(meta.get("env") or {}))
     if path.is_dir():
         return load_run(path)
     frame = read_table(path)
