@@ -68,14 +68,14 @@ def grid_of(rows: pd.DataFrame) -> Grid:
     varying = [c for c in series if rows[c].nunique(dropna=False) > 1]
     constant = {c: json_ready(rows[c].iloc[0]) for c in series if c not in varying}
     ids, kernels = kernel_ids(rows["kernel_name"])
+    # an events-only map traced no kernel: its grid has no kernel time
+    traced = "kernel_time_ms" in rows.columns
+    times = rows["kernel_time_ms"] if traced else pd.Series(pd.NA, index=rows.index)
     frame = pd.DataFrame(
         {
             **{c: rows[c] for c in ("m", "n", "k", *varying)},
             "kernel": ids,
-            # an events-only map traced no kernel: its grid has no kernel time
-            "kernel_time_ms": rows.get("kernel_time_ms", pd.Series(index=rows.index)).astype(
-                "Float64"
-            ),
+            "kernel_time_ms": times.astype("Float64"),
             "status": rows["status"],
         }
     )
