@@ -19,7 +19,7 @@ from cublas_audit.errors import AuditError, ToolMissingError
 
 runner = CliRunner()
 ROOT = Path(__file__).resolve().parents[1]
-COMMANDS = ["env", "sweep", "candidates", "reference", "report", "diff", "shapes", "map"]
+COMMANDS = ["env", "sweep", "candidates", "reference", "report", "diff", "shapes", "map", "atlas"]
 # typer's type tags (<list[Path]>, <path>, <int> ...), not the placeholders of a help text
 # (reports/<label>/<timestamp>/, shards/gpu<i>/).
 TYPE_TAG = re.compile(r"<(?:list\[[^\]]*\]|path|Path|int|float|str|bool|text)>")

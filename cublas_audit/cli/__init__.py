@@ -1,7 +1,7 @@
 """The `cublas-audit` command line: parses arguments, calls the library, prints. Nothing else.
 
 One module per command group (measure: sweep, map, reference; candidates; read: report, diff,
-shapes; fix: fix, verify; merge; machine: env), what they share in options, the exit codes
+shapes; fix: fix, verify; merge; atlas; machine: env), what they share in options, the exit codes
 (README) in exit_codes.
 """
 
@@ -12,7 +12,7 @@ from typing import Annotated, Any
 import typer
 from typer.core import TyperArgument, TyperCommand
 
-from cublas_audit.cli import candidates, fix, machine, measure, merge, read
+from cublas_audit.cli import atlas, candidates, fix, machine, measure, merge, read
 from cublas_audit.cli.exit_codes import INTERNAL_ERROR, INTERRUPTED, exit_codes
 
 __all__ = ["INTERNAL_ERROR", "INTERRUPTED", "app", "exit_codes"]
@@ -80,6 +80,7 @@ _COMMANDS = (
     ("shapes", read.shapes_command),
     ("map", measure.map_command),
     ("merge", merge.merge_command),
+    ("atlas", atlas.atlas_command),
     ("fix", fix.fix_command),
     ("verify", fix.verify_command),
 )

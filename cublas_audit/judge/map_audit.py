@@ -4,15 +4,20 @@ cuBLASLt's candidates offered. The follow-up, the report and the CLI's summary t
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from pathlib import Path
 
 import pandas as pd
 
+from cublas_audit.errors import AuditError
 from cublas_audit.judge.candidates import CandidateVerdicts, judge_candidates
 from cublas_audit.judge.finding import Finding
 from cublas_audit.judge.rules import audit
 from cublas_audit.judge.thresholds import Thresholds
 from cublas_audit.table.inputs import Dataset
+from cublas_audit.table.json_records import record
+from cublas_audit.table.rundir import FINDINGS_FILE
 
 MAP_RULES = ("size-inversion", "dispatch-cliff")
 
@@ -21,6 +26,22 @@ def map_findings(frame: pd.DataFrame, thresholds: Thresholds | None = None) -> l
     """The map rules' findings, largest effect first."""
     found = audit(frame, thresholds=thresholds, rules=MAP_RULES)
     return sorted(found, key=lambda f: (-f.effect, f.rule, f.sizes))
+
+
+def recorded_findings(run_dir: Path) -> list[Finding] | None:
+    """The findings a map run judged, as its findings.json holds them (None where it has none: a
+    map written before the file existed). What a reader of a large map takes instead of judging
+    it again: size-inversion compares every problem with every other of its series."""
+    path = Path(run_dir) / FINDINGS_FILE
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text())
+        if not isinstance(data, list):
+            raise ValueError("expected a list of findings")
+        return [record(Finding, item, f"finding {i + 1}") for i, item in enumerate(data)]
+    except (OSError, ValueError) as exc:
+        raise AuditError(f"{path}: not the map's findings ({exc})") from exc
 
 
 @dataclass(frozen=True)

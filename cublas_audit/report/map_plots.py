@@ -3,7 +3,8 @@
 - along the size axis (square problems): the kernel chosen at each size, coloured by kernel, and
   the throughput below it, every kernel switch a dotted line through both panels;
 - over the (M, N) plane (other problems): the kernel chosen at each (M, N), one panel per K (or K
-  band), and the throughput on the same plane beneath.
+  band, or each of the K values asked for: the atlas's), and the throughput on the same plane
+  beneath.
 
 Throughput is from the kernels' own time (CUPTI) where the map traced them, else the call's.
 """
@@ -33,9 +34,15 @@ class Picture:
     path: str  # relative to the report
 
 
-def draw(rows: pd.DataFrame, plots: Path, flagged: Collection[Any] = ()) -> list[Picture]:
+def draw(
+    rows: pd.DataFrame,
+    plots: Path,
+    flagged: Collection[Any] = (),
+    k_values: Sequence[int] | None = None,
+) -> list[Picture]:
     """Every picture of a prepared map table (rules.prepare), written under `plots`; the rows
-    of `flagged` (index labels: the findings' cases) ringed in red."""
+    of `flagged` (index labels: the findings' cases) ringed in red; with `k_values`, the plane
+    pictures' panels at those K (the nearest present) instead of bands of K."""
     import matplotlib
 
     matplotlib.use("Agg")  # files only: no display on CPU machines and CI
@@ -47,7 +54,7 @@ def draw(rows: pd.DataFrame, plots: Path, flagged: Collection[Any] = ()) -> list
         if squares.sum() >= 2:
             pictures.append(_size_axis(series[squares], name, plots, flagged))
         if (~squares).sum() >= 2:
-            pictures.append(_plane(series[~squares], name, plots))
+            pictures.append(_plane(series[~squares], name, plots, k_values))
     return pictures
 
 
@@ -138,13 +145,15 @@ def _size_axis(series: pd.DataFrame, name: str, plots: Path, flagged: Collection
     return _save(figure, f"{name} size axis", plots)
 
 
-def _plane(rows: pd.DataFrame, name: str, plots: Path) -> Picture:
+def _plane(
+    rows: pd.DataFrame, name: str, plots: Path, k_values: Sequence[int] | None = None
+) -> Picture:
     from matplotlib import pyplot as plt
     from matplotlib.lines import Line2D
 
     palette = _palette(rows["kernel_short"].fillna("(none)").astype(str))
     labels = _labels(rows, palette)
-    slices = _k_slices(rows["k"])
+    slices = _k_slices(rows["k"]) if k_values is None else _nearest_k_slices(rows["k"], k_values)
     figure, axes = plt.subplots(
         2, len(slices), figsize=(4.2 * len(slices) + 1, 8), squeeze=False, sharex=True, sharey=True
     )
@@ -189,6 +198,18 @@ def _k_slices(k: pd.Series) -> list[tuple[str, pd.Series]]:
         if inside.any():
             slices.append((f"K in [{int(k[inside].min())}, {int(k[inside].max())}]", inside))
     return slices
+
+
+def _nearest_k_slices(k: pd.Series, wanted: Sequence[int]) -> list[tuple[str, pd.Series]]:
+    """One panel per wanted K: the nearest K present (the smaller of two as near), each once."""
+    present = np.array(sorted(k.unique()), dtype=np.int64)
+    chosen: dict[int, int] = {}  # K present -> the first K asked for that it stands for
+    for value in wanted:
+        chosen.setdefault(int(present[np.argmin(np.abs(present - value))]), int(value))
+    return [
+        (f"K = {near}" + ("" if near == asked else f" (nearest to {asked})"), k == near)
+        for near, asked in chosen.items()
+    ]
 
 
 def _save(figure: Any, title: str, plots: Path) -> Picture:

@@ -6,7 +6,7 @@ each finding it took deep. findings.json beside it holds every finding, not only
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -138,7 +138,7 @@ def _findings(rows: pd.DataFrame, found: Sequence[Finding], thresholds: Threshol
     for rule in dispatch_rules(found):
         listed = [f for f in found if f.rule == rule]
         table = [
-            (md_text(_where(f)), md_text(f.message), md_text(f.workaround))
+            (md_text(finding_series(f)), md_text(f.message), md_text(f.workaround))
             for f in listed[:FINDINGS_SHOWN]
         ]
         parts.append(f"### {rule} ({len(listed)})")
@@ -152,7 +152,8 @@ def dispatch_rules(found: Sequence[Finding]) -> list[str]:
     return list(dict.fromkeys(f.rule for f in found))
 
 
-def _where(finding: Finding) -> str:
+def finding_series(finding: Finding) -> str:
+    """The call a finding is on: 'cublas cublasSgemm fp32 b1'."""
     return f"{finding.api} {finding.routine} {finding.mode} b{finding.batch}"
 
 
@@ -178,12 +179,11 @@ def _follow_up(rows: pd.DataFrame, found: Sequence[Finding], verdicts: FollowUpV
         "candidates; its own report.md has the counters and stalls)."
     ]
     for finding in found:
-        labels = [*finding.rows, *finding.compared]
-        ids = [str(rows.loc[label, "case_id"]) for label in labels]
-        if not all(case_id in deep.index for case_id in ids):
+        verdict = follow_up_verdict(rows, finding, verdicts, deep.index)
+        if verdict is None:
             continue
-        holds = (finding.rule, tuple(finding.sizes)) in verdicts.holds
-        verdict = "holds on the full-length measurement" if holds else "not confirmed there"
+        labels = [*finding.rows, *finding.compared]
+        ids = case_ids(rows, finding)
         parts.append(f"### {md_text(finding.rule)}: {md_text(finding.sizes[0])}, {verdict}")
         parts.append(md_text(finding.message))
         table = [
@@ -192,6 +192,26 @@ def _follow_up(rows: pd.DataFrame, found: Sequence[Finding], verdicts: FollowUpV
         ]
         parts.append(md_table(_FOLLOW_UP_HEADERS, table))
     return "\n\n".join(parts)
+
+
+HOLDS = "holds on the full-length measurement"
+NOT_CONFIRMED = "not confirmed there"
+
+
+def follow_up_verdict(
+    rows: pd.DataFrame, finding: Finding, verdicts: FollowUpVerdicts, measured: Collection[str]
+) -> str | None:
+    """HOLDS or NOT_CONFIRMED: the finding on the follow-up's full-length measurement; None where
+    the follow-up did not measure all its cases (`measured`: the follow-up's case ids)."""
+    if not all(case_id in measured for case_id in case_ids(rows, finding)):
+        return None
+    return HOLDS if (finding.rule, tuple(finding.sizes)) in verdicts.holds else NOT_CONFIRMED
+
+
+def case_ids(rows: pd.DataFrame, finding: Finding) -> list[str]:
+    """The cases of a finding's rows and of those it was compared with (rows: the prepared map
+    its labels index)."""
+    return [str(rows.loc[label, "case_id"]) for label in [*finding.rows, *finding.compared]]
 
 
 def _row(frame: pd.DataFrame, label: Any) -> pd.Series:

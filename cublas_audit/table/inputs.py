@@ -12,8 +12,9 @@ from typing import Any
 import pandas as pd
 
 from cublas_audit.errors import AuditError
-from cublas_audit.planning.cases import read_plan
+from cublas_audit.planning.cases import plan_case_ids
 from cublas_audit.resources import shipped
+from cublas_audit.table.atlas_files import is_atlas, read_atlas
 from cublas_audit.table.candidates_table import read_candidates
 from cublas_audit.table.dispatch import TableSource, row_number
 from cublas_audit.table.rundir import CANDIDATES_FILE, ENV_FILE, PLAN_FILE, TABLE_FILE, read_env
@@ -71,8 +72,12 @@ def check_distinct(paths: Sequence[Path]) -> None:
 
 
 def load_one_gpu(path: Path) -> Dataset:
-    """The input of one side of a diff: a table that mixes GPUs is refused."""
+    """The input of one side of a diff: a table that mixes GPUs is refused. An atlas directory
+    (<out>/<mode>/ of `atlas`) is its grid as a dispatch table, with its map's env.json."""
     path = Path(path)
+    if is_atlas(path):
+        frame, meta = read_atlas(path)
+        return _dataset(path, frame, dict(meta.get("env") or {}))
     if path.is_dir():
         return load_run(path)
     frame = read_table(path)
@@ -89,7 +94,7 @@ def load_run(run_dir: Path) -> Dataset:
         require_one_gpu(frame, source.path)
     plan = run_dir / PLAN_FILE
     if plan.is_file():
-        check_against_plan(frame, [case.case_id for case in read_plan(plan)], source)
+        check_against_plan(frame, plan_case_ids(plan), source)
     check_env(env, run_dir / ENV_FILE)
     if "sm_count" not in frame.columns and isinstance(env.get("sm_count"), int):
         # tables written before the column existed: the GPU's SMs, as env.json recorded them

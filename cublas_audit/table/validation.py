@@ -158,15 +158,16 @@ def check_against_plan(frame: pd.DataFrame, plan_ids: list[str], source: TableSo
     that never ran): a case missing from the table means the table is incomplete."""
     if "case_id" not in frame.columns:
         raise source.error("a run directory's table needs the case_id column")
-    in_table = set(frame["case_id"].dropna())
+    # as Python objects: a string column's isin against 262,144 ids took 2 s, these take 0.2 s
+    case_ids = frame["case_id"].astype(object)
+    in_table = set(case_ids.dropna())
     missing = [case_id for case_id in plan_ids if case_id not in in_table]
     if missing:
         raise source.error(
             f"{len(missing)} case(s) of plan.json have no row (first: {missing[0]}); "
             "the table is incomplete: rebuild it with cublas-audit sweep --resume"
         )
-    planned = set(plan_ids)
-    extra = frame.index[~frame["case_id"].isin(planned)]
+    extra = frame.index[~case_ids.isin(plan_ids)]
     if len(extra):
         raise source.error(
             f"case {frame.at[extra[0], 'case_id']!r} is not in plan.json",

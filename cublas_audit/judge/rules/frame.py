@@ -101,15 +101,21 @@ def _shape_labels(rows: pd.DataFrame) -> pd.Series:
     m, n, k = (rows[c].astype(str) for c in ("m", "n", "k"))
     square = (rows["m"] == rows["n"]) & (rows["n"] == rows["k"])
     shape = m.where(square, m + "x" + n + "x" + k)
-    variants = [_variant(record) for record in rows[list(LAYOUT_DEFAULTS)].to_dict("records")]
+    # Only the rows posed otherwise than packed nn build a Case: a 262,144-row map has none.
+    packed = np.logical_and.reduce(
+        [(rows[c] == default).fillna(False).to_numpy(dtype=bool)
+         for c, default in LAYOUT_DEFAULTS.items()]
+    )  # fmt: skip
+    variants = np.full(len(rows), "", dtype=object)
+    if not packed.all():
+        posed = rows.loc[~packed, list(LAYOUT_DEFAULTS)].to_dict("records")
+        variants[~packed] = [_variant(record) for record in posed]
     suffix = pd.Series(variants, index=rows.index, dtype="string")
     return shape.where(suffix == "", shape + " " + suffix)
 
 
 def _variant(record: Mapping[Hashable, Any]) -> str:
     """Case.variant of a row's layout columns."""
-    if all(record[c] == default for c, default in LAYOUT_DEFAULTS.items()):
-        return ""  # the common case, without building a Case
     return Case("cublasLt", "fp32", 1, 1, 1, 1, **layout_fields(record)).variant
 
 
