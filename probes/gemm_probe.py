@@ -44,6 +44,7 @@ from cublas_audit.table.rundir import CANDIDATE_RESULTS
 if TYPE_CHECKING:
     from cublas_audit.device.operands import Operands
     from cublas_audit.device.reference.build import Launch
+    from cublas_audit.device.timing import Timing
 
 MEMORY_SHARE = 0.9  # a case may take this share of the free GPU memory, or it is skipped
 
@@ -297,7 +298,6 @@ class Runner:
 
     def time(self, case: Case, ops: Operands, launch: Callable[[], None]) -> dict[str, Any]:
         from cublas_audit.device import clocks, operands
-        from cublas_audit.device.timing import time_interleaved
 
         error = operands.checked(launch, ops)
         result: dict[str, Any] = {"max_rel_err": error}
@@ -317,7 +317,7 @@ class Runner:
             else:
                 result["ref_status"] = f"wrong: relative error {ref_error:.3g}"
         before = clocks.state()
-        timings = time_interleaved(contenders, self.min_reps, warm=True)  # checked just now
+        timings, kernel_times = self.kernel_times(contenders, case.batch if case.loop else 1)
         after = clocks.state()
         result.update(status="ok", **timings["call"].summary("time"))
         result["time_samples_ms"] = list(timings["call"].samples_ms)  # for a later bootstrap
@@ -328,8 +328,7 @@ class Runner:
         result.update(after, sm_clock_before_mhz=before.get("sm_clock_mhz"))
         if "clock_reasons" in before and "clock_reasons" in after:
             result["clock_reasons"] = int(before["clock_reasons"]) | int(after["clock_reasons"])
-        result.update(self.kernel_times(contenders, timings["call"].median_ms))
-        return result
+        return {**result, **kernel_times}
 
     def map(self, ops: Operands, launch: Callable[[], None]) -> dict[str, Any]:
         """The map's pass over one case: a quick check (also the warm-up), then --min-reps calls
@@ -369,24 +368,21 @@ class Runner:
         return self.cupti_missing
 
     def kernel_times(
-        self, contenders: dict[str, Callable[[], None]], call_ms: float
-    ) -> dict[str, Any]:
-        """Kernel-only times (CUPTI) of the contenders just timed, after the event timing so that
-        tracing never weighs on the call time; where CUPTI cannot trace, why (once per case)."""
+        self, contenders: dict[str, Callable[[], None]], call_launches: int
+    ) -> tuple[dict[str, Timing], dict[str, Any]]:
+        """The contenders timed with CUDA events, interleaved (the check was their warm-up), and
+        their kernel-only times, traced with the timed calls where these are long enough per launch
+        (`call_launches`: the call's), else after them; where CUPTI cannot trace, why (once)."""
         from cublas_audit.device import kernel_trace
-        from cublas_audit.device.timing import repetitions
+        from cublas_audit.device.timing import time_interleaved
 
         if self._cupti_missing():
-            return {"kernel_time_status": f"unavailable: {self.cupti_missing}"}
-        reps = repetitions(call_ms, kernel_trace.MIN_REPS)
-        traced = kernel_trace.trace_calls(contenders, reps)
-        found: dict[str, Any] = {"kernel_time_status": "ok"}
-        found.update(traced["call"].columns("kernel_time"), **traced["call"].launch_columns())
-        if "ref" in traced:
-            found.update(traced["ref"].columns("ref_kernel_time"))
-        if "batched" in traced:
-            found.update(traced["batched"].columns("batched_kernel_time"))
-        return found
+            timings = time_interleaved(contenders, self.min_reps, warm=True)
+            return timings, {"kernel_time_status": f"unavailable: {self.cupti_missing}"}
+        seen = kernel_trace.time_interleaved_traced(
+            contenders, self.min_reps, warm=True, launches={"call": call_launches}
+        )
+        return seen.timings, seen.columns()
 
     def _reference_or_reason(
         self, case: Case, ops: Operands, result: dict[str, Any]

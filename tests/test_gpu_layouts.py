@@ -68,6 +68,27 @@ def test_the_check_catches_a_launcher_that_ignores_a_transpose() -> None:
     assert operands.checked(wrong, ops) > 0.5
 
 
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
+def test_the_check_finds_an_output_that_is_not_finite(bad: float) -> None:
+    """No finiteness pass of its own: a NaN or an infinity anywhere in one entry makes that
+    entry's error, and the case's, infinite; likewise between two outputs."""
+    import math
+
+    from cublas_audit.device import launchers, operands
+
+    case = Case("cublas", "fp32", 64, 64, 64, 3)
+    ops = operands.make_for(case, seed=4)
+    launch = launchers.classic(case, ops)
+    assert operands.checked(launch, ops) <= operands.tolerance("fp32")
+    good = ops.c.copy()
+    ops.c[1, 17, 5] = bad
+    assert operands.error_vs_exact(ops) == math.inf
+    assert operands.relative_error(ops.c, good) == math.inf
+    assert operands.relative_error(good, good) == 0.0
+    nothing = operands.checked(lambda: None, ops)  # C stays the NaN it was poisoned with
+    assert nothing == math.inf
+
+
 def test_a_classic_launcher_keeps_beta_zero_for_all_its_calls() -> None:
     """The scalars cuBLAS reads through a host pointer outlive the launcher's creation: after
     other allocations, the timed calls still dispatch the beta = 0 kernel ("_bz_") ncu saw."""

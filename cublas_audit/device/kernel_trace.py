@@ -13,6 +13,10 @@ launches (split-K adds a reduction kernel, a loop launches `batch`) nor on align
 clocks (CUPTI's host timestamps and kernel timestamps can differ by microseconds, more than a
 4 us call lasts: bracketing calls by host time lost them).
 
+A sweep's timing (time_interleaved_traced) traces the event-timed calls themselves where they are
+long enough per launch that tracing cannot weigh on their event times, the marker before each
+call's start event; shorter calls are traced after the event timing, in calls of their own.
+
 CUPTI is imported inside the functions: this module imports on machines without it, and a probe
 without it records why and times with events alone.
 """
@@ -24,6 +28,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from cublas_audit.device import timing
 from cublas_audit.device.timing import Timing
 
 BUFFER_BYTES = 8 * 1024 * 1024
@@ -106,52 +111,128 @@ def available() -> str | None:
 
 MARKER = "cublas_audit_call_marker"
 MARKERS = (MARKER, "cublas_audit_call_marker_b")  # the map engine's chunks alternate them
+# The marker that opens a recording, ahead of every call (the `order` name of its call, which
+# belongs to no contender): CUPTI's start-up work for a recording (its first activity buffer)
+# runs on it and a synchronize, never inside a timed call.
+PRIME = ""
+
+# Calls this long per kernel they launch are traced while their CUDA events time them. CUPTI's
+# activity tracing costs the host about a microsecond per launch, which the events see where the
+# GPU waits for the launch: under 0.1 % of such a call (a loop of `batch` cublasSgemm calls
+# launches `batch` kernels, hence per launch). On the H100, traced against untraced event times
+# of FP32 calls of 2.6 to 21 ms differed by 0.13 % at most (observer_overhead_h100.json). Shorter
+# calls are traced in calls of their own after the event timing (trace_calls).
+WITH_EVENTS_MS_PER_LAUNCH = 1.0
+# How a call's kernel times were taken (the probe's `kernel_trace` field in timing.jsonl).
+WITH_EVENTS = "with-events"  # in the event-timed calls themselves
+AFTER_EVENTS = "after-events"  # in calls of their own, after the event timing
 
 
 def trace_calls(contenders: Mapping[str, Callable[[], None]], reps: int) -> dict[str, TracedCalls]:
     """Runs each contender `reps` times, round-robin like the event timing, a marker kernel before
     each call; returns their kernels per call."""
-    import cupy
-
-    tracer = _tracer()
-    marker = _marker()
-    order: list[str] = []
-    with tracer.recording():
+    with _Recorded(contenders) as recorded:
         for _ in range(reps):
             for name, launch in contenders.items():
-                marker()
+                recorded.mark(name)
                 launch()
-                order.append(name)
-        cupy.cuda.get_current_stream().synchronize()
-    calls = split_at_markers(tracer.take())
-    if len(calls) != len(order):
-        raise RuntimeError(f"CUPTI saw {len(calls)} of {len(order)} marked calls")
-    grouped: dict[str, list[tuple[KernelLaunch, ...]]] = {name: [] for name in contenders}
-    for name, kernels in zip(order, calls, strict=True):
-        grouped[name].append(kernels)
-    return {name: TracedCalls(tuple(found)) for name, found in grouped.items()}
+        recorded.stream.synchronize()
+    return recorded.traced()
 
 
 def time_and_trace(launch: Callable[[], None], reps: int) -> tuple[Timing, TracedCalls]:
     """The map's observation: `reps` calls, each timed with CUDA events (as timing does) and its
     kernels traced at once, so that one pass gives both times. The marker runs before the start
     event, outside the timed call."""
+    contenders = {"call": launch}
+    with _Recorded(contenders) as recorded:
+        rounds = [recorded.timed_round() for _ in range(reps)]
+    return timing.timings_of(rounds)["call"], recorded.traced()["call"]
+
+
+@dataclass(frozen=True)
+class Observed:
+    """Interleaved contenders timed with CUDA events, and their kernels (CUPTI), taken `how`:
+    WITH_EVENTS (the timed calls themselves: one traced call per sample) or AFTER_EVENTS."""
+
+    timings: dict[str, Timing]
+    traced: dict[str, TracedCalls]
+    how: str
+
+    def columns(self) -> dict[str, Any]:
+        """The table's kernel-time columns: the call's (`kernel_time_*` and its launches), each
+        other contender's as `<name>_kernel_time_*` (ref, batched); `kernel_trace` says `how`
+        (a field of the probe's record, no column)."""
+        call = self.traced["call"]
+        found: dict[str, Any] = {"kernel_time_status": "ok", "kernel_trace": self.how}
+        found.update(call.columns("kernel_time"), **call.launch_columns())
+        for name, calls in self.traced.items():
+            if name != "call":
+                found.update(calls.columns(f"{name}_kernel_time"))
+        return found
+
+
+def time_interleaved_traced(
+    contenders: Mapping[str, Callable[[], None]],
+    min_reps: int = timing.MIN_REPS,
+    *,
+    warm: bool = False,
+    launches: Mapping[str, int] | None = None,
+) -> Observed:
+    """timing.time_interleaved (round-robin rounds, sized by repetitions), with the kernels of the
+    timed calls themselves traced where the calls are long enough that tracing cannot weigh on
+    their event times (with_events: `launches` says how many kernels a contender's call launches,
+    1 where it names none), else traced after the timing in calls of their own (trace_calls, as
+    many as repetitions gives with at least MIN_REPS).
+
+    Unless `warm` (every contender has just run: a correctness check is a warm-up), an untraced
+    warm-up round runs first and is dropped. The first round, which sizes the run and decides, is
+    traced: where the calls are long it is the first sample and every round is timed and traced
+    at once (a marker before each call's start event, so the markers split the kernels into the
+    timed calls, whatever contenders interleave); where they are short it is dropped and the
+    timed rounds run untraced."""
     import cupy
 
-    from cublas_audit.device.timing import one_call_ms
-
-    tracer = _tracer()
-    marker = _marker()
     stream = cupy.cuda.get_current_stream()
-    samples = []
-    with tracer.recording():
-        for _ in range(reps):
-            marker()
-            samples.append(one_call_ms(launch, stream))
-    calls = split_at_markers(tracer.take())
-    if len(calls) != reps:
-        raise RuntimeError(f"CUPTI saw {len(calls)} of {reps} marked calls")
-    return Timing(tuple(samples)), TracedCalls(tuple(calls))
+    if not warm:
+        timing.timed_round(contenders, stream)
+    with _Recorded(contenders) as recorded:
+        rounds = [recorded.timed_round()]
+        reps = timing.repetitions(max(rounds[0].values()), min_reps)
+        long_calls = with_events(rounds[0], launches or {})
+        if long_calls:
+            rounds += [recorded.timed_round() for _ in range(reps - 1)]
+    if long_calls:
+        return Observed(timing.timings_of(rounds), recorded.traced(), WITH_EVENTS)
+    rounds = [timing.timed_round(contenders, stream) for _ in range(reps)]
+    timings = timing.timings_of(rounds)
+    slowest = max(t.median_ms for t in timings.values())
+    traced = trace_calls(contenders, timing.repetitions(slowest, MIN_REPS))
+    return Observed(timings, traced, AFTER_EVENTS)
+
+
+def with_events(first_ms: Mapping[str, float], launches: Mapping[str, int]) -> bool:
+    """Whether every contender's first timed call lasted WITH_EVENTS_MS_PER_LAUNCH per kernel it
+    launches (`launches`, 1 where a contender is not named): then tracing those calls cannot weigh
+    on their event times."""
+    return all(
+        took >= WITH_EVENTS_MS_PER_LAUNCH * max(1, launches.get(name, 1))
+        for name, took in first_ms.items()
+    )
+
+
+def assign_calls(order: Sequence[str], records: Sequence[KernelLaunch]) -> dict[str, TracedCalls]:
+    """The kernels of each marked call (split_at_markers), given to the contender `order` names
+    for its marker, in call order; the call of a PRIME marker belongs to none. Every marker must
+    have been recorded, or no call can be told from the next."""
+    calls = split_at_markers(records)
+    if len(calls) != len(order):
+        raise RuntimeError(f"CUPTI saw {len(calls)} of {len(order)} marked calls")
+    grouped: dict[str, list[tuple[KernelLaunch, ...]]] = {}
+    for name, kernels in zip(order, calls, strict=True):
+        if name != PRIME:
+            grouped.setdefault(name, []).append(kernels)
+    return {name: TracedCalls(tuple(found)) for name, found in grouped.items()}
 
 
 def split_at_markers(records: Sequence[KernelLaunch]) -> list[tuple[KernelLaunch, ...]]:
@@ -190,6 +271,42 @@ def split_chunk(
         elif open_call is not None:
             open_call.append(record)
     return [tuple(c) for c in calls], []
+
+
+class _Recorded:
+    """One CUPTI recording of marked calls on the current stream: opened with a PRIME marker and
+    a synchronize, then each call after a marker (`mark`), its contender's name kept in order."""
+
+    def __init__(self, contenders: Mapping[str, Callable[[], None]]) -> None:
+        import cupy
+
+        self.contenders = contenders
+        self.stream = cupy.cuda.get_current_stream()
+        self.tracer = _tracer()
+        self.marker = _marker()
+        self.order: list[str] = []
+        self.recording = self.tracer.recording()
+
+    def __enter__(self) -> _Recorded:
+        self.recording.__enter__()
+        self.mark(PRIME)
+        self.stream.synchronize()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.recording.__exit__(*exc)
+
+    def mark(self, name: str) -> None:
+        self.marker()
+        self.order.append(name)
+
+    def timed_round(self) -> dict[str, float]:
+        """One call of each contender, each marked, then timed with CUDA events."""
+        return timing.timed_round(self.contenders, self.stream, before=self.mark)
+
+    def traced(self) -> dict[str, TracedCalls]:
+        """Each contender's traced calls, once the recording is closed (every record flushed)."""
+        return assign_calls(self.order, self.tracer.take())
 
 
 @functools.lru_cache(maxsize=2)

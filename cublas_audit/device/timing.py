@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from cublas_audit.table.dispatch import distribution_columns
@@ -80,13 +80,31 @@ def time_interleaved(
     import cupy
 
     stream = cupy.cuda.get_current_stream()
-    first = {name: one_call_ms(launch, stream) for name, launch in contenders.items()}
-    samples = {name: [took] if warm else [] for name, took in first.items()}
+    first = timed_round(contenders, stream)
     reps = repetitions(max(first.values()), min_reps)
-    for _ in range(reps - (1 if warm else 0)):
-        for name, launch in contenders.items():
-            samples[name].append(one_call_ms(launch, stream))
-    return {name: Timing(tuple(times)) for name, times in samples.items()}
+    rounds = [first] if warm else []
+    rounds += [timed_round(contenders, stream) for _ in range(reps - len(rounds))]
+    return timings_of(rounds)
+
+
+def timed_round(
+    contenders: Mapping[str, Callable[[], None]],
+    stream: object,
+    before: Callable[[str], None] | None = None,
+) -> dict[str, float]:
+    """One call of each contender, in order, each timed with CUDA events (one_call_ms);
+    `before(name)` runs ahead of each call's start event, outside its time (a marker kernel)."""
+    took = {}
+    for name, launch in contenders.items():
+        if before is not None:
+            before(name)
+        took[name] = one_call_ms(launch, stream)
+    return took
+
+
+def timings_of(rounds: Sequence[Mapping[str, float]]) -> dict[str, Timing]:
+    """Each contender's samples across rounds (each round holds one sample per contender)."""
+    return {name: Timing(tuple(took[name] for took in rounds)) for name in rounds[0]}
 
 
 def one_call_ms(launch: Callable[[], None], stream: object) -> float:
