@@ -77,7 +77,11 @@ def sweep_command(
     cublas_lib: CublasLib = None,
     probe_env: ProbeEnv = None,
     min_reps: int | None = typer.Option(
-        None, min=20, metavar="N", help="Timed repetitions per call, at least (default 20)."
+        None,
+        min=20,
+        metavar="N",
+        help="Timed repetitions per call, at least (default 20); a call over 0.1 s runs as "
+        "many as fit N x 0.1 s, never under 5.",
     ),
     candidates: bool = typer.Option(
         False, "--candidates/--no-candidates", help="Also time every cuBLASLt heuristic candidate."
