@@ -8,7 +8,7 @@ findings needs nothing else.
 from __future__ import annotations
 
 from collections.abc import Hashable, Iterable, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, cast
 
 import pandas as pd
@@ -60,7 +60,13 @@ class Finding:
     effect: float = 0.0
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        """The record as `dataclasses.asdict` makes it, without its deep copy of every value
+        (0.4 ms a finding: 40 s for a dense map's 90,000); the cells are plain scalars."""
+        record = {f.name: getattr(self, f.name) for f in fields(self)}
+        for name in ("sizes", "rows", "compared"):
+            record[name] = list(record[name])
+        record["evidence"] = [dict(item) for item in self.evidence]
+        return record
 
 
 def order(finding: Finding) -> tuple[int, float, str, str, str, str, int, str]:
