@@ -177,9 +177,11 @@ def _follow_up(rows: pd.DataFrame, found: Sequence[Finding], verdicts: FollowUpV
         f"(observer {md_text(observer)}; full-length timing, the reference kernel, cuBLASLt's "
         "candidates; its own report.md has the counters and stalls)."
     ]
+    # read once: a dense map has tens of thousands of findings, a row lookup costs 50 us
+    case_ids = {label: str(case) for label, case in zip(rows.index, rows["case_id"], strict=True)}
     for finding in found:
         labels = [*finding.rows, *finding.compared]
-        ids = [str(rows.loc[label, "case_id"]) for label in labels]
+        ids = [case_ids[label] for label in labels]
         if not all(case_id in deep.index for case_id in ids):
             continue
         holds = (finding.rule, tuple(finding.sizes)) in verdicts.holds
