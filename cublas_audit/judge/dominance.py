@@ -23,9 +23,7 @@ DENSE_CELLS = 32 * 2**20
 PAIRS_PER_BLOCK = 2**22
 
 
-def fastest_dominating(
-    dims: np.ndarray, times: np.ndarray, dense_cells: int = DENSE_CELLS
-) -> np.ndarray:
+def fastest_dominating(dims: np.ndarray, times: np.ndarray) -> np.ndarray:
     """For each row of `dims` (m, n, k), the position of the fastest row that dominates it,
     where that one is faster than it (strictly); -1 where none is."""
     n = len(times)
@@ -33,7 +31,7 @@ def fastest_dominating(
     rank = np.empty(n, dtype=np.int64)
     rank[order] = np.arange(n)
     cells = np.prod([len(np.unique(dims[:, axis])) for axis in range(3)], dtype=float)
-    best = _dense(dims, rank) if cells <= dense_cells else _pairwise(dims, rank)
+    best = _dense(dims, rank) if cells <= DENSE_CELLS else _pairwise(dims, rank)
     found = np.full(n, -1, dtype=np.int64)
     some = best < n
     candidate = order[best[some]]
