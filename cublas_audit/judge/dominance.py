@@ -51,7 +51,8 @@ def _dense(dims: np.ndarray, rank: np.ndarray) -> np.ndarray:
     np.minimum.at(grid, cell, rank.astype(np.int32))
     cone = grid.reshape(shape)
     for axis in range(3):
-        cone = np.flip(np.minimum.accumulate(np.flip(cone, axis), axis=axis), axis)
+        suffix = np.flip(cone, axis)  # a view: the running minimum from the far end, in place
+        np.minimum.accumulate(suffix, axis=axis, out=suffix)
     beyond = np.full(shape, n, dtype=np.int32)
     beyond[:-1, :, :] = cone[1:, :, :]
     np.minimum(beyond[:, :-1, :], cone[:, 1:, :], out=beyond[:, :-1, :])
