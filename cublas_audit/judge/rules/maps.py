@@ -45,13 +45,13 @@ def size_inversion(ctx: RuleContext) -> list[Finding]:
         on = judged_time(series)
         times = series[column(on)].astype(float).to_numpy()
         dims = series[["m", "n", "k"]].astype(np.int64).to_numpy()
-        slow = fastest_dominating(dims, times)
-        pairs = np.flatnonzero(slow >= 0)
+        best = fastest_dominating(dims, times)
+        slow = np.flatnonzero(best >= 0)
         # A pair under the margin is `same` whatever the noise (verdicts.judge), so it is not
         # judged one by one; the 1e-9: judge's ratio, exp(log(b / a)), may round off this one.
-        pairs = pairs[times[pairs] / times[slow[pairs]] >= (1 + margin) * (1 - 1e-9)]
-        beyond_noise = _beyond_noise(series, pairs, slow[pairs], on, margin)
-        found += _inversions(series, pairs[beyond_noise], slow[pairs][beyond_noise], times, on)
+        slow = slow[times[slow] / times[best[slow]] >= (1 + margin) * (1 - 1e-9)]
+        held = _beyond_noise(series, slow, best[slow], on, margin)
+        found += _inversions(series, slow[held], best[slow][held], times, on)
     return found
 
 
