@@ -211,7 +211,7 @@ def follow_up_verdict(
 def case_ids(rows: pd.DataFrame, finding: Finding) -> list[str]:
     """The cases of a finding's rows and of those it was compared with (rows: the prepared map
     its labels index)."""
-    return [str(rows.loc[label, "case_id"]) for label in [*finding.rows, *finding.compared]]
+    return [str(rows.at[label, "case_id"]) for label in [*finding.rows, *finding.compared]]
 
 
 def _row(frame: pd.DataFrame, label: Any) -> pd.Series:

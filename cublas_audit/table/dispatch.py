@@ -370,6 +370,17 @@ def json_ready(data: Any) -> Any:
     return value
 
 
+def cell_records(frame: pd.DataFrame) -> list[dict[str, Any]]:
+    """The rows as dicts, read a column at a time: to_dict("records") boxes cell by cell, about
+    3 s per 100,000 rows of a judged table. Cells as `tolist` gives them (an object column's
+    numpy scalars stay): pass them through `plain` for JSON."""
+    names = [str(c) for c in frame.columns]
+    columns = [frame.iloc[:, i].tolist() for i in range(frame.shape[1])]
+    if not columns:
+        return [{} for _ in range(len(frame))]
+    return [dict(zip(names, row, strict=True)) for row in zip(*columns, strict=True)]
+
+
 def frame_records(frame: pd.DataFrame) -> list[dict[str, Any]]:
     """A table as JSON-ready row dicts."""
     return [json_ready(record) for record in frame.to_dict("records")]

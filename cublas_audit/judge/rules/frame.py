@@ -57,8 +57,10 @@ def prepare(frame: pd.DataFrame) -> pd.DataFrame:
     if "traced_kernels" in rows.columns:
         # Without ncu (--no-profile, no counter permission) CUPTI still named the kernels: the
         # first one a call launched is its GEMM (a split-K reduction comes after it).
-        traced = rows["traced_kernels"].fillna("").astype(str).str.split(" + ", regex=False).str[0]
-        names = names.where(names != "", traced)
+        traced = rows["traced_kernels"].fillna("").astype(str)
+        # split each distinct list once: a map repeats a few dozen over 262,144 rows
+        first = {listed: listed.split(" + ", 1)[0] for listed in traced.unique()}
+        names = names.where(names != "", traced.map(first))
     # Normalize each distinct name once: a 10,000-row table holds a few dozen kernels.
     infos = {name: normalize(name) for name in names.unique() if name}
     for column, attr in (("kernel_short", "short"), ("family", "family")):
@@ -101,17 +103,21 @@ def _shape_labels(rows: pd.DataFrame) -> pd.Series:
     m, n, k = (rows[c].astype(str) for c in ("m", "n", "k"))
     square = (rows["m"] == rows["n"]) & (rows["n"] == rows["k"])
     shape = m.where(square, m + "x" + n + "x" + k)
-    # Only the rows posed otherwise than packed nn build a Case: a 262,144-row map has none.
-    packed = np.logical_and.reduce(
-        [(rows[c] == default).fillna(False).to_numpy(dtype=bool)
-         for c, default in LAYOUT_DEFAULTS.items()]
-    )  # fmt: skip
+    # Only the rows posed otherwise are read one by one: a dense map has 262,144 packed nn ones.
+    posed = np.flatnonzero(~_packed_nn(rows).to_numpy())
     variants = np.full(len(rows), "", dtype=object)
-    if not packed.all():
-        posed = rows.loc[~packed, list(LAYOUT_DEFAULTS)].to_dict("records")
-        variants[~packed] = [_variant(record) for record in posed]
+    records = rows[list(LAYOUT_DEFAULTS)].iloc[posed].to_dict("records")
+    variants[posed] = [_variant(record) for record in records]
     suffix = pd.Series(variants, index=rows.index, dtype="string")
     return shape.where(suffix == "", shape + " " + suffix)
+
+
+def _packed_nn(rows: pd.DataFrame) -> pd.Series:
+    """Rows whose every layout column holds its default (NA: not known to, read one by one)."""
+    packed = pd.Series(True, index=rows.index)
+    for c, default in LAYOUT_DEFAULTS.items():
+        packed &= (rows[c] == default).fillna(False).astype(bool)
+    return packed
 
 
 def _variant(record: Mapping[Hashable, Any]) -> str:

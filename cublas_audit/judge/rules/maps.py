@@ -5,13 +5,17 @@ host's share of a call's time is noise that can invert any two small calls."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pandas as pd
 
-from cublas_audit.judge.finding import Finding, of_group, with_compared
+from cublas_audit.judge.dominance import fastest_dominating
+from cublas_audit.judge.finding import Finding, of_rows
 from cublas_audit.judge.rules.frame import RuleContext, measured
-from cublas_audit.judge.timed_rows import column, judged_time, pair_verdict, time_words
+from cublas_audit.judge.timed_rows import TIMES, column, judged_time, pair_verdict, time_words
 from cublas_audit.judge.verdicts import Verdict
+from cublas_audit.table.dispatch import cell_records
 
 # The settings a map series shares: problems of one series differ only in m, n, k.
 MAP_SERIES = [
@@ -30,8 +34,9 @@ MAP_SERIES = [
 def size_inversion(ctx: RuleContext) -> list[Finding]:
     """A problem slower than another of the same series that is no smaller in any dimension:
     the smaller problem's kernel is a poor pick, and padding it to the larger size is a
-    workaround a user can apply today."""
-    t = ctx.thresholds
+    workaround a user can apply today. The larger problem named is the fastest such one (the
+    first in the table among equal times); the pair holds beyond the noise model or not at all."""
+    margin = ctx.thresholds.inversion_margin_pct / 100
     rows = _kernel_timed(ctx.rows)
     found = []
     for _, series in rows.groupby(MAP_SERIES, dropna=False, sort=False):
@@ -39,27 +44,54 @@ def size_inversion(ctx: RuleContext) -> list[Finding]:
             continue
         on = judged_time(series)
         times = series[column(on)].astype(float).to_numpy()
-        dims = series[["m", "n", "k"]].astype(int).to_numpy()
-        for i in range(len(series)):
-            larger = (dims >= dims[i]).all(axis=1) & (dims > dims[i]).any(axis=1)
-            faster = larger & (times < times[i])
-            if not faster.any():
-                continue
-            j = int(np.argmin(np.where(faster, times, np.inf)))
-            row, best = series.iloc[i], series.iloc[j]
-            if pair_verdict(best, row, on, t.inversion_margin_pct / 100) is not Verdict.slower:
-                continue
-            message = (
-                f"{row['shape']} takes {times[i] / times[j]:.2f}x the time of the larger "
-                f"{best['shape']} ({row['kernel_short']} against {best['kernel_short']}), "
-                f"comparing {time_words(on)}."
-            )
-            padded = f"{best['m']}x{best['n']}x{best['k']}"
-            work = f"Pad the problem to {padded} (with zeros): it runs sooner."
-            finding = of_group("size-inversion", "medium", series.iloc[[i]], message, work)
-            # effect: the share of the time padding saves (a cliff's is the throughput lost)
-            found.append(with_compared(finding, best.name, 1 - times[j] / times[i]))
+        dims = series[["m", "n", "k"]].astype(np.int64).to_numpy()
+        best = fastest_dominating(dims, times)
+        slow = np.flatnonzero(best >= 0)
+        # A pair under the margin is `same` whatever the noise (verdicts.judge), so it is not
+        # judged one by one; the 1e-9: judge's ratio, exp(log(b / a)), may round off this one.
+        slow = slow[times[slow] / times[best[slow]] >= (1 + margin) * (1 - 1e-9)]
+        held = _beyond_noise(series, slow, best[slow], on, margin)
+        found += _inversions(series, slow[held], best[slow][held], times, on)
     return found
+
+
+def _beyond_noise(
+    series: pd.DataFrame, slow: np.ndarray, fast: np.ndarray, on: str, margin: float
+) -> np.ndarray:
+    """Which pairs (positions in the series) the noise model calls slower: only the columns
+    the verdict reads, of only the rows in a pair, are read as records."""
+    read = [c for c in series.columns if c == "mode" or c.startswith(TIMES[on] + "_")]
+    involved = np.union1d(slow, fast)
+    records = dict(zip(involved, cell_records(series[read].iloc[involved]), strict=True))
+    return np.array(
+        [
+            pair_verdict(records[j], records[i], on, margin) is Verdict.slower
+            for i, j in zip(slow, fast, strict=True)
+        ],
+        dtype=bool,
+    )
+
+
+def _inversions(
+    series: pd.DataFrame, slow: np.ndarray, fast: np.ndarray, times: np.ndarray, on: str
+) -> list[Finding]:
+    """The findings of the inversions (positions in the series: the slower, smaller problem
+    and the faster, larger one)."""
+    shape, kernel = _column_list(series, "shape"), _column_list(series, "kernel_short")
+    m, n, k = (_column_list(series, d) for d in ("m", "n", "k"))
+    messages, works = [], []
+    for i, j in zip(slow, fast, strict=True):
+        messages.append(
+            f"{shape[i]} takes {times[i] / times[j]:.2f}x the time of the larger "
+            f"{shape[j]} ({kernel[i]} against {kernel[j]}), comparing {time_words(on)}."
+        )
+        works.append(f"Pad the problem to {m[j]}x{n[j]}x{k[j]} (with zeros): it runs sooner.")
+    # effect: the share of the time padding saves (a cliff's is the throughput lost)
+    effects = 1 - times[fast] / times[slow]
+    compared = series.index[fast]
+    return of_rows(
+        "size-inversion", "medium", series.iloc[slow], messages, works, compared, effects
+    )
 
 
 def dispatch_cliff(ctx: RuleContext) -> list[Finding]:
@@ -78,20 +110,33 @@ def dispatch_cliff(ctx: RuleContext) -> list[Finding]:
         before, after = _neighbours(dims)
         drop = 1 - rate[after] / rate[before]
         cliff = (kernels[after] != kernels[before]) & (drop * 100 >= t.cliff_drop_pct)
-        for b, a, lost in zip(before[cliff], after[cliff], drop[cliff], strict=True):
-            first, then = series.iloc[b], series.iloc[a]
-            message = (
-                f"From {first['shape']} to {then['shape']} the kernel changes from "
-                f"{first['kernel_short']} to {then['kernel_short']} and throughput drops by "
-                f"{100 * lost:.0f} %, comparing {time_words(on)}."
-            )
-            work = (
-                f"Pad to a size that keeps {first['kernel_short']}, or take it through cuBLASLt "
-                "if its heuristic lists it."
-            )
-            finding = of_group("dispatch-cliff", "medium", series.iloc[[a]], message, work)
-            found.append(with_compared(finding, first.name, lost))
+        found += _cliffs(series, before[cliff], after[cliff], drop[cliff], on)
     return found
+
+
+def _cliffs(
+    series: pd.DataFrame, before: np.ndarray, after: np.ndarray, drop: np.ndarray, on: str
+) -> list[Finding]:
+    """The findings of the cliffs (positions in the series: the neighbour before, the one
+    after, and the share of throughput lost between them)."""
+    shape, kernel = _column_list(series, "shape"), _column_list(series, "kernel_short")
+    messages, works = [], []
+    for b, a, lost in zip(before, after, drop, strict=True):
+        messages.append(
+            f"From {shape[b]} to {shape[a]} the kernel changes from {kernel[b]} to {kernel[a]} "
+            f"and throughput drops by {100 * lost:.0f} %, comparing {time_words(on)}."
+        )
+        works.append(
+            f"Pad to a size that keeps {kernel[b]}, or take it through cuBLASLt "
+            "if its heuristic lists it."
+        )
+    compared = series.index[before]
+    return of_rows("dispatch-cliff", "medium", series.iloc[after], messages, works, compared, drop)
+
+
+def _column_list(series: pd.DataFrame, name: str) -> list[Any]:
+    """A column's values as Python objects (what a row's cell reads as), for positions."""
+    return series[name].tolist()
 
 
 def _kernel_timed(rows: pd.DataFrame) -> pd.DataFrame:
