@@ -13,9 +13,11 @@ a problem was the map's speed. Here:
   output (device.quick_check) adds its sums into the chunk's slots. The first call warms up and
   is timed too: a median of 5 ignores it, and the check reads the output all 5 calls wrote
   alike (beta = 0).
-- One synchronisation a chunk, and the next chunk is queued before it: the GPU works on chunk
-  i + 1 while the host reads chunk i's events, CUPTI records and sums. Chunks alternate between
-  two marker kernels, so a chunk's records are told from the next one's.
+- One synchronisation a chunk. When chunk i's GPU work is done its CUPTI records are taken at
+  once (a forced flush: it must find no kernel running, or it hands over their records
+  unfinished), then chunk i + 1 is queued, and the host reads chunk i's events, records and
+  sums while the GPU runs chunk i + 1. Chunks alternate between two marker kernels, so a late
+  record of one chunk is never taken for the next one's.
 
 A problem with beta != 0 (its calls accumulate into C) or operands beyond POOLED_BYTES runs on
 its own through the caller's `single` path, as before. `careful` runs the first problems one
@@ -116,6 +118,14 @@ class _Chunk:
     host_indices: Any = None
 
 
+@dataclass
+class _Settled:
+    """A chunk whose GPU work is done and whose traced calls are taken (or why none are)."""
+
+    chunk: _Chunk
+    calls: list[tuple[kernel_trace.KernelLaunch, ...]] | str
+
+
 class MapEngine:
     """Runs the map's cases in chunks; `started(case)` as each is queued, `finished(case,
     result)` in plan order once it is measured."""
@@ -142,7 +152,7 @@ class MapEngine:
         self.last = time.perf_counter()
         # where the engine's wall time went: queueing (host), waiting for the GPU, reading back
         # and recording, and the cases run alone (benchmarks/map_speed.py reports the shares)
-        self.seconds = {"queue": 0.0, "wait": 0.0, "read": 0.0, "alone": 0.0}
+        self.seconds = {"queue": 0.0, "wait": 0.0, "flush": 0.0, "read": 0.0, "alone": 0.0}
 
     def run(
         self,
@@ -151,11 +161,11 @@ class MapEngine:
         finished: Finished,
         careful: int = 0,
     ) -> None:
-        in_flight: _Chunk | None = None
+        settled: _Settled | None = None
         for group, alone in _groups(cases, careful):
             if not pooled(group[0]):
-                self._drain(in_flight, finished)
-                in_flight = None
+                self._read(settled, finished)
+                settled = None
                 self._stop_tracing()  # the single path records its own calls
                 began = time.perf_counter()
                 started(group[0])
@@ -166,12 +176,12 @@ class MapEngine:
             began = time.perf_counter()
             chunk = self._queue(group, started)
             self.seconds["queue"] += time.perf_counter() - began
-            self._drain(in_flight, finished)  # chunk i, while the GPU runs chunk i + 1
-            in_flight = chunk
+            self._read(settled, finished)  # chunk i - 1's results, while the GPU runs chunk i
+            settled = self._settle(chunk)
             if alone:  # careful: one case in flight at a time
-                self._drain(in_flight, finished)
-                in_flight = None
-        self._drain(in_flight, finished)
+                self._read(settled, finished)
+                settled = None
+        self._read(settled, finished)
         self._stop_tracing()
 
     # ----- queueing ------------------------------------------------------------------------
@@ -232,27 +242,36 @@ class MapEngine:
         item.slot = slot
 
     # ----- reading back --------------------------------------------------------------------
-    def _drain(self, chunk: _Chunk | None, finished: Finished) -> None:
-        if chunk is None:
-            return
+    def _settle(self, chunk: _Chunk) -> _Settled:
+        """Waits for the chunk's GPU work, then takes its CUPTI records: with nothing else in
+        flight, as the forced flush needs (it hands over the records of kernels still running
+        unfinished: the first engine, flushing while the next chunk ran, lost their calls)."""
         began = time.perf_counter()
         chunk.end.synchronize()
         waited = time.perf_counter()
-        self.seconds["wait"] += waited - began
-        sums = chunk.host_sums.tolist()  # copied before the chunk's end event
         calls = self._calls(chunk)
+        self.seconds["wait"] += waited - began
+        self.seconds["flush"] += time.perf_counter() - waited
+        return _Settled(chunk, calls)
+
+    def _read(self, settled: _Settled | None, finished: Finished) -> None:
+        """A settled chunk's results, in queue order (host work: the GPU runs the next chunk)."""
+        if settled is None:
+            return
+        began = time.perf_counter()
+        chunk = settled.chunk
+        sums = chunk.host_sums.tolist()  # copied before the chunk's end event
         state = clocks.state()  # once a chunk: the clocks move slower than a chunk lasts
-        now = time.perf_counter()
-        share = round((now - self.last) / len(chunk.queued), 6)
-        self.last = now
+        share = round((began - self.last) / len(chunk.queued), 6)
+        self.last = began
         for item in chunk.queued:
             result = item.result
             if result is None:
-                result = self._measured(item, sums, calls, state)
+                result = self._measured(item, sums, settled.calls, state)
             for close in item.closers:
                 close()
             finished(item.case, {**result, "case_s": share})
-        self.seconds["read"] += time.perf_counter() - waited
+        self.seconds["read"] += time.perf_counter() - began
 
     def _calls(self, chunk: _Chunk) -> list[tuple[kernel_trace.KernelLaunch, ...]] | str:
         """The chunk's traced calls in queue order, or why there are none."""
