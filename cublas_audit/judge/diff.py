@@ -43,7 +43,7 @@ TABLE_ENV_COLUMNS = ("gpu_name", "cc", "driver_version", "cublas_version")
 SIDE_COLUMNS = ("kernel_name", "kernel_short", "util", "time_ms", "status")
 # Evidence a timing verdict uses where the table has it: the distribution and clock (schema 2),
 # the kernel-only time and its distribution (schema 3); the extremes (verdicts: both sides'
-# calls apart beyond the floor).
+# calls apart).
 EVIDENCE_COLUMNS = (
     "time_n",
     "time_q1_ms",
