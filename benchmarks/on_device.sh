@@ -18,6 +18,9 @@
 #   map-speed   the map engine's speed: the FP32 grid 64..1024 step 64, then 10,000 problems of
 #               64..4096 step 64 in FP32 (twice) and BF16, into $MAPS (default /tmp/maps), then
 #               benchmarks/map_speed.py over them (with the rerun's agreement)
+#   atlas-fp32, atlas-bf16  the full 3-D map of that mode (64..4096 step 64, 262,144 problems)
+#               with --follow-up into $MAPS/atlas-<mode> (resumed when run again), then
+#               `cublas-audit atlas` of it into reports/<label>/atlas/<mode>/
 #   map-full    the FP32 map 64..8192 step 64, single and batch 8, with --follow-up, into
 #               reports/<label>/maps/<timestamp>-fp32-64-8192/
 #   multi-map   a 2,000-case FP32 map on one GPU, then the same on every GPU (--devices all), into
@@ -209,6 +212,24 @@ for what in "$@"; do
             --json "benchmarks/results/map_speed_$label.json" >"$out/map-speed-summary.log" 2>&1
         tail -n 12 "$out/map-speed-summary.log"
         made+=("benchmarks/results/map_speed_$label.json")
+        ;;
+    atlas-fp32 | atlas-bf16)
+        # Issue 28: the full 3-D map of one mode (M, N, K in 64..4096 step 64) with follow-up,
+        # resumed where $MAPS/atlas-<mode> holds a started one (a call's limit can stop it:
+        # run the step again on the same machine), then its atlas into reports/<label>/atlas
+        mode=${what#atlas-}
+        axis=64:4096:64
+        dir="${MAPS:-/tmp/maps}/atlas-$mode"
+        if [[ -e $dir/plan.json ]]; then
+            step "$what" 540 $py -m cublas_audit map --resume "$dir" --follow-up
+        else
+            step "$what" 540 $py -m cublas_audit map --m $axis --n $axis --k $axis --modes "$mode" \
+                --follow-up --gpu-label "$label" --out "$dir"
+        fi
+        if [[ -e $dir/dispatch.csv ]]; then
+            step "$what-atlas" 90 $py -m cublas_audit atlas "$dir" --out "reports/$label/atlas"
+            made+=("reports/$label/atlas/$mode")
+        fi
         ;;
     map-full)
         full="reports/$label/maps/$stamp-fp32-64-8192"
