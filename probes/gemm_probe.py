@@ -331,30 +331,10 @@ class Runner:
         return {**result, **kernel_times}
 
     def map(self, ops: Operands, launch: Callable[[], None]) -> dict[str, Any]:
-        """The map's pass over one case: a quick check (also the warm-up), then --min-reps calls
-        timed and traced together; events alone where CUPTI cannot trace."""
-        import cupy
+        """A map case the engine does not pool, on its own (device.map_engine.measure_alone)."""
+        from cublas_audit.device.map_engine import measure_alone
 
-        from cublas_audit.device import clocks, kernel_trace, operands
-        from cublas_audit.device.timing import Timing, one_call_ms
-
-        error = operands.checked(launch, ops, quick=True)
-        result: dict[str, Any] = {"max_rel_err": error, "check": "quick"}
-        tolerance = operands.tolerance(ops.mode)
-        if not error <= tolerance:
-            detail = f"relative error {error:.3g} > {tolerance:g} (quick check)"
-            return {**result, "status": "wrong", "detail": detail}
-        if self._cupti_missing():
-            stream = cupy.cuda.get_current_stream()
-            timing = Timing(tuple(one_call_ms(launch, stream) for _ in range(self.min_reps)))
-            result["kernel_time_status"] = f"unavailable: {self.cupti_missing}"
-        else:
-            timing, traced = kernel_trace.time_and_trace(launch, self.min_reps)
-            result.update(traced.columns("kernel_time"), **traced.launch_columns())
-            result["kernel_time_status"] = "ok"
-        result.update(status="ok", **timing.summary("time"), **clocks.state())
-        result["time_samples_ms"] = list(timing.samples_ms)
-        return result
+        return measure_alone(ops, launch, self.min_reps, self._cupti_missing())
 
     def _cupti_missing(self) -> str:
         """Why CUPTI cannot trace in this probe ('' where it can), found once."""

@@ -294,23 +294,15 @@ class MapEngine:
 
         slots = 2 * len(quick_check.picked(item.case.batch, item.case.n).entries)
         error = quick_check.error_from_sums(sums[4 * item.slot : 4 * item.slot + slots])
-        result: dict[str, Any] = {"max_rel_err": error, "check": "quick"}
-        tolerance = operands.tolerance(item.case.mode)
-        if not error <= tolerance:
-            detail = f"relative error {error:.3g} > {tolerance:g} (quick check)"
-            return {**result, "status": "wrong", "detail": detail}
+        if not error <= operands.tolerance(item.case.mode):
+            return map_result(item.case.mode, error)
         samples = tuple(float(cupy.cuda.get_elapsed_time(a, b)) for a, b in item.events)
-        timing = Timing(samples)
         if isinstance(calls, str):
-            result["kernel_time_status"] = calls
+            traced: kernel_trace.TracedCalls | str = calls
         else:
-            first = item.first_call
-            traced = kernel_trace.TracedCalls(tuple(calls[first : first + len(item.events)]))
-            result.update(traced.columns("kernel_time"), **traced.launch_columns())
-            result["kernel_time_status"] = "ok"
-        result.update(status="ok", **timing.summary("time"), **state)
-        result["time_samples_ms"] = list(samples)
-        return result
+            mine = calls[item.first_call : item.first_call + len(item.events)]
+            traced = kernel_trace.TracedCalls(tuple(mine))
+        return map_result(item.case.mode, error, Timing(samples), traced, state)
 
     # ----- CUPTI -----------------------------------------------------------------------------
     def _start_tracing(self) -> None:
@@ -323,6 +315,49 @@ class MapEngine:
         if self.tracing:
             kernel_trace.tracer().disable()
             self.tracing = False
+
+
+def map_result(
+    mode: str,
+    error: float,
+    timing: Timing | None = None,
+    traced: kernel_trace.TracedCalls | str = "",
+    state: dict[str, float | int] | None = None,
+) -> dict[str, Any]:
+    """A map case's record: its quick check, and where the result is right its timed calls and
+    their kernels (`traced`), or why none were traced."""
+    result: dict[str, Any] = {"max_rel_err": error, "check": "quick"}
+    tolerance = operands.tolerance(mode)
+    if not error <= tolerance or timing is None:
+        detail = f"relative error {error:.3g} > {tolerance:g} (quick check)"
+        return {**result, "status": "wrong", "detail": detail}
+    if isinstance(traced, str):
+        result["kernel_time_status"] = traced
+    else:
+        result.update(traced.columns("kernel_time"), **traced.launch_columns())
+        result["kernel_time_status"] = "ok"
+    result.update(status="ok", **timing.summary("time"), **(state or {}))
+    result["time_samples_ms"] = list(timing.samples_ms)
+    return result
+
+
+def measure_alone(ops: Operands, launch: Launch, reps: int, untraced: str) -> dict[str, Any]:
+    """A case on its own (beta != 0, or beyond the pool): the quick check first (also the
+    warm-up: a wrong result is not timed), then `reps` calls timed and traced together, events
+    alone where CUPTI cannot trace (`untraced` says why)."""
+    import cupy
+
+    from cublas_audit.device.timing import one_call_ms
+
+    error = operands.checked(launch, ops, quick=True)
+    if not error <= operands.tolerance(ops.mode):
+        return map_result(ops.mode, error)
+    if untraced:
+        stream = cupy.cuda.get_current_stream()
+        timing = Timing(tuple(one_call_ms(launch, stream) for _ in range(reps)))
+        return map_result(ops.mode, error, timing, f"unavailable: {untraced}", clocks.state())
+    timing, traced = kernel_trace.time_and_trace(launch, reps)
+    return map_result(ops.mode, error, timing, traced, clocks.state())
 
 
 def _pinned(values: Sequence[float], dtype: str) -> Any:
