@@ -10,8 +10,10 @@ and command) and timing.jsonl: per problem its timed calls and `case_s` (device.
 queues a chunk of problems per synchronisation, so a problem's `case_s` is its share of its
 chunk's wall time), and the engine's record of where its time went (queueing on the host,
 waiting for the GPU, reading back, problems run alone). GPU-busy is the traced kernels' time over
-the wall time. `--rerun A B` compares two maps of the same plan: the same kernels everywhere and
-kernel times within the noise model (`cublas-audit diff --fail-on regression` passes both ways).
+the wall time. A map finished by `--resume` (several probe runs) is timed by its cases' shares,
+which add up every part's measuring time (env.json times the last part alone). `--rerun A B`
+compares two maps of the same plan: the same kernels everywhere and kernel times within the noise
+model (`cublas-audit diff --fail-on regression` passes both ways).
 """
 
 from __future__ import annotations
@@ -67,6 +69,11 @@ def summarize(run_dir: Path) -> dict[str, Any]:
             engine[name] = engine.get(name, 0.0) + float(seconds)
     spent = sum(engine.values())
     busy_s = sum(gpu_ms(r) for r in ok) / 1e3
+    # A resumed map's env.json times its last part alone; its cases' shares (case_s) add up to
+    # every part's measuring time, also a part stopped before it could record anything else.
+    parts = sum(r.get("event") == "probe" for r in found)
+    if parts > 1:
+        map_s = sum(float(r.get("case_s") or 0) for r in done)
     rate = len(done) / map_s if map_s else None
     return {
         "run_dir": str(run_dir),
@@ -76,6 +83,7 @@ def summarize(run_dir: Path) -> dict[str, Any]:
         "cases": len(done),
         "ok": len(ok),
         "map_seconds": map_s,
+        "probe_runs": parts,
         "cases_per_second": round(rate, 2) if rate else None,
         "small_cases": len(small),
         "small_cases_per_second": round(len(small) / small_s, 2) if small_s else None,
