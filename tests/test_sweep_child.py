@@ -22,7 +22,7 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from cublas_audit.errors import AuditError
+from cublas_audit.errors import AuditError, InterruptedSweepError
 from cublas_audit.planning.cases import read_plan, write_plan
 from cublas_audit.run import sweep
 from cublas_audit.run.probe_process import ProbeCommand
@@ -241,3 +241,27 @@ def test_a_map_chunk_that_kills_the_probe_is_retried_one_case_at_a_time(tmp_path
     assert runs[1]["only"] == SMOKE_IDS[3:]  # the chunk in flight first, one by one
     assert runs[2]["only"] == SMOKE_IDS[5:]
     assert recorded.notes[0] == "probe died with 3 cases in flight; retrying them one by one"
+
+
+@pytest.mark.parametrize("limit", [0, sweep.PARTIAL_TABLE_LIMIT])
+def test_an_interrupted_run_counts_what_is_saved_and_a_large_one_writes_no_table(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, limit: int
+) -> None:
+    # Three cases recorded on the H100 are done (and a torn last line); Ctrl-C arrives. A run
+    # over the limit counts them from timing.jsonl and leaves the table to --resume (the table
+    # of a 262,144-case map took over 20 s to assemble after Ctrl-C); a smaller run writes its
+    # partial table, as before.
+    run_dir = new_run_dir(tmp_path, SMOKE)
+    recorded = (SMOKE / TIME_RESULTS).read_text().splitlines()
+    done = [line for line in recorded if '"event": "done"' in line][:3]
+    (run_dir / TIME_RESULTS).write_text("\n".join(done) + '\n{"event": "done", "case_')
+
+    def interrupted(*args: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(sweep, "_time_cases", interrupted)
+    monkeypatch.setattr(sweep, "PARTIAL_TABLE_LIMIT", limit)
+    config = config_for(run_dir, fake_probe(tmp_path)[0])
+    with pytest.raises(InterruptedSweepError, match=f"interrupted: 3 of {len(SMOKE_IDS)} "):
+        sweep.run(config)
+    assert (run_dir / rundir.TABLE_FILE).exists() == (limit > 0)

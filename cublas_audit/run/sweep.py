@@ -47,6 +47,7 @@ from cublas_audit.table.rundir import (
 # Cases per ncu process: each start costs seconds (interpreter, CUDA context, ncu attach), so
 # the default batched grid (36 profiled cases) runs in one; resume redoes at most one chunk.
 CHUNK_SIZE = 40
+PARTIAL_TABLE_LIMIT = 20_000  # cases beyond which Ctrl-C counts what is saved, writes no table
 PROBE_LOG_LINES = 3  # lines of probe.log quoted when the probe fails before any case
 # A comparison left unsure is timed again with this many times the repetitions (its interval
 # narrows by about the square root), the two sides interleaved.
@@ -123,12 +124,8 @@ def run(config: SweepConfig, progress: Progress | None = None) -> pd.DataFrame:
             with _timed(phase_seconds, "candidates"):
                 _audit_candidates(config, progress)
     except KeyboardInterrupt:
-        frame = write_outputs(config)
-        if config.measures_calls:
-            finished, total = frame["status"].ne("not-run").sum(), len(config.cases)
-        else:
-            finished, total = frame["case_id"].nunique(), len(candidate_problems(config.cases))
         command = {"candidates": "candidates", "map": "map"}.get(config.phase, "sweep")
+        finished, total = _saved_on_interrupt(config)
         raise InterruptedSweepError(
             f"interrupted: {finished} of {total} cases are saved in {config.run_dir}; "
             f"finish with: cublas-audit {command} --resume {config.run_dir}"
@@ -136,6 +133,18 @@ def run(config: SweepConfig, progress: Progress | None = None) -> pd.DataFrame:
     frame = write_outputs(config)
     _record_finish(config.run_dir, time.perf_counter() - started, phase_seconds)
     return frame
+
+
+def _saved_on_interrupt(config: SweepConfig) -> tuple[int, int]:
+    """(cases finished, cases planned) of an interrupted run, with its table written as far as
+    it goes; a plan over PARTIAL_TABLE_LIMIT cases only counts its finished ones (the table of a
+    262,144-case map takes tens of seconds to assemble: its --resume writes it)."""
+    if config.measures_calls and len(config.cases) > PARTIAL_TABLE_LIMIT:
+        return rundir.count_done(config.run_dir / TIME_RESULTS), len(config.cases)
+    frame = write_outputs(config)
+    if config.measures_calls:
+        return int(frame["status"].ne("not-run").sum()), len(config.cases)
+    return int(frame["case_id"].nunique()), len(candidate_problems(config.cases))
 
 
 def write_outputs(config: SweepConfig) -> pd.DataFrame:
