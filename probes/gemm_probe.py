@@ -184,10 +184,13 @@ class Runner:
 
     @staticmethod
     def failed(exc: BaseException) -> dict[str, Any]:
-        """A case that could not run, as its result: skipped (Skip: memory, a missing library)
-        or an error (with its traceback in the probe's log)."""
+        """A case that could not run, as its result: skipped (Skip: memory, a missing library;
+        CuPy out of memory, as the map's operand pool can be) or an error (with its traceback
+        in the probe's log)."""
         if isinstance(exc, Skip):
             return {"status": "skipped", "detail": str(exc)}
+        if type(exc).__name__ == "OutOfMemoryError":  # cupy.cuda.memory's, not imported here
+            return {"status": "skipped", "detail": f"out of memory: {str(exc).splitlines()[0]}"}
         traceback.print_exc()
         return {"status": "error", "detail": f"{type(exc).__name__}: {exc}".splitlines()[0]}
 

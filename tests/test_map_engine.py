@@ -111,3 +111,19 @@ def test_the_check_splits_k_in_whole_tiles_that_cover_it(m: int, k: int) -> None
     tiles = -(-k // quick_check.K_TILE)
     # enough blocks to fill the GPU, where K has enough tiles to share out
     assert row_blocks * 2 * splits >= min(quick_check.FILL_BLOCKS, row_blocks * 2 * tiles) // 2
+
+
+def test_out_of_memory_in_the_pool_is_a_skipped_case_not_an_error() -> None:
+    # CuPy's OutOfMemoryError (matched by name: the probe imports no CuPy at its top) raised
+    # while the engine makes its pool: the case is recorded as skipped and the map goes on
+    from probes.gemm_probe import Runner
+
+    class OutOfMemoryError(Exception):
+        pass
+
+    message = "Out of memory allocating 1,073,741,824 bytes (allocated so far: 0 bytes)."
+    assert Runner.failed(OutOfMemoryError(message)) == {
+        "status": "skipped",
+        "detail": f"out of memory: {message}",
+    }
+    assert Runner.failed(ValueError("bad"))["status"] == "error"

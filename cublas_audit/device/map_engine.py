@@ -84,7 +84,7 @@ class OperandPool:
         import cupy
 
         self.buffers = {}  # the last mode's arrays go before the new ones are made
-        self.mode = mode
+        self.mode = None  # until they are all made: out of memory leaves no half pool
         sizes = self.sizes[mode]
         rng = cupy.random.default_rng(0)
         storage = mode_of(mode).storage
@@ -93,6 +93,7 @@ class OperandPool:
             values = rng.standard_normal((count,), dtype=cupy.float32)
             self.buffers[name] = operands.stored(values, mode)
         self.buffers["c"] = cupy.empty((max(sizes["c"], 1),), dtype=storage)
+        self.mode = mode
 
 
 @dataclass
