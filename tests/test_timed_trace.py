@@ -102,7 +102,8 @@ def gpu(monkeypatch: pytest.MonkeyPatch) -> FakeGpu:
     monkeypatch.setitem(sys.modules, "cupy", cupy)
     monkeypatch.setattr(timing, "one_call_ms", fake.one_call_ms)
     monkeypatch.setattr(kernel_trace, "_tracer", lambda: FakeTracer(fake))
-    monkeypatch.setattr(kernel_trace, "_marker", lambda: lambda: fake.kernel(MARKER, 1_000))
+    marker = lambda name=MARKER: lambda: fake.kernel(name, 1_000)  # noqa: E731
+    monkeypatch.setattr(kernel_trace, "marker", marker)
     return fake
 
 

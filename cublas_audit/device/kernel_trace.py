@@ -283,7 +283,7 @@ class _Recorded:
         self.contenders = contenders
         self.stream = cupy.cuda.get_current_stream()
         self.tracer = _tracer()
-        self.marker = _marker()
+        self.marker = marker()
         self.order: list[str] = []
         self.recording = self.tracer.recording()
 
@@ -316,10 +316,6 @@ def marker(name: str = MARKER) -> Callable[[], None]:
 
     kernel = cupy.RawKernel(f'extern "C" __global__ void {name}() {{}}', name)
     return lambda: kernel((1,), (1,), ())
-
-
-def _marker() -> Callable[[], None]:
-    return marker(MARKER)
 
 
 class _Tracer:

@@ -140,7 +140,7 @@ def _saved_on_interrupt(config: SweepConfig) -> tuple[int, int]:
     it goes; a plan over PARTIAL_TABLE_LIMIT cases only counts its finished ones (the table of a
     262,144-case map takes tens of seconds to assemble: its --resume writes it)."""
     if config.measures_calls and len(config.cases) > PARTIAL_TABLE_LIMIT:
-        return rundir.count_done(config.run_dir / TIME_RESULTS), len(config.cases)
+        return len(rundir.read_results(config.run_dir / TIME_RESULTS)), len(config.cases)
     frame = write_outputs(config)
     if config.measures_calls:
         return int(frame["status"].ne("not-run").sum()), len(config.cases)

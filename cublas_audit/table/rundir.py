@@ -89,23 +89,6 @@ def read_results(path: Path) -> dict[str, dict[str, Any]]:
     return {r["case_id"]: r for r in records(path) if r.get("event") == "done" and "case_id" in r}
 
 
-def count_done(path: Path) -> int:
-    """How many distinct cases a results file holds as done, without parsing every record (a
-    quick count for a large map interrupted: its lines are read as text)."""
-    if not path.exists():
-        return 0
-    marker = '"event": "done"'
-    found: set[str] = set()
-    with path.open() as lines:
-        for line in lines:
-            if marker in line:
-                try:
-                    found.add(str(json.loads(line)["case_id"]))
-                except (ValueError, KeyError):
-                    continue  # a torn last line: not a finished case
-    return len(found)
-
-
 def env_value(value: Any) -> str:
     """An env.json value as one line of text (a mapping as sorted KEY=VALUE pairs)."""
     if isinstance(value, dict):
