@@ -58,9 +58,10 @@ def main(argv: list[str]) -> int:
     import cupy
 
     cases = read_plan(Path(args.plan))
-    if args.only:
-        wanted = set(Path(args.only).read_text().split())
-        cases = [c for c in cases if c.case_id in wanted]
+    if args.only:  # in the file's order: after a crash the sweep lists the cases in flight first
+        by_id = {case.case_id: case for case in cases}
+        listed = dict.fromkeys(Path(args.only).read_text().split())
+        cases = [by_id[case_id] for case_id in listed if case_id in by_id]
     with open(args.results, "a", buffering=1) as out:
         emit(out, {"event": "probe", **loaded.versions(cupy)})
         if args.phase == "candidates":

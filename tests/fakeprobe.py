@@ -146,10 +146,11 @@ with open(args.results, "a", buffering=1) as out:
             writer.writerows(row for case_id in plan for row in finished[case_id])
         sys.exit(0)
     if CONFIG["behaviour"] == "chunked":  # as the map engine: a chunk started, then measured
-        todo = [c for c in plan if only is None or c in only]
+        todo = plan if only is None else only  # the real probe keeps --only's order
         groups = [[c] for c in todo[:args.careful]]
         rest = todo[args.careful:]
-        groups += [rest[i:i + 3] for i in range(0, len(rest), 3)]
+        # the engine deals its chunks out of plan order: here the last chunk goes first
+        groups += [rest[i:i + 3] for i in range(0, len(rest), 3)][::-1]
         for group in groups:
             for case_id in group:
                 emit({{"event": "start", "case_id": case_id, "phase": args.phase}})

@@ -10,7 +10,14 @@ import pytest
 
 from cublas_audit.device import quick_check
 from cublas_audit.device.kernel_trace import MARKERS, KernelLaunch, split_chunk
-from cublas_audit.device.map_engine import CHECK_KERNELS, CHUNK, POOLED_BYTES, OperandPool, _groups
+from cublas_audit.device.map_engine import (
+    CHECK_KERNELS,
+    CHUNK,
+    POOLED_BYTES,
+    OperandPool,
+    _groups,
+    dealt,
+)
 from cublas_audit.planning.cases import Case
 
 THIS, NEXT = MARKERS
@@ -58,14 +65,34 @@ def case(m: int, **kw: object) -> Case:
     return Case("cublas", str(kw.pop("mode", "fp32")), m, 64, 64, 1, **kw)  # type: ignore[arg-type]
 
 
-def test_the_plan_is_cut_into_chunks_and_unpooled_cases_run_alone() -> None:
-    cases = [case(64 + i) for i in range(CHUNK + 5)]  # 3 + CHUNK + 2 around the beta case
-    cases.insert(3, case(64, beta=0.5))  # accumulates into C: not pooled
+def test_careful_cases_come_first_then_each_modes_chunks_then_unpooled_cases_alone() -> None:
+    fp32 = [case(64 + i) for i in range(CHUNK + 5)]
+    bf16 = [case(64 + i, mode="bf16") for i in range(3)]
+    beta = case(64, beta=0.5)  # accumulates into C: not pooled
+    cases = [*fp32[:3], beta, *bf16, *fp32[3:]]  # modes mixed, as a plan of two modes is
     groups = _groups(cases, careful=2)
-    sizes = [(len(group), alone) for group, alone in groups]
-    # two careful cases alone, the third pooled one, the beta case alone, then full chunks
-    assert sizes == [(1, True), (1, True), (1, False), (1, True), (CHUNK, False), (2, False)]
-    assert [c for group, _ in groups for c in group] == cases  # plan order, every case once
+    assert [g for g, alone in groups[:2]] == [[fp32[0]], [fp32[1]]]  # one by one, given order
+    assert all(alone for _, alone in groups[:2])
+    # then the fp32 cases left (CHUNK + 3: two chunks), bf16's in one, the beta case last
+    assert [(len(g), alone) for g, alone in groups[2:]] == [(34, False), (33, False), (3, False),
+                                                            (1, True)]  # fmt: skip
+    assert all(c.mode == "fp32" for g, _ in groups[2:4] for c in g)  # the pool fills once a mode
+    assert groups[-1] == ([beta], True)
+    assert sorted(c for g, _ in groups for c in g) == sorted(cases)  # every case once
+
+
+def test_chunks_are_dealt_to_like_gpu_work_not_cut_in_plan_order() -> None:
+    # A map grid in plan order (K fastest): a chunk of neighbours is one M x N's K axis, and
+    # chunks differ in work almost a thousandfold; dealt by work they differ by an eighth.
+    axis = range(64, 4097, 192)
+    plan = [Case("cublas", "fp32", m, n, k, 1) for m in axis for n in axis for k in axis]
+    chunks = dealt(plan, CHUNK)
+    assert len(chunks) == -(-len(plan) // CHUNK) and max(map(len, chunks)) == CHUNK
+    assert sorted(c for chunk in chunks for c in chunk) == sorted(plan)
+    work = [sum(c.flops for c in chunk) for chunk in chunks]
+    assert max(work) / min(work) < 1.15
+    neighbours = [sum(c.flops for c in plan[i : i + CHUNK]) for i in range(0, len(plan), CHUNK)]
+    assert max(neighbours) / min(neighbours) > 900
 
 
 def test_a_problem_beyond_the_pool_limit_runs_alone_and_does_not_size_the_pool() -> None:

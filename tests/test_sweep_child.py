@@ -225,7 +225,8 @@ def test_a_map_chunk_that_kills_the_probe_is_retried_one_case_at_a_time(tmp_path
     # The map engine starts a chunk of cases before it measures them: a crash leaves several
     # started and unfinished. None of them is blamed yet; they run again one at a time
     # (--careful), so only the case that really kills the probe becomes an error row.
-    culprit = SMOKE_IDS[4]  # the second case of the second chunk of three
+    # The fake runs its chunks of three last first, as the engine runs them out of plan order.
+    culprit = SMOKE_IDS[4]  # the second case of the second chunk of three: run third
     run_dir = new_run_dir(tmp_path, SMOKE)
     probe, calls = fake_probe(tmp_path, crash_on=culprit, behaviour="chunked")
     recorded = Recorded()
@@ -238,8 +239,9 @@ def test_a_map_chunk_that_kills_the_probe_is_retried_one_case_at_a_time(tmp_path
     assert [c for c in SMOKE_IDS if results[c]["status"] == "error"] == [culprit]
     runs = call_records(calls)
     assert [run.get("careful", 0) for run in runs] == [0, 3, 0]
-    assert runs[1]["only"] == SMOKE_IDS[3:]  # the chunk in flight first, one by one
-    assert runs[2]["only"] == SMOKE_IDS[5:]
+    # the chunk in flight first, one by one, then the chunk never started
+    assert runs[1]["only"] == SMOKE_IDS[3:6] + SMOKE_IDS[:3]
+    assert runs[2]["only"] == SMOKE_IDS[5:6] + SMOKE_IDS[:3]
     assert recorded.notes[0] == "probe died with 3 cases in flight; retrying them one by one"
 
 

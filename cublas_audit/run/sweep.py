@@ -262,7 +262,11 @@ def _time_cases(config: SweepConfig, cases: list[Case], progress: Progress) -> N
             )  # fmt: skip
             progress.note(f"probe died during {culprit} (exit code {code}); continuing")
         done = rundir.read_results(results_path)
-        remaining = [c for c in remaining if c.case_id not in done]
+        # the cases in flight first: --careful runs the first ones of the list one by one
+        first = set(in_flight) - set(done)
+        remaining = sorted(
+            (c for c in remaining if c.case_id not in done), key=lambda c: c.case_id not in first
+        )
 
 
 def _recheck_unsure(config: SweepConfig, progress: Progress) -> None:
