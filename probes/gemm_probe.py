@@ -77,9 +77,11 @@ def main(argv: list[str]) -> int:
             emit(out, {"event": "done", "case_id": case.case_id, "phase": args.phase, **result})
             print(DONE_LINE + case.case_id, flush=True)
 
+        def spent(seconds: dict[str, float]) -> None:  # where the map engine's time went
+            emit(out, {"event": "engine", "seconds": seconds})
+
         if args.phase == "map":
-            spent = runner.map_all(cases, started, finished, args.careful)
-            emit(out, {"event": "engine", "seconds": spent})
+            runner.map_all(cases, started, finished, args.careful, spent)
             return 0
         for case in cases:
             started(case)
@@ -201,18 +203,21 @@ class Runner:
         started: Callable[[Case], None],
         finished: Callable[[Case, dict[str, Any]], None],
         careful: int,
-    ) -> dict[str, float]:
+        spent: Callable[[dict[str, float]], None],
+    ) -> None:
         """The map phase through device.map_engine: pooled operands, many cases queued per
-        synchronisation; a case it does not pool runs alone (timed_run). Returns where the
-        engine's time went."""
+        synchronisation; a case it does not pool runs alone (timed_run). Where the engine's time
+        went goes to `spent` at the end, also of an interrupted run."""
         from cublas_audit.device.map_engine import MapEngine
 
         engine = MapEngine(
             cases, self.min_reps, self.pooled_launcher, self.failed, self.timed_run,
             untraced=self._cupti_missing(),
         )  # fmt: skip
-        engine.run(cases, started, finished, careful)
-        return {name: round(seconds, 3) for name, seconds in engine.seconds.items()}
+        try:
+            engine.run(cases, started, finished, careful)
+        finally:
+            spent({name: round(seconds, 3) for name, seconds in engine.seconds.items()})
 
     def pooled_launcher(
         self, case: Case, ops: Operands
