@@ -14,6 +14,7 @@ profiler: it records each call, runs the probe command it wraps, and exports a r
 
 from __future__ import annotations
 
+import itertools
 import json
 import shutil
 from pathlib import Path
@@ -267,3 +268,35 @@ def test_an_interrupted_run_counts_what_is_saved_and_a_large_one_writes_no_table
     with pytest.raises(InterruptedSweepError, match=f"interrupted: 3 of {len(SMOKE_IDS)} "):
         sweep.run(config)
     assert (run_dir / rundir.TABLE_FILE).exists() == (limit > 0)
+
+
+def test_a_resumed_run_reports_the_time_of_every_part(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The FP32 atlas map ran 420 s, was stopped, and finished on --resume in 215 s: its report
+    # said "map time 250 s", the last part's. The interrupted part's time is kept and added.
+    run_dir = new_run_dir(tmp_path, SMOKE)
+    ticks = itertools.count(0.0, 10.0)  # every reading of the clock is 10 s after the last
+    monkeypatch.setattr(sweep.time, "perf_counter", lambda: next(ticks))
+
+    def interrupted(*args: object) -> None:
+        raise KeyboardInterrupt
+
+    config = config_for(run_dir, fake_probe(tmp_path)[0])
+    with monkeypatch.context() as patched:
+        patched.setattr(sweep, "_time_cases", interrupted)
+        with pytest.raises(InterruptedSweepError):
+            sweep.run(config)
+    # read at 0 (start), 10 and 20 (profiling), 30 and 40 (timing, interrupted), 50 (stop)
+    assert rundir.read_env(run_dir)["earlier"] == {
+        "parts": 1, "sweep_seconds": 50.0, "phase_seconds": {"profile": 10.0, "time": 10.0}
+    }  # fmt: skip
+    monkeypatch.setattr(sweep, "_time_cases", lambda *args: None)
+    monkeypatch.setattr(sweep, "_recheck_unsure", lambda *args: None)
+    monkeypatch.setattr(sweep, "write_outputs", lambda config: None)
+    sweep.run(config)
+    env = rundir.read_env(run_dir)
+    # the resumed part: 10 s profiling, 10 s timing, 10 s rechecking, 70 s in all
+    assert env["phase_seconds"] == {"profile": 20.0, "time": 20.0, "recheck": 10.0}
+    assert env["sweep_seconds"] == 50.0 + 70.0
+    assert env["parts"] == 2 and "earlier" not in env

@@ -22,7 +22,7 @@ from cublas_audit.judge.finding import Finding
 from cublas_audit.judge.map_audit import FollowUpVerdicts, MapAudit
 from cublas_audit.judge.rules.maps import MAP_SERIES
 from cublas_audit.report import map_plots
-from cublas_audit.report.map_report import HOLDS, finding_series, follow_up_verdict
+from cublas_audit.report.map_report import HOLDS, finding_series, follow_up_verdict, map_time
 from cublas_audit.report.markdown import md_code, md_fence, md_number, md_table, md_text, shorten
 from cublas_audit.report.render import env_rows
 from cublas_audit.table.atlas_files import (
@@ -147,7 +147,6 @@ def _summary(atlas: Atlas) -> str:
     status = rows["status"].fillna("not-run").value_counts()
     keys = rows[MAP_SERIES].drop_duplicates().itertuples(index=False, name=None)
     series = sorted({map_plots.series_name(key) for key in keys})
-    seconds = (atlas.judged.dataset.env.get("phase_seconds") or {}).get("time")
     more = f"; {len(series) - 5} more" if len(series) > 5 else ""
     items = [
         ("problems", f"{len(rows)} ({', '.join(f'{n} {s}' for s, n in status.items())})"),
@@ -155,7 +154,7 @@ def _summary(atlas: Atlas) -> str:
         ("series", "; ".join(series[:5]) + more),
         ("kernels dispatched", str(len(atlas.grid.kernels))),
         ("observer", str(atlas.judged.dataset.env.get("observer") or "not recorded")),
-        ("map time", f"{seconds:.1f} s" if seconds else "not recorded"),
+        ("map time", map_time(atlas.judged.dataset.env)),
     ]  # fmt: skip
     return md_table(["", ""], [(name, md_text(value)) for name, value in items])
 

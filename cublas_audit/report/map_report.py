@@ -68,6 +68,15 @@ def render(judged: MapAudit, plots: Path | None) -> str:
     return "\n\n".join(part for part in parts if part) + "\n"
 
 
+def map_time(env: Mapping[str, Any]) -> str:
+    """The map's measuring time, over every run of a resumed map (env.json's `parts`)."""
+    seconds = (env.get("phase_seconds") or {}).get("time")
+    if not seconds:
+        return "not recorded"
+    parts = int(env.get("parts") or 1)
+    return f"{seconds:.1f} s" + (f" over {parts} runs (resumed)" if parts > 1 else "")
+
+
 def _summary(rows: pd.DataFrame, env: Mapping[str, Any]) -> str:
     status = rows["status"].fillna("not-run").value_counts()
     seconds = (env.get("phase_seconds") or {}).get("time")
@@ -79,7 +88,7 @@ def _summary(rows: pd.DataFrame, env: Mapping[str, Any]) -> str:
         ("observer", str(env.get("observer") or "not recorded")),
         ("timed calls per case", str(int(calls.median())) if len(calls) else "none"),
         ("kernels dispatched", str(rows["kernel_short"].dropna().nunique())),
-        ("map time", f"{seconds:.1f} s" if seconds else "not recorded"),
+        ("map time", map_time(env)),
         ("cases per second", rate),
     ]
     return md_table(["", ""], [(name, md_text(value)) for name, value in items])

@@ -124,6 +124,7 @@ def run(config: SweepConfig, progress: Progress | None = None) -> pd.DataFrame:
             with _timed(phase_seconds, "candidates"):
                 _audit_candidates(config, progress)
     except KeyboardInterrupt:
+        rundir.add_interrupted_part(config.run_dir, time.perf_counter() - started, phase_seconds)
         command = {"candidates": "candidates", "map": "map"}.get(config.phase, "sweep")
         finished, total = _saved_on_interrupt(config)
         raise InterruptedSweepError(
@@ -400,10 +401,8 @@ def _record_finish(run_dir: Path, seconds: float, phases: Mapping[str, float]) -
     versions = probe_versions(run_dir)
     if versions.get("cublas_version_int"):
         env["cublas_version"] = format_cublas_version(versions["cublas_version_int"])
-    env.update(
-        finished=_now(), sweep_seconds=round(seconds, 2), phase_seconds=dict(phases), probe=versions
-    )
-    rundir.write_env(run_dir, env)
+    env = rundir.with_earlier_parts(env, seconds, phases)
+    rundir.write_env(run_dir, {**env, "finished": _now(), "probe": versions})
 
 
 def _now() -> str:

@@ -66,6 +66,36 @@ def write_env(run_dir: Path, data: Mapping[str, Any]) -> None:
     write_text_atomic(Path(run_dir) / ENV_FILE, json.dumps(data, indent=2, default=str) + "\n")
 
 
+def add_interrupted_part(run_dir: Path, seconds: float, phases: Mapping[str, float]) -> None:
+    """Keeps an interrupted part's time in env.json (`earlier`), for the finished run's times."""
+    env = read_env(run_dir)
+    earlier = dict(env.get("earlier") or {})
+    earlier["parts"] = int(earlier.get("parts") or 0) + 1
+    earlier["sweep_seconds"] = round(float(earlier.get("sweep_seconds") or 0) + seconds, 2)
+    kept = dict(earlier.get("phase_seconds") or {})
+    for name, spent in phases.items():
+        kept[name] = round(float(kept.get(name) or 0) + spent, 2)
+    earlier["phase_seconds"] = kept
+    write_env(run_dir, {**env, "earlier": earlier})
+
+
+def with_earlier_parts(
+    env: Mapping[str, Any], seconds: float, phases: Mapping[str, float]
+) -> dict[str, Any]:
+    """The finished run's times in env.json: its own plus those of the parts interrupted before
+    it (`--resume`), so that a map resumed twice reports all of its measuring time; `parts`
+    counts the runs that made it."""
+    earlier = env.get("earlier") or {}
+    before = earlier.get("phase_seconds") or {}
+    total = {name: round(spent + float(before.get(name) or 0), 2) for name, spent in phases.items()}
+    return {
+        **{key: value for key, value in env.items() if key != "earlier"},
+        "sweep_seconds": round(seconds + float(earlier.get("sweep_seconds") or 0), 2),
+        "phase_seconds": total,
+        "parts": int(earlier.get("parts") or 0) + 1,
+    }
+
+
 def records(path: Path) -> Iterator[dict[str, Any]]:
     """The JSON objects of a .jsonl file; a torn last line (a crash mid-write) is skipped."""
     if not path.exists():
