@@ -5,6 +5,9 @@ model fitted on part of the reruns, and the diff gate judged on the rest.
     python benchmarks/noise.py fit RUN... --model cublas_audit/data/noise_h100.json
     python benchmarks/noise.py evaluate --fitted RUN... --held-out RUN... [--other-start RUN...]
         [--planted A B] [--json benchmarks/results/noise_h100.json]
+    python benchmarks/noise.py fit RUN... --map-pair tests/fixtures/h100-map-reruns/fp32-s0 ...
+    python benchmarks/noise.py evaluate-maps tests/fixtures/h100-map-reruns/{fp32,bf16}-s{0,1,2} \
+        --json benchmarks/results/noise_maps_h100.json   (the four folders there)
 
 `evaluate` diffs every pair of runs with the shipped model (the fitting runs, the held-out runs,
 reruns from another start of the machine, and each group against the others) and counts
@@ -22,6 +25,7 @@ line per run (wall time, cases) and a JSON summary last; the run directories are
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import itertools
 import json
 import math
@@ -72,7 +76,19 @@ def collect(
     return done
 
 
-def fit(runs: Sequence[Path], model_path: Path) -> noise.NoiseModel:
+def map_pair(folder: Path) -> tuple[Dataset, Dataset]:
+    """Two runs of one map, as benchmarks/results/noise-maps-h100 keeps them: a.parquet and
+    b.parquet (the run directories' tables) beside a.env.json and b.env.json."""
+    return tuple(  # type: ignore[return-value]
+        dataclasses.replace(
+            load_one_gpu(folder / f"{run}.parquet"),
+            env=json.loads((folder / f"{run}.env.json").read_text()),
+        )
+        for run in "ab"
+    )
+
+
+def fit(runs: Sequence[Path], model_path: Path, map_pairs: Sequence[Path] = ()) -> noise.NoiseModel:
     env = read_env(runs[0])
     source = {
         "device": env.get("gpu_name"),
@@ -80,13 +96,85 @@ def fit(runs: Sequence[Path], model_path: Path) -> noise.NoiseModel:
         "driver": env.get("driver_version"),
         "cublas": env.get("cublas_version"),
         "runs": [str(run) for run in runs],
+        "map_reruns": [str(pair) for pair in map_pairs],
         "how": "benchmarks/noise.py fit: envelope of |log(t_i/t_j)| over every pair, by time per "
         f"launch, x{noise.MARGIN}, at least {noise.MIN_FLOOR}, for each kind the runs measure "
-        "(call time; kernel time per pipe; the reference/call ratio timed interleaved)",
+        "(call time; kernel time per pipe; the reference/call ratio timed interleaved); the map "
+        "kinds over each map's pair of reruns, one floor below "
+        f"{noise.POOLED_BELOW_MS:g} ms",
     }
-    model = noise.fit([load_one_gpu(run).frame for run in runs], source)
+    maps = [[side.frame for side in map_pair(pair)] for pair in map_pairs]
+    model = noise.fit([load_one_gpu(run).frame for run in runs], source, maps=maps)
     model_path.write_text(json.dumps(model.to_json(), indent=1) + "\n")
     return model
+
+
+def evaluate_maps(pairs: Sequence[Path]) -> dict[str, Any]:
+    """Each map rerun pair diffed both ways (every verdict is false): under the shipped model,
+    under its sweep floors alone (no map kinds), and under a model whose map kinds were fitted
+    on the other pairs only (leave one out); then a real change planted in one run of each pair
+    (its shortest problem of at least 0.1 ms made 2x slower, as a dispatch cliff of the atlas
+    is) must be caught, and each time scale's smallest slowdown caught is listed."""
+    shipped = noise.load()
+    sweep_only = dataclasses.replace(
+        shipped, others={k: v for k, v in shipped.others.items() if k not in noise.MAP_KINDS}
+    )
+    loaded = {pair: map_pair(pair) for pair in pairs}
+    result: dict[str, Any] = {"model": shipped.to_json(), "pairs": {}}
+    for pair, (a, b) in loaded.items():
+        others = [[side.frame for side in loaded[p]] for p in pairs if p != pair]
+        left_out = dataclasses.replace(
+            sweep_only, others={**sweep_only.others, **noise.map_floors(others)}
+        )
+        both_ways = ((a, b), (b, a))
+        found: dict[str, Any] = {
+            name: _false(model, both_ways)
+            for name, model in (("shipped", shipped), ("sweep_floors", sweep_only),
+                                ("left_out", left_out))
+        }  # fmt: skip
+        copy, case = slowed(b, 2.0, 0.1)
+        caught = diff.compare(b, copy, model=shipped).rows("regression")
+        found["findings"] = {
+            name: _finding_agreement(a, b, model)
+            for name, model in (("shipped", shipped.for_maps()), ("sweep_floors", sweep_only))
+        }
+        named = [_case_id(row) for row in caught.to_dict("records")]
+        found["planted_2x"] = {"case": case, "caught": named == [case]}
+        found["detectable"] = [
+            {key: _finite(value) for key, value in row.items()}
+            for row in diff.compare(a, b, model=shipped).floors.to_dict("records")
+        ]
+        result["pairs"][str(pair)] = found
+    return result
+
+
+def _finding_agreement(a: Dataset, b: Dataset, model: noise.NoiseModel) -> dict[str, Any]:
+    """The map rules' findings of two reruns judged with `model`: how many each run has, how many
+    only one of them has (each a finding a rerun does not repeat), and the largest effect among
+    those."""
+    from cublas_audit.judge.map_audit import MAP_RULES
+    from cublas_audit.judge.rules import audit
+
+    runs = [
+        {
+            (f.rule, tuple(f.sizes)): f.effect
+            for f in audit(side.frame, rules=MAP_RULES, model=model)
+        }
+        for side in (a, b)
+    ]
+    alone = set(runs[0]) ^ set(runs[1])
+    largest = max((runs[0].get(key) or runs[1][key] for key in alone), default=0.0)
+    return {"a": len(runs[0]), "b": len(runs[1]), "in_one_run_only": len(alone),
+            "largest_effect_in_one_only": round(largest, 3)}  # fmt: skip
+
+
+def _false(model: noise.NoiseModel, both_ways: Sequence[tuple[Dataset, Dataset]]) -> dict[str, int]:
+    counts = {"regressions": 0, "improvements": 0, "unsure": 0}
+    for a, b in both_ways:
+        judged = diff.compare(a, b, model=model)
+        for verdict in ("regression", "improvement", "unsure"):
+            counts[verdict + ("s" if verdict != "unsure" else "")] += len(judged.rows(verdict))
+    return counts
 
 
 def false_verdicts(runs: Sequence[Dataset], pairs: Sequence[tuple[int, int]]) -> dict[str, Any]:
@@ -198,6 +286,11 @@ def main(argv: list[str]) -> int:
     fitting = commands.add_parser("fit", help="fit the noise model on reruns")
     fitting.add_argument("runs", type=Path, nargs="+")
     fitting.add_argument("--model", type=Path, default=noise.DEFAULT_MODEL)
+    fitting.add_argument("--map-pair", type=Path, action="append", default=[],
+                         help="a folder of two map reruns (a/b.parquet, a/b.env.json)")  # fmt: skip
+    judging_maps = commands.add_parser("evaluate-maps", help="judge the gate on map reruns")
+    judging_maps.add_argument("pairs", type=Path, nargs="+")
+    judging_maps.add_argument("--json", type=Path)
     judging = commands.add_parser("evaluate", help="judge the gate on fitted and held-out reruns")
     judging.add_argument("--fitted", type=Path, nargs="+", required=True)
     judging.add_argument("--held-out", type=Path, nargs="+", required=True)
@@ -213,7 +306,12 @@ def main(argv: list[str]) -> int:
             )
         )
     elif args.command == "fit":
-        print(json.dumps(fit(args.runs, args.model).to_json(), indent=1))
+        print(json.dumps(fit(args.runs, args.model, args.map_pair).to_json(), indent=1))
+    elif args.command == "evaluate-maps":
+        text = json.dumps(evaluate_maps(args.pairs), indent=1, default=str)
+        print(text)
+        if args.json:
+            args.json.write_text(text + "\n")
     else:
         result = evaluate(args.fitted, args.held_out, args.other_start, args.planted)
         text = json.dumps(result, indent=1, default=str)

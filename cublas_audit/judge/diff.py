@@ -85,6 +85,7 @@ class Diff:
     only_b: pd.DataFrame
 
     floors: pd.DataFrame = field(default_factory=pd.DataFrame)  # time scale -> detectable
+    model: dict[str, Any] = field(default_factory=dict)  # the noise model's source, as judged
 
     def rows(self, verdict: str) -> pd.DataFrame:
         return self.matched[self.matched["verdict"] == verdict]
@@ -135,6 +136,8 @@ def compare(
 ) -> Diff:
     t = thresholds or Thresholds()
     model = model or noise.load()
+    if is_map(a) or is_map(b):  # a map's problems shift between runs more than a sweep's
+        model = model.for_maps()
     key = _case_key(a.frame, b.frame)
     left, right = _sided(a, key), _sided(b, key)
     merged = left.merge(right, on=key, how="outer", suffixes=("_a", "_b"), indicator=True)
@@ -153,7 +156,14 @@ def compare(
         only_a=merged[merged["_merge"] == "left_only"],
         only_b=merged[merged["_merge"] == "right_only"],
         floors=_detectable(both, t, model),
+        model=model.source,
     )
+
+
+def is_map(side: Dataset) -> bool:
+    """Whether a side was measured by `cublas-audit map` (its env.json says so; a bare table
+    says nothing and is judged as a sweep's)."""
+    return side.env.get("phase") == "map"
 
 
 def _case_key(a: pd.DataFrame, b: pd.DataFrame) -> list[str]:

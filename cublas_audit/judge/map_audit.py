@@ -11,6 +11,7 @@ from pathlib import Path
 import pandas as pd
 
 from cublas_audit.errors import AuditError
+from cublas_audit.judge import noise
 from cublas_audit.judge.candidates import CandidateVerdicts, judge_candidates
 from cublas_audit.judge.finding import Finding
 from cublas_audit.judge.rules import audit
@@ -24,7 +25,8 @@ MAP_RULES = ("size-inversion", "dispatch-cliff")
 
 def map_findings(frame: pd.DataFrame, thresholds: Thresholds | None = None) -> list[Finding]:
     """The map rules' findings, largest effect first."""
-    found = audit(frame, thresholds=thresholds, rules=MAP_RULES)
+    # a map's problems shift between runs more than a sweep's cases: its own floors
+    found = audit(frame, thresholds=thresholds, rules=MAP_RULES, model=noise.load().for_maps())
     return sorted(found, key=lambda f: (-f.effect, f.rule, f.sizes))
 
 

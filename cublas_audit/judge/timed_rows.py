@@ -108,10 +108,13 @@ def judge_sides(
     return judge(ta, tb, floor(ta, tb), threshold)
 
 
-def pair_verdict(fast: pd.Series, slow: pd.Series, on: str, threshold: float) -> Verdict:
+def pair_verdict(
+    fast: pd.Series, slow: pd.Series, on: str, threshold: float, model: NoiseModel | None = None
+) -> Verdict:
     """`slow` against `fast`, two cases of one run, on the time `on`: the between-run floor of
-    that time (at the slower side's); `same` where either was not timed."""
-    floor = at_slower(noise.load(), floor_kind(on, str(slow["mode"])))
+    that time (at the slower side's; of `model`, else the shipped one); `same` where either was
+    not timed."""
+    floor = at_slower(model or noise.load(), floor_kind(on, str(slow["mode"])))
     judged = judge_sides(fast, slow, on, threshold, floor)
     return Verdict.same if judged is None else judged.verdict
 

@@ -52,7 +52,7 @@ def to_markdown(diff: Diff) -> str:
         same=", ".join(same),
         matched=len(diff.matched),
         detectable=_detectable_table(diff.floors),
-        model=noise.load().source,
+        model=diff.model or noise.load().source,
         sections=[
             _section("Regressions", diff.rows("regression"), _delta_table),
             _section("Improvements", diff.rows("improvement"), _delta_table),

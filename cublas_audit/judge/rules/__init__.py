@@ -14,6 +14,7 @@ import pandas as pd
 
 from cublas_audit.judge.candidates import CandidateVerdicts
 from cublas_audit.judge.finding import Finding, order
+from cublas_audit.judge.noise import NoiseModel
 from cublas_audit.judge.roofline import Machine, with_roofline
 from cublas_audit.judge.rules.candidates import better_candidate
 from cublas_audit.judge.rules.causes import unaligned_operand
@@ -50,12 +51,15 @@ def audit(
     rules: Collection[str] | None = None,
     prepared: pd.DataFrame | None = None,
     machine: Machine | None = None,
+    model: NoiseModel | None = None,
 ) -> list[Finding]:
     """The findings of a table (of every rule, or of the rules named), most severe first; with
     the run's candidate audit as judged (judge.audited.audit_dataset judges it once)."""
     # `prepared`: the caller's, of frame, with its roofline columns (judge.audited's)
     rows = with_roofline(prepare(frame), machine) if prepared is None else prepared
-    context = RuleContext(judged_columns(rows), thresholds or Thresholds(), candidates, machine)
+    context = RuleContext(
+        judged_columns(rows), thresholds or Thresholds(), candidates, machine, model
+    )
     chosen = [rule for rule in RULES if rules is None or rule_name(rule) in rules]
     found = [finding for rule in chosen for finding in rule(context)]
     return sorted(found, key=order)

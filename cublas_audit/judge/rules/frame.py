@@ -18,6 +18,7 @@ import pandas as pd
 from cublas_audit.errors import AuditError
 from cublas_audit.judge.candidates import CandidateVerdicts
 from cublas_audit.judge.finding import Finding
+from cublas_audit.judge.noise import NoiseModel
 from cublas_audit.judge.roofline import Machine
 from cublas_audit.judge.thresholds import Thresholds
 from cublas_audit.observe.kernels import normalize
@@ -42,6 +43,9 @@ class RuleContext:
     candidates: CandidateVerdicts | None = None
     # the GPU's roofline figures (judge.roofline), where known: rows then carry the bound columns
     machine: Machine | None = None
+    # the noise model two timed cases are judged with (None: the shipped one; a map's rows:
+    # NoiseModel.for_maps, as judge.map_audit passes it)
+    model: NoiseModel | None = None
 
 
 Rule = Callable[[RuleContext], list[Finding]]

@@ -10,10 +10,19 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from cublas_audit.judge import noise
 from cublas_audit.judge.dominance import fastest_dominating
 from cublas_audit.judge.finding import Finding, of_rows
+from cublas_audit.judge.noise import NoiseModel
 from cublas_audit.judge.rules.frame import RuleContext, measured
-from cublas_audit.judge.timed_rows import TIMES, column, judged_time, pair_verdict, time_words
+from cublas_audit.judge.timed_rows import (
+    TIMES,
+    column,
+    floor_kind,
+    judged_time,
+    pair_verdict,
+    time_words,
+)
 from cublas_audit.judge.verdicts import Verdict
 from cublas_audit.table.dispatch import cell_records
 
@@ -50,13 +59,18 @@ def size_inversion(ctx: RuleContext) -> list[Finding]:
         # A pair under the margin is `same` whatever the noise (verdicts.judge), so it is not
         # judged one by one; the 1e-9: judge's ratio, exp(log(b / a)), may round off this one.
         slow = slow[times[slow] / times[best[slow]] >= (1 + margin) * (1 - 1e-9)]
-        held = _beyond_noise(series, slow, best[slow], on, margin)
+        held = _beyond_noise(series, slow, best[slow], on, margin, ctx.model)
         found += _inversions(series, slow[held], best[slow][held], times, on)
     return found
 
 
 def _beyond_noise(
-    series: pd.DataFrame, slow: np.ndarray, fast: np.ndarray, on: str, margin: float
+    series: pd.DataFrame,
+    slow: np.ndarray,
+    fast: np.ndarray,
+    on: str,
+    margin: float,
+    model: NoiseModel | None,
 ) -> np.ndarray:
     """Which pairs (positions in the series) the noise model calls slower: only the columns
     the verdict reads, of only the rows in a pair, are read as records."""
@@ -65,7 +79,7 @@ def _beyond_noise(
     records = dict(zip(involved, cell_records(series[read].iloc[involved]), strict=True))
     return np.array(
         [
-            pair_verdict(records[j], records[i], on, margin) is Verdict.slower
+            pair_verdict(records[j], records[i], on, margin, model) is Verdict.slower
             for i, j in zip(slow, fast, strict=True)
         ],
         dtype=bool,
@@ -97,21 +111,33 @@ def _inversions(
 def dispatch_cliff(ctx: RuleContext) -> list[Finding]:
     """Between neighbouring grid points (consecutive square sizes, or consecutive values of one
     dimension with the other two fixed): where the dispatched kernel changes and throughput drops
-    by at least `cliff_drop_pct`."""
+    by at least `cliff_drop_pct`, and by more than noise alone can make it (`_noise_drop`)."""
     t = ctx.thresholds
+    model = ctx.model or noise.load()
     rows = _kernel_timed(ctx.rows)
     found = []
     for _, series in rows.groupby(MAP_SERIES, dropna=False, sort=False):
         on = judged_time(series)
         dims = series[["m", "n", "k"]].astype(np.int64).to_numpy()
         flops = 2.0 * dims.prod(axis=1).astype(float) * series["batch"].astype(float).to_numpy()
-        rate = flops / series[column(on)].astype(float).to_numpy()
+        times = series[column(on)].astype(float).to_numpy()
+        rate = flops / times
         kernels = series["kernel_short"].fillna("").astype(str).to_numpy()
         before, after = _neighbours(dims)
         drop = 1 - rate[after] / rate[before]
         cliff = (kernels[after] != kernels[before]) & (drop * 100 >= t.cliff_drop_pct)
+        kind = floor_kind(on, str(series["mode"].iloc[0]))
+        cliff[cliff] = drop[cliff] > _noise_drop(model, kind, times[after[cliff]])
         found += _cliffs(series, before[cliff], after[cliff], drop[cliff], on)
     return found
+
+
+def _noise_drop(model: NoiseModel, kind: str, times_ms: np.ndarray) -> np.ndarray:
+    """The largest throughput drop noise alone can make at these times: a time moved by the
+    floor f between two problems is a throughput 1 / (1 + f) as high, a drop of f / (1 + f)."""
+    floors = np.array([model.floor(float(ms), kind) for ms in times_ms], dtype=float)
+    drops: np.ndarray = floors / (1 + floors)
+    return drops
 
 
 def _cliffs(
