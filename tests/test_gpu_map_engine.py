@@ -130,8 +130,9 @@ def test_every_call_is_traced_when_the_gpu_is_the_bottleneck(monkeypatch) -> Non
     # behind each other: CUPTI's forced flush must never meet a chunk still running (the first
     # engine flushed while the next chunk ran, and lost 9 in 10 problems' kernels that way).
     from cublas_audit.device import map_engine
+    from cublas_audit.planning import chunks
 
-    monkeypatch.setattr(map_engine, "CHUNK", 8)
+    monkeypatch.setattr(chunks, "CHUNK", 8)
     cases = [Case("cublas", "fp32", 2048, 2048, 2048 - 64 * (i % 4), 1) for i in range(24)]
     results: list[dict[str, Any]] = []
     engine = map_engine.MapEngine(cases, 5, prepare, lambda exc: {"status": "error"}, alone)

@@ -10,15 +10,9 @@ import pytest
 
 from cublas_audit.device import quick_check
 from cublas_audit.device.kernel_trace import MARKERS, KernelLaunch, split_chunk
-from cublas_audit.device.map_engine import (
-    CHECK_KERNELS,
-    CHUNK,
-    POOLED_BYTES,
-    OperandPool,
-    _groups,
-    dealt,
-)
+from cublas_audit.device.map_engine import CHECK_KERNELS, OperandPool
 from cublas_audit.planning.cases import Case
+from cublas_audit.planning.chunks import CHUNK, POOLED_BYTES, chunk_groups, dealt
 
 THIS, NEXT = MARKERS
 PARTIAL, FINAL = CHECK_KERNELS
@@ -70,7 +64,7 @@ def test_careful_cases_come_first_then_each_modes_chunks_then_unpooled_cases_alo
     bf16 = [case(64 + i, mode="bf16") for i in range(3)]
     beta = case(64, beta=0.5)  # accumulates into C: not pooled
     cases = [*fp32[:3], beta, *bf16, *fp32[3:]]  # modes mixed, as a plan of two modes is
-    groups = _groups(cases, careful=2)
+    groups = chunk_groups(cases, careful=2)
     assert [g for g, alone in groups[:2]] == [[fp32[0]], [fp32[1]]]  # one by one, given order
     assert all(alone for _, alone in groups[:2])
     # then the fp32 cases left (CHUNK + 3: two chunks), bf16's in one, the beta case last
@@ -110,7 +104,7 @@ def test_a_problem_beyond_the_pool_limit_runs_alone_and_does_not_size_the_pool()
     # 64 x 32 x 4 (8,192)
     assert pool.sizes["fp32"] == {"a": 131_072, "b": 65_536, "c": 8_192, "bias": 0}
     assert pool.sizes["bf16"] == {"a": 256 * 64, "b": 64 * 64, "c": 256 * 64, "bias": 0}
-    assert [len(g) for g, alone in _groups([huge, *small], 0) if alone] == [1]
+    assert [len(g) for g, alone in chunk_groups([huge, *small], 0) if alone] == [1]
 
 
 def test_the_quick_check_compares_the_first_and_last_entries_on_fixed_columns() -> None:

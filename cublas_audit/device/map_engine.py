@@ -16,16 +16,19 @@ a problem was the map's speed. Here:
 - One synchronisation a chunk. When chunk i's GPU work is done its CUPTI records are taken at
   once (a forced flush: it must find no kernel running, or it hands over their records
   unfinished), then chunk i + 1 is queued, and the host reads chunk i's events, records and
-  sums while the GPU runs chunk i + 1. Chunks alternate between two marker kernels, so a late
+  sums while the GPU runs chunk i + 1's first problem (chunks are dealt to like work, their
+  largest problem first: planning.chunks). Chunks alternate between two marker kernels, so a late
   record of one chunk is never taken for the next one's.
 
-A problem with beta != 0 (its calls accumulate into C) or operands beyond POOLED_BYTES runs on
-its own through the caller's `single` path, as before. `careful` runs the first problems one
-chunk each, synchronised: after a crash the problem in flight is then known exactly.
+A problem with beta != 0 (its calls accumulate into C) or operands beyond POOLED_BYTES
+(planning.chunks) runs on its own through the caller's `single` path, as before. `careful` runs
+the first problems one chunk each, synchronised: after a crash the problem in flight is then
+known exactly.
 """
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -35,21 +38,15 @@ from cublas_audit.device import clocks, kernel_trace, operands, quick_check
 from cublas_audit.device.operands import Operands
 from cublas_audit.device.timing import Timing
 from cublas_audit.planning.cases import Case
+from cublas_audit.planning.chunks import chunk_groups, pooled
 from cublas_audit.planning.modes import mode as mode_of
 
-CHUNK = 128  # problems queued per synchronisation (each settles with a ~6 ms CUPTI flush)
-POOLED_BYTES = 1 << 30  # a problem needing more runs alone: its calls hide the host's work
 CHECK_KERNELS = ("cublas_audit_check_partial", "cublas_audit_check_final")
 
 Launch = Callable[[], None]
 Finished = Callable[[Case, dict[str, Any]], None]
 # (launch, closers) for a case on its operands: the closers run once its calls have finished
 Prepare = Callable[[Case, Operands], tuple[Launch, list[Callable[[], None]]]]
-
-
-def pooled(case: Case) -> bool:
-    """Whether the engine queues this case (else it runs alone, through `single`)."""
-    return case.beta == 0 and case.bytes_needed <= POOLED_BYTES
 
 
 class OperandPool:
@@ -128,7 +125,7 @@ class _Settled:
 
 
 class MapEngine:
-    """Runs the map's cases in chunks (`_groups`); `started(case)` as each is queued,
+    """Runs the map's cases in chunks (planning.chunks); `started(case)` as each is queued,
     `finished(case, result)` in that order once it is measured."""
 
     def __init__(
@@ -163,7 +160,7 @@ class MapEngine:
         careful: int = 0,
     ) -> None:
         settled: _Settled | None = None
-        for group, alone in _groups(cases, careful):
+        for group, alone in chunk_groups(cases, careful):
             if not pooled(group[0]):
                 self._read(settled, finished)
                 settled = None
@@ -174,10 +171,12 @@ class MapEngine:
                 self.last = time.perf_counter()
                 self.seconds["alone"] += self.last - began
                 continue
-            began = time.perf_counter()
-            chunk = self._queue(group, started)
-            self.seconds["queue"] += time.perf_counter() - began
-            self._read(settled, finished)  # chunk i - 1's results, while the GPU runs chunk i
+            began, reading = time.perf_counter(), self.seconds["read"]
+            # chunk i - 1's results are read once chunk i's first (largest) problem is queued:
+            # the host reads while the GPU runs it, and queues the rest behind it
+            chunk = self._queue(group, started, functools.partial(self._read, settled, finished))
+            read = self.seconds["read"] - reading
+            self.seconds["queue"] += time.perf_counter() - began - read
             settled = self._settle(chunk)
             if alone:  # careful: one case in flight at a time
                 self._read(settled, finished)
@@ -186,7 +185,10 @@ class MapEngine:
         self._stop_tracing()
 
     # ----- queueing ------------------------------------------------------------------------
-    def _queue(self, group: Sequence[Case], started: Callable[[Case], None]) -> _Chunk:
+    def _queue(
+        self, group: Sequence[Case], started: Callable[[Case], None], meanwhile: Callable[[], None]
+    ) -> _Chunk:
+        """Queues the chunk's cases; `meanwhile` runs once the first of them is queued."""
         import cupy
 
         marker = kernel_trace.MARKERS[self.chunks % 2]
@@ -210,6 +212,8 @@ class MapEngine:
                 self._queue_case(item, slot, pick, chunk, offset)
             except Exception as exc:  # a case that cannot be made is recorded; the map goes on
                 item.result = self.failed(exc)
+            if slot == 0:
+                meanwhile()
         chunk.host_sums = _pinned([0.0] * chunk.sums.size, "float64")
         chunk.sums.get(stream=cupy.cuda.get_current_stream(), out=chunk.host_sums, blocking=False)
         chunk.end = cupy.cuda.Event()
@@ -369,28 +373,3 @@ def _pinned(values: Sequence[float], dtype: str) -> Any:
     array = cupyx.empty_pinned((len(values),), dtype=dtype)
     array[...] = numpy.asarray(values, dtype=dtype)
     return array
-
-
-def _groups(cases: Sequence[Case], careful: int) -> list[tuple[list[Case], bool]]:
-    """The cases as the engine takes them, each group with whether it runs alone (nothing else
-    in flight): the first `careful` one by one, then each mode's pooled cases in chunks of like
-    GPU time (`dealt`; one mode at a time, as the pool holds one mode's operands), then the
-    cases that are not pooled, each alone and last, as the largest are."""
-    groups = [([case], True) for case in cases[:careful]]
-    rest = cases[careful:]
-    for mode in dict.fromkeys(case.mode for case in rest):
-        same = [case for case in rest if case.mode == mode and pooled(case)]
-        groups += [(chunk, False) for chunk in dealt(same, CHUNK)]
-    groups += [([case], True) for case in rest if not pooled(case)]
-    return groups
-
-
-def dealt(cases: Sequence[Case], size: int) -> list[list[Case]]:
-    """`cases` in chunks of at most `size` and of like GPU time: ranked by work and dealt out
-    like cards, the largest first. In plan order a chunk holds neighbours (the whole K axis of
-    one M x N): one of small problems leaves the GPU waiting while the host queues it, one of
-    large problems the host waiting on the GPU. Largest first within a chunk: the GPU starts on
-    long work at once, and the host queues the small problems while it runs."""
-    count = -(-len(cases) // size)
-    ranked = sorted(cases, key=lambda case: case.flops, reverse=True)  # stable: ties in order
-    return [ranked[start::count] for start in range(count)]
