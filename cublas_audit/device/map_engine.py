@@ -16,8 +16,8 @@ a problem was the map's speed. Here:
 - One synchronisation a chunk. When chunk i's GPU work is done its CUPTI records are taken at
   once (a forced flush: it must find no kernel running, or it hands over their records
   unfinished), then chunk i + 1 is queued, and the host reads chunk i's events, records and
-  sums while the GPU runs chunk i + 1's first problem (chunks are dealt to like work, their
-  largest problem first: planning.chunks). Chunks alternate between two marker kernels, so a late
+  sums while the GPU runs chunk i + 1 (chunks are dealt to like work, their largest problem
+  first: planning.chunks). Chunks alternate between two marker kernels, so a late
   record of one chunk is never taken for the next one's.
 
 A problem with beta != 0 (its calls accumulate into C) or operands beyond POOLED_BYTES
@@ -28,7 +28,6 @@ known exactly.
 
 from __future__ import annotations
 
-import functools
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -171,12 +170,12 @@ class MapEngine:
                 self.last = time.perf_counter()
                 self.seconds["alone"] += self.last - began
                 continue
-            began, reading = time.perf_counter(), self.seconds["read"]
-            # chunk i - 1's results are read once chunk i's first (largest) problem is queued:
-            # the host reads while the GPU runs it, and queues the rest behind it
-            chunk = self._queue(group, started, functools.partial(self._read, settled, finished))
-            read = self.seconds["read"] - reading
-            self.seconds["queue"] += time.perf_counter() - began - read
+            began = time.perf_counter()
+            chunk = self._queue(group, started)
+            self.seconds["queue"] += time.perf_counter() - began
+            # chunk i - 1's results, while the GPU runs what chunk i left queued: its smallest
+            # problems, behind the CUDA launch queue's limit (the host's queueing blocks there)
+            self._read(settled, finished)
             settled = self._settle(chunk)
             if alone:  # careful: one case in flight at a time
                 self._read(settled, finished)
@@ -185,10 +184,7 @@ class MapEngine:
         self._stop_tracing()
 
     # ----- queueing ------------------------------------------------------------------------
-    def _queue(
-        self, group: Sequence[Case], started: Callable[[Case], None], meanwhile: Callable[[], None]
-    ) -> _Chunk:
-        """Queues the chunk's cases; `meanwhile` runs once the first of them is queued."""
+    def _queue(self, group: Sequence[Case], started: Callable[[Case], None]) -> _Chunk:
         import cupy
 
         marker = kernel_trace.MARKERS[self.chunks % 2]
@@ -212,8 +208,6 @@ class MapEngine:
                 self._queue_case(item, slot, pick, chunk, offset)
             except Exception as exc:  # a case that cannot be made is recorded; the map goes on
                 item.result = self.failed(exc)
-            if slot == 0:
-                meanwhile()
         chunk.host_sums = _pinned([0.0] * chunk.sums.size, "float64")
         chunk.sums.get(stream=cupy.cuda.get_current_stream(), out=chunk.host_sums, blocking=False)
         chunk.end = cupy.cuda.Event()

@@ -35,7 +35,7 @@ def dealt(cases: Sequence[Case], size: int) -> list[list[Case]]:
     like cards, the largest first. In plan order a chunk holds neighbours (whole K axes of a few
     M x N): one of small problems leaves the GPU waiting while the host queues it, one of large
     problems the host waiting on the GPU. Largest first within a chunk: the GPU starts on long
-    work at once, and the host reads the last chunk back and queues the rest while it runs."""
+    work at once, and the host queues the small problems while it runs."""
     count = -(-len(cases) // size)
     ranked = sorted(cases, key=lambda case: case.flops, reverse=True)  # stable: ties in order
     return [ranked[start::count] for start in range(count)]
