@@ -18,6 +18,9 @@
 #   map-speed   the map engine's speed: the FP32 grid 64..1024 step 64, then 10,000 problems of
 #               64..4096 step 64 in FP32 (twice) and BF16, into $MAPS (default /tmp/maps), then
 #               benchmarks/map_speed.py over them (with the rerun's agreement)
+#   map-reruns  four pairs of 10,000-problem maps run back to back (FP32 seeds 0 and 2, BF16 seeds
+#               1 and 2) into tests/fixtures/h100-map-reruns/<mode>-s<seed>/{a,b}.parquet and
+#               {a,b}.env.json, what the noise model's map kinds are fitted on (benchmarks/noise.py)
 #   atlas-fp32, atlas-bf16  the full 3-D map of that mode (64..4096 step 64, 262,144 problems)
 #               with --follow-up into $MAPS/atlas-<mode> (resumed when run again), then
 #               `cublas-audit atlas` of it into reports/<label>/atlas/<mode>/
@@ -212,6 +215,26 @@ for what in "$@"; do
             --json "benchmarks/results/map_speed_$label.json" >"$out/map-speed-summary.log" 2>&1
         tail -n 12 "$out/map-speed-summary.log"
         made+=("benchmarks/results/map_speed_$label.json")
+        ;;
+    map-reruns)
+        maps=${MAPS:-/tmp/maps}
+        axis=64:4096:64
+        for pair in fp32:0 fp32:2 bf16:1 bf16:2; do
+            mode=${pair%:*} seed=${pair#*:}
+            keep="tests/fixtures/$label-map-reruns/$mode-s$seed"
+            mkdir -p "$keep"
+            for side in a b; do
+                run="$maps/rerun-$mode-s$seed-$side"
+                step "map-rerun-$mode-s$seed-$side" 90 $py -m cublas_audit map --m $axis \
+                    --n $axis --k $axis --sample 10000 --seed "$seed" --modes "$mode" \
+                    --gpu-label "$label" --out "$run"
+                [[ -e $run/dispatch.csv ]] && $py -c 'import sys; from pathlib import Path
+from cublas_audit.table.validation import read_table
+read_table(Path(sys.argv[1])).to_parquet(sys.argv[2], compression="zstd")' \
+                    "$run" "$keep/$side.parquet" && cp "$run/env.json" "$keep/$side.env.json"
+            done
+            made+=("$keep")
+        done
         ;;
     atlas-fp32 | atlas-bf16)
         # Issue 28: the full 3-D map of one mode (M, N, K in 64..4096 step 64) with follow-up,
