@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 
 from cublas_audit.judge import noise
-from cublas_audit.judge.diff import compare, is_map
+from cublas_audit.judge.diff import Diff, compare, is_map
 from cublas_audit.judge.map_audit import MAP_RULES, map_findings
 from cublas_audit.judge.rules import audit
 from cublas_audit.table.inputs import Dataset, load_one_gpu
@@ -35,23 +35,27 @@ def fp32() -> tuple[Dataset, Dataset]:
     return run("fp32-s2", "a"), run("fp32-s2", "b")
 
 
-def test_a_map_rerun_passes_the_gate_both_ways(fp32) -> None:
+@pytest.fixture(scope="module")
+def both_ways(fp32) -> list[Diff]:
     a, b = fp32
-    assert is_map(a) and is_map(b)
-    for first, second in ((a, b), (b, a)):
-        judged = compare(first, second)
+    return [compare(a, b), compare(b, a)]
+
+
+def test_a_map_rerun_passes_the_gate_both_ways(fp32, both_ways) -> None:
+    assert all(is_map(side) for side in fp32)
+    for judged in both_ways:
         assert len(judged.matched) == 10_000 and judged.kernel_changes.empty
         assert not judged.fails("regression") and judged.rows("improvement").empty
 
 
-def test_judged_as_a_sweep_the_same_rerun_would_fail_on_a_real_shift(fp32) -> None:
+def test_judged_as_a_sweep_the_same_rerun_would_fail_on_a_real_shift(fp32, both_ways) -> None:
     a, b = (dataclasses.replace(side, env={}) for side in fp32)  # no env.json: a sweep's floors
     first = a.frame.set_index("case_id").loc[SHIFTED]
     second = b.frame.set_index("case_id").loc[SHIFTED]
     assert second["kernel_time_ms"] / first["kernel_time_ms"] == pytest.approx(0.8752, abs=1e-4)
     assert second["kernel_time_max_ms"] < first["kernel_time_min_ms"]  # apart, call for call
     assert compare(b, a).fails("regression")  # b -> a: +14.3 %, beyond the sweep's 2.8 % floor
-    row = compare(*fp32).matched.set_index("shape").loc["640x3776x4032"]
+    row = both_ways[0].matched.set_index("shape").loc["640x3776x4032"]
     assert row["kernel_verdict"] == "unsure"  # within the map's 22 %
 
 
