@@ -8,7 +8,8 @@ from pathlib import Path
 import pandas as pd
 
 from cublas_audit.planning.cases import read_plan
-from cublas_audit.run.sweep import SweepConfig, collect_launches, write_table
+from cublas_audit.run.run_table import collect_launches
+from cublas_audit.run.sweep import SweepConfig, write_table
 from cublas_audit.table import dispatch as table
 from cublas_audit.table.rundir import read_results
 from cublas_audit.table.validation import read_table

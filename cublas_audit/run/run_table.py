@@ -1,0 +1,90 @@
+"""The run directory read back, and its table and finish written: what the probe loaded, which
+cases a probe run left unfinished, the ncu launches of its chunks, the dispatch table of what it
+holds now, and the times of the finished run (every part of a resumed one) in env.json."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from cublas_audit.observe import ncu_export as ncu_parse
+from cublas_audit.observe.environment import format_cublas_version
+from cublas_audit.planning.cases import Case, read_plan
+from cublas_audit.table import assemble, rundir
+from cublas_audit.table import dispatch as table
+from cublas_audit.table.rundir import NCU_DIR, PLAN_FILE, PROFILE_RESULTS, TIME_RESULTS
+
+
+def probe_versions(run_dir: Path) -> dict[str, Any]:
+    """The last `probe` record: what the child really loaded (cuBLAS version and paths)."""
+    versions: dict[str, Any] = {}
+    for name in (PROFILE_RESULTS, TIME_RESULTS):
+        for record in rundir.records(run_dir / name):
+            if record.get("event") == "probe":
+                versions = record
+    return versions
+
+
+def unfinished_cases(path: Path, done: Mapping[str, Any]) -> list[str]:
+    """The cases the last probe run started and never finished, in the order it started them:
+    one where it runs a case at a time, up to two chunks' worth in the map (device.map_engine
+    queues the next chunk before it reads one back)."""
+    started: list[str] = []
+    for record in rundir.records(path):
+        if record.get("event") == "probe":  # a new probe run: what came before was settled
+            started = []
+        elif record.get("event") == "start" and record.get("case_id"):
+            started.append(str(record["case_id"]))
+    return [case_id for case_id in dict.fromkeys(started) if case_id not in done]
+
+
+def collect_launches(run_dir: Path) -> list[ncu_parse.Launch]:
+    launches: list[ncu_parse.Launch] = []
+    for csv_path in sorted((run_dir / NCU_DIR).glob("chunk-*.csv")):
+        launches.extend(ncu_parse.parse_csv_file(csv_path))
+    return launches
+
+
+def write_run_table(
+    run_dir: Path, cases: Sequence[Case] | None = None, label: str = ""
+) -> pd.DataFrame:
+    env = rundir.read_env(run_dir)
+    versions = probe_versions(run_dir)
+    cublas = versions.get("cublas_version_int")
+    context = {
+        "gpu_label": label or env.get("gpu_label"),
+        "gpu_name": env.get("gpu_name"),
+        "cc": env.get("cc"),
+        "sm_count": env.get("sm_count"),
+        "device_index": env.get("device_index"),
+        "gpu_uuid": env.get("gpu_uuid"),
+        "driver_version": env.get("driver_version"),
+        "cublas_version": format_cublas_version(cublas) if cublas else env.get("cublas_version"),
+    }
+    frame = assemble.build_table(
+        list(cases) if cases is not None else read_plan(run_dir / PLAN_FILE),
+        collect_launches(run_dir),
+        rundir.read_results(run_dir / PROFILE_RESULTS),
+        rundir.read_results(run_dir / TIME_RESULTS),
+        context,
+    )
+    table.write_table(frame, run_dir / rundir.TABLE_FILE)
+    return frame
+
+
+def record_finish(run_dir: Path, seconds: float, phases: Mapping[str, float]) -> None:
+    env = rundir.read_env(run_dir)
+    versions = probe_versions(run_dir)
+    if versions.get("cublas_version_int"):
+        env["cublas_version"] = format_cublas_version(versions["cublas_version_int"])
+    env = rundir.with_earlier_parts(env, seconds, phases)
+    rundir.write_env(run_dir, {**env, "finished": _now(), "probe": versions})
+
+
+def _now() -> str:
+    from datetime import UTC, datetime
+
+    return datetime.now(UTC).isoformat(timespec="seconds")
