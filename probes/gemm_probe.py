@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from cublas_audit.device import loaded
+from cublas_audit.device.nvtx import Range
 from cublas_audit.errors import ToolMissingError
 from cublas_audit.judge.candidates import DEFAULT_LIMIT, DEFAULT_THRESHOLD
 from cublas_audit.judge.candidates import DEFAULT_MIN_REPS as CANDIDATE_MIN_REPS
@@ -293,14 +294,14 @@ class Runner:
         import cupy
 
         cupy.cuda.Device().synchronize()
-        with _Range(CALL_RANGE_PREFIX + case.case_id):
+        with Range(CALL_RANGE_PREFIX + case.case_id):
             launch()
             cupy.cuda.Device().synchronize()
         result: dict[str, Any] = {"status": "ok"}
         ref = self._reference_or_reason(case, ops, result)
         if ref is not None:
             ref.launch.zero()  # outside the range: ncu profiles the reference SGEMM alone
-            with _Range(REFERENCE_RANGE_PREFIX + case.case_id):
+            with Range(REFERENCE_RANGE_PREFIX + case.case_id):
                 ref.launch.sgemm()
                 cupy.cuda.Device().synchronize()
         return result
@@ -400,26 +401,10 @@ class Runner:
         return ref
 
 
+@dataclasses.dataclass
 class _Reference:
-    def __init__(self, launch: Launch, out: Any) -> None:
-        self.launch = launch
-        self.out = out
-
-
-class _Range:
-    """An NVTX push/pop range as a context manager."""
-
-    def __init__(self, name: str) -> None:
-        import cupy
-
-        self.nvtx = cupy.cuda.nvtx
-        self.name = name
-
-    def __enter__(self) -> None:
-        self.nvtx.RangePush(self.name)
-
-    def __exit__(self, *exc: object) -> None:
-        self.nvtx.RangePop()
+    launch: Launch
+    out: Any
 
 
 if __name__ == "__main__":
