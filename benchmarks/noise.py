@@ -136,7 +136,7 @@ def evaluate_maps(pairs: Sequence[Path]) -> dict[str, Any]:
         caught = diff.compare(b, copy, model=shipped).rows("regression")
         found["findings"] = {
             name: _finding_agreement(a, b, model)
-            for name, model in (("shipped", shipped.for_maps()), ("sweep_floors", sweep_only))
+            for name, model in (("map_floors", shipped.for_maps()), ("sweep_floors", sweep_only))
         }
         named = [_case_id(row) for row in caught.to_dict("records")]
         found["planted_2x"] = {"case": case, "caught": named == [case]}
@@ -149,18 +149,16 @@ def evaluate_maps(pairs: Sequence[Path]) -> dict[str, Any]:
 
 
 def _finding_agreement(a: Dataset, b: Dataset, model: noise.NoiseModel) -> dict[str, Any]:
-    """The map rules' findings of two reruns judged with `model`: how many each run has, how many
-    only one of them has (each a finding a rerun does not repeat), and the largest effect among
-    those."""
+    """The map rules' findings of two reruns judged with `model`, those beyond its floors
+    (`medium`; `info` ones are within the map's rerun noise): how many each run has, how many
+    only one of them has (a finding a rerun does not repeat), and the largest effect of those."""
     from cublas_audit.judge.map_audit import MAP_RULES
     from cublas_audit.judge.rules import audit
 
+    found = [audit(side.frame, rules=MAP_RULES, model=model) for side in (a, b)]
     runs = [
-        {
-            (f.rule, tuple(f.sizes)): f.effect
-            for f in audit(side.frame, rules=MAP_RULES, model=model)
-        }
-        for side in (a, b)
+        {(f.rule, tuple(f.sizes)): f.effect for f in side if f.severity == "medium"}
+        for side in found
     ]
     alone = set(runs[0]) ^ set(runs[1])
     largest = max((runs[0].get(key) or runs[1][key] for key in alone), default=0.0)

@@ -22,7 +22,13 @@ from cublas_audit.judge.finding import Finding
 from cublas_audit.judge.map_audit import FollowUpVerdicts, MapAudit
 from cublas_audit.judge.rules.maps import MAP_SERIES
 from cublas_audit.report import map_plots
-from cublas_audit.report.map_report import HOLDS, finding_series, follow_up_verdict, map_time
+from cublas_audit.report.map_report import (
+    HOLDS,
+    finding_series,
+    follow_up_verdict,
+    map_time,
+    within_noise,
+)
 from cublas_audit.report.markdown import md_code, md_fence, md_number, md_table, md_text, shorten
 from cublas_audit.report.render import env_rows
 from cublas_audit.table.atlas_files import (
@@ -196,7 +202,8 @@ def _findings(found: Sequence[tuple[Finding, str | None]]) -> str:
     counted = ", ".join(f"{count} {md_text(rule)}" for rule, count in rules.items())
     followed = [verdict for _, verdict in found if verdict is not None]
     held = sum(verdict == HOLDS for verdict in followed)
-    lines = [f"{len(found)} findings: {counted}."]
+    tiers = within_noise([finding for finding, _ in found], " Of them ")
+    lines = [f"{len(found)} findings: {counted}.{tiers}" + ("." if tiers else "")]
     if followed:
         lines.append(
             f"The follow-up measured {len(followed)} again at full length: {held} hold, "

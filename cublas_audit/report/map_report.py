@@ -150,11 +150,19 @@ def _findings(rows: pd.DataFrame, found: Sequence[Finding], thresholds: Threshol
             (md_text(finding_series(f)), md_text(f.message), md_text(f.workaround))
             for f in listed[:FINDINGS_SHOWN]
         ]
-        parts.append(f"### {rule} ({len(listed)})")
+        parts.append(f"### {rule} ({len(listed)}{within_noise(listed, '; ')})")
         parts.append(md_table(["series", "finding", "workaround"], table))
         if len(listed) > FINDINGS_SHOWN:
             parts.append(f"The {len(listed) - FINDINGS_SHOWN} smaller ones are in findings.json.")
     return "\n\n".join(parts)
+
+
+def within_noise(found: Sequence[Finding], lead: str) -> str:
+    """How many findings are within the map's rerun noise (`info`), after `lead`; '' if none."""
+    count = sum(f.severity == "info" for f in found)
+    return (
+        f"{lead}{count} within the map's rerun noise, for the follow-up to decide" if count else ""
+    )
 
 
 def dispatch_rules(found: Sequence[Finding]) -> list[str]:

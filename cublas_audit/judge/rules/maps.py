@@ -26,6 +26,13 @@ from cublas_audit.judge.timed_rows import (
 from cublas_audit.judge.verdicts import Verdict
 from cublas_audit.table.dispatch import cell_records
 
+# A map's problems move between runs more than a sweep's cases (judge.noise, map kinds): a finding
+# beyond the sweep's floors but within the map's is `info`, and the follow-up decides.
+WITHIN_MAP_NOISE = (
+    " Within the map's rerun noise (its 5 calls a problem): the follow-up's full-length"
+    " measurement decides."
+)
+
 # The settings a map series shares: problems of one series differ only in m, n, k.
 MAP_SERIES = [
     "gpu_label",
@@ -44,7 +51,8 @@ def size_inversion(ctx: RuleContext) -> list[Finding]:
     """A problem slower than another of the same series that is no smaller in any dimension:
     the smaller problem's kernel is a poor pick, and padding it to the larger size is a
     workaround a user can apply today. The larger problem named is the fastest such one (the
-    first in the table among equal times); the pair holds beyond the noise model or not at all."""
+    first in the table among equal times); the pair holds beyond the noise model or not at all,
+    and where the rows' own floors are wider (ctx.model: a map's) one within them is `info`."""
     margin = ctx.thresholds.inversion_margin_pct / 100
     rows = _kernel_timed(ctx.rows)
     found = []
@@ -59,8 +67,10 @@ def size_inversion(ctx: RuleContext) -> list[Finding]:
         # A pair under the margin is `same` whatever the noise (verdicts.judge), so it is not
         # judged one by one; the 1e-9: judge's ratio, exp(log(b / a)), may round off this one.
         slow = slow[times[slow] / times[best[slow]] >= (1 + margin) * (1 - 1e-9)]
-        held = _beyond_noise(series, slow, best[slow], on, margin, ctx.model)
-        found += _inversions(series, slow[held], best[slow][held], times, on)
+        held = _beyond_noise(series, slow, best[slow], on, margin, noise.load())
+        slow, fast = slow[held], best[slow][held]
+        sure = _beyond_noise(series, slow, fast, on, margin, ctx.model) if ctx.model else None
+        found += _inversions(series, slow, fast, times, on, sure)
     return found
 
 
@@ -87,7 +97,12 @@ def _beyond_noise(
 
 
 def _inversions(
-    series: pd.DataFrame, slow: np.ndarray, fast: np.ndarray, times: np.ndarray, on: str
+    series: pd.DataFrame,
+    slow: np.ndarray,
+    fast: np.ndarray,
+    times: np.ndarray,
+    on: str,
+    sure: np.ndarray | None,
 ) -> list[Finding]:
     """The findings of the inversions (positions in the series: the slower, smaller problem
     and the faster, larger one)."""
@@ -102,18 +117,15 @@ def _inversions(
         works.append(f"Pad the problem to {m[j]}x{n[j]}x{k[j]} (with zeros): it runs sooner.")
     # effect: the share of the time padding saves (a cliff's is the throughput lost)
     effects = 1 - times[fast] / times[slow]
-    compared = series.index[fast]
-    return of_rows(
-        "size-inversion", "medium", series.iloc[slow], messages, works, compared, effects
-    )
+    return _tiered("size-inversion", series, slow, messages, works, fast, effects, sure)
 
 
 def dispatch_cliff(ctx: RuleContext) -> list[Finding]:
     """Between neighbouring grid points (consecutive square sizes, or consecutive values of one
     dimension with the other two fixed): where the dispatched kernel changes and throughput drops
-    by at least `cliff_drop_pct`, and by more than noise alone can make it (`_noise_drop`)."""
+    by at least `cliff_drop_pct`, and by more than noise alone can make it (`_noise_drop`); where
+    the rows' own floors are wider (ctx.model: a map's), one within them is `info`."""
     t = ctx.thresholds
-    model = ctx.model or noise.load()
     rows = _kernel_timed(ctx.rows)
     found = []
     for _, series in rows.groupby(MAP_SERIES, dropna=False, sort=False):
@@ -127,8 +139,11 @@ def dispatch_cliff(ctx: RuleContext) -> list[Finding]:
         drop = 1 - rate[after] / rate[before]
         cliff = (kernels[after] != kernels[before]) & (drop * 100 >= t.cliff_drop_pct)
         kind = floor_kind(on, str(series["mode"].iloc[0]))
-        cliff[cliff] = drop[cliff] > _noise_drop(model, kind, times[after[cliff]])
-        found += _cliffs(series, before[cliff], after[cliff], drop[cliff], on)
+        cliff[cliff] = drop[cliff] > _noise_drop(noise.load(), kind, times[after[cliff]])
+        sure = (
+            drop[cliff] > _noise_drop(ctx.model, kind, times[after[cliff]]) if ctx.model else None
+        )
+        found += _cliffs(series, before[cliff], after[cliff], drop[cliff], on, sure)
     return found
 
 
@@ -141,7 +156,12 @@ def _noise_drop(model: NoiseModel, kind: str, times_ms: np.ndarray) -> np.ndarra
 
 
 def _cliffs(
-    series: pd.DataFrame, before: np.ndarray, after: np.ndarray, drop: np.ndarray, on: str
+    series: pd.DataFrame,
+    before: np.ndarray,
+    after: np.ndarray,
+    drop: np.ndarray,
+    on: str,
+    sure: np.ndarray | None,
 ) -> list[Finding]:
     """The findings of the cliffs (positions in the series: the neighbour before, the one
     after, and the share of throughput lost between them)."""
@@ -156,8 +176,30 @@ def _cliffs(
             f"Pad to a size that keeps {kernel[b]}, or take it through cuBLASLt "
             "if its heuristic lists it."
         )
-    compared = series.index[before]
-    return of_rows("dispatch-cliff", "medium", series.iloc[after], messages, works, compared, drop)
+    return _tiered("dispatch-cliff", series, after, messages, works, before, drop, sure)
+
+
+def _tiered(
+    rule: str,
+    series: pd.DataFrame,
+    found: np.ndarray,
+    messages: list[str],
+    works: list[str],
+    compared: np.ndarray,
+    effects: np.ndarray,
+    sure: np.ndarray | None,
+) -> list[Finding]:
+    """The findings (positions in the series: the row found, the row compared): `medium` where
+    `sure` (None: all), else `info` and said to be within the map's rerun noise."""
+    sure = np.ones(len(found), dtype=bool) if sure is None else sure
+    tiers = []
+    for severity, chosen in (("medium", sure), ("info", ~sure)):
+        said = [m + (WITHIN_MAP_NOISE if severity == "info" else "") for m, c in
+                zip(messages, chosen, strict=True) if c]  # fmt: skip
+        kept = [w for w, c in zip(works, chosen, strict=True) if c]
+        rows, against = series.iloc[found[chosen]], series.index[compared[chosen]]
+        tiers += of_rows(rule, severity, rows, said, kept, against, effects[chosen])
+    return tiers
 
 
 def _column_list(series: pd.DataFrame, name: str) -> list[Any]:
