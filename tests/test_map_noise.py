@@ -19,6 +19,7 @@ from cublas_audit.judge.map_audit import MAP_RULES, map_findings
 from cublas_audit.judge.rules import audit
 from cublas_audit.judge.rules.maps import WITHIN_MAP_NOISE
 from cublas_audit.report.map_report import within_noise
+from cublas_audit.table.dispatch import write_table
 from cublas_audit.table.inputs import Dataset, load_one_gpu
 
 PAIRS = Path(__file__).resolve().parent / "fixtures" / "h100-map-reruns"
@@ -115,3 +116,15 @@ def test_a_maps_findings_within_its_rerun_noise_are_info(fp32) -> None:
         within_noise(found, "; ")
         == "; 268 within the map's rerun noise, for the follow-up to decide"
     )
+
+
+def test_a_maps_dispatch_csv_given_as_a_file_is_judged_as_a_map(fp32, tmp_path: Path) -> None:
+    # `diff runA/dispatch.csv runB/dispatch.csv`: the env.json beside says the rows are a map's
+    rows = fp32[0].frame.head(50)
+    for name, env in (("map", {"phase": "map"}), ("bare", None)):
+        (tmp_path / name).mkdir()
+        write_table(rows, tmp_path / name / "dispatch.csv")
+        if env:
+            (tmp_path / name / "env.json").write_text(json.dumps(env))
+    assert is_map(load_one_gpu(tmp_path / "map" / "dispatch.csv"))
+    assert not is_map(load_one_gpu(tmp_path / "bare" / "dispatch.csv"))

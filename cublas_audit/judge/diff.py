@@ -161,8 +161,8 @@ def compare(
 
 
 def is_map(side: Dataset) -> bool:
-    """Whether a side was measured by `cublas-audit map` (its env.json says so; a bare table
-    says nothing and is judged as a sweep's)."""
+    """Whether a side was measured by `cublas-audit map` (its env.json says so, or the one
+    beside its dispatch.csv: table.inputs; a table with neither is judged as a sweep's)."""
     return side.env.get("phase") == "map"
 
 

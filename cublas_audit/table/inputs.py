@@ -82,7 +82,19 @@ def load_one_gpu(path: Path) -> Dataset:
         return load_run(path)
     frame = read_table(path)
     require_one_gpu(frame, path)
-    return _dataset(path, frame, {})
+    return _dataset(path, frame, _measured_by(path))
+
+
+def _measured_by(table: Path) -> dict[str, Any]:
+    """What a run's dispatch.csv given as a file says of its measurement: the phase of the
+    env.json beside it (a map's rows are judged with the map's floors), else nothing."""
+    if table.name != TABLE_FILE:
+        return {}
+    try:
+        phase = read_env(table.parent).get("phase")
+    except AuditError:  # a broken env.json beside it: the table alone is still a table
+        return {}
+    return {"phase": phase} if phase else {}
 
 
 def load_run(run_dir: Path) -> Dataset:
