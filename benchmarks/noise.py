@@ -77,7 +77,7 @@ def collect(
 
 
 def map_pair(folder: Path) -> tuple[Dataset, Dataset]:
-    """Two runs of one map, as benchmarks/results/noise-maps-h100 keeps them: a.parquet and
+    """Two runs of one map, as tests/fixtures/h100-map-reruns keeps them: a.parquet and
     b.parquet (the run directories' tables) beside a.env.json and b.env.json."""
     return tuple(  # type: ignore[return-value]
         dataclasses.replace(

@@ -57,7 +57,7 @@ BASE_KINDS = ("call", "kernel", "kernel_tensor", "call_ratio", "kernel_ratio")
 # thousands of problems. Its reruns on the H100 show what the sweep's reruns (about 100 cases)
 # never reached: about one problem in a thousand shifted between runs, all 5 of its calls alike,
 # by up to 18 % (FP32 kernels) and 36 % (BF16), at any time per launch below 1 ms (12.5 % at
-# 0.45 ms, 14 % at 0.05 ms: benchmarks/results/noise-maps-h100). Its kinds are fitted on map
+# 0.45 ms, 14 % at 0.05 ms: tests/fixtures/h100-map-reruns). Its kinds are fitted on map
 # reruns alone, pooled below POOLED_BELOW_MS (the largest shift anywhere there), and widen the
 # base kinds wherever a map is compared (NoiseModel.for_maps).
 MAP_PREFIX = "map_"
