@@ -76,7 +76,7 @@ def summarize(run_dir: Path) -> dict[str, Any]:
     # A resumed map's env.json times its last part alone; its cases' shares (case_s) add up to
     # every part's measuring time, also a part stopped before it could record anything else.
     # A map stopped before its end (no table, no phase time) is timed the same way: its chunks
-    # are dealt to like work (device.map_engine.dealt), so its rate is the whole map's.
+    # are dealt to like work (planning.chunks.dealt), so its rate is the whole map's.
     parts = sum(r.get("event") == "probe" for r in found)
     if parts > 1 or not map_s:
         map_s = sum(float(r.get("case_s") or 0) for r in done)
