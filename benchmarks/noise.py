@@ -126,11 +126,11 @@ def evaluate_maps(pairs: Sequence[Path]) -> dict[str, Any]:
         left_out = dataclasses.replace(
             sweep_only, others={**sweep_only.others, **noise.map_floors(others)}
         )
-        both_ways = ((a, b), (b, a))
+        judged = [diff.compare(a, b, model=shipped), diff.compare(b, a, model=shipped)]
         found: dict[str, Any] = {
-            name: _false(model, both_ways)
-            for name, model in (("shipped", shipped), ("sweep_floors", sweep_only),
-                                ("left_out", left_out))
+            "shipped": count_verdicts(judged),
+            **{name: false_verdicts([a, b], [(0, 1), (1, 0)], model)
+               for name, model in (("sweep_floors", sweep_only), ("left_out", left_out))},
         }  # fmt: skip
         copy, case = slowed(b, 2.0, 0.1)
         caught = diff.compare(b, copy, model=shipped).rows("regression")
@@ -142,7 +142,7 @@ def evaluate_maps(pairs: Sequence[Path]) -> dict[str, Any]:
         found["planted_2x"] = {"case": case, "caught": named == [case]}
         found["detectable"] = [
             {key: _finite(value) for key, value in row.items()}
-            for row in diff.compare(a, b, model=shipped).floors.to_dict("records")
+            for row in judged[0].floors.to_dict("records")
         ]
         result["pairs"][str(pair)] = found
     return result
@@ -166,21 +166,21 @@ def _finding_agreement(a: Dataset, b: Dataset, model: noise.NoiseModel) -> dict[
             "largest_effect_in_one_only": round(largest, 3)}  # fmt: skip
 
 
-def _false(model: noise.NoiseModel, both_ways: Sequence[tuple[Dataset, Dataset]]) -> dict[str, int]:
-    counts = {"regressions": 0, "improvements": 0, "unsure": 0}
-    for a, b in both_ways:
-        judged = diff.compare(a, b, model=model)
-        for verdict in ("regression", "improvement", "unsure"):
-            counts[verdict + ("s" if verdict != "unsure" else "")] += len(judged.rows(verdict))
-    return counts
+def false_verdicts(
+    runs: Sequence[Dataset],
+    pairs: Sequence[tuple[int, int]],
+    model: noise.NoiseModel | None = None,
+) -> dict[str, Any]:
+    """Regressions and improvements over the given pairs of reruns (all of them false), judged
+    with `model` (else the shipped one)."""
+    return count_verdicts([diff.compare(runs[i], runs[j], model=model) for i, j in pairs])
 
 
-def false_verdicts(runs: Sequence[Dataset], pairs: Sequence[tuple[int, int]]) -> dict[str, Any]:
-    """Regressions and improvements over the given pairs of reruns (all of them false)."""
-    counts = {"pairs": len(pairs), "regressions": 0, "improvements": 0, "unsure": 0, "cases": 0}
+def count_verdicts(results: Sequence[diff.Diff]) -> dict[str, Any]:
+    """The verdicts of diffs between reruns, counted."""
+    counts = {"pairs": len(results), "regressions": 0, "improvements": 0, "unsure": 0, "cases": 0}
     counts.update(host_slower=0, regressions_on_call_time=0, pairs_with_kernel_times=0)
-    for i, j in pairs:
-        result = diff.compare(runs[i], runs[j])
+    for result in results:
         counts["regressions"] += len(result.rows("regression"))
         counts["improvements"] += len(result.rows("improvement"))
         counts["unsure"] += len(result.rows("unsure"))
