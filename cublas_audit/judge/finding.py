@@ -179,7 +179,12 @@ def size_list(group: pd.DataFrame) -> str:
 
 
 def pct_range(values: pd.Series) -> str:
-    lo, hi = float(values.min()), float(values.max())
+    """'12 %', '12-30 %' over the measured values; rows without counters (a PyTorch trace's, a
+    run observed with CUPTI) have none, and say so instead of a number."""
+    measured = values.dropna()
+    if measured.empty:
+        return "unmeasured (no counters)"
+    lo, hi = float(measured.min()), float(measured.max())
     return f"{lo:.0f} %" if round(lo) == round(hi) else f"{lo:.0f}-{hi:.0f} %"
 
 
