@@ -15,9 +15,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from cublas_audit.errors import AuditError
-from cublas_audit.files import write_text_atomic
+from cublas_audit.files import never_replacing, write_text_atomic
 from cublas_audit.judge.candidates import DEFAULT_THRESHOLD
 from cublas_audit.observe import environment
+from cublas_audit.report.output import check_output
 from cublas_audit.table.dispatch import json_ready
 from cublas_audit.table.fix_file import FixSet, Stamp, read_fix_file
 from cublas_audit.table.tunableop_file import TunableFile, parse_tunableop
@@ -57,9 +58,11 @@ def checked_input(path: Path) -> FixSet:
 def run(job: VerifyJob, echo: Echo) -> int:
     from cublas_audit.run import verify
 
+    out = job.out or job.fix_file.parent / VERIFY_FILE
+    inputs = [job.fix_file, *([tunable_path(job.fix_file)] if job.torch else [])]
+    check_output(out, inputs)  # first: never the fix file (under any name), never a directory
     fixes = checked_input(job.fix_file)
     tunable = tunable_file(job.fix_file) if job.torch else None
-    out = job.out or job.fix_file.parent / VERIFY_FILE
     env = environment.collect()
     environment.require_gpu(env)
     here = Stamp(
@@ -80,7 +83,8 @@ def run(job: VerifyJob, echo: Echo) -> int:
         "fixes": [asdict(item) for item in found],
     }
     text = json.dumps(json_ready(data), indent=2, allow_nan=False) + "\n"  # inf: no result
-    echo(f"verify: {write_text_atomic(out, text)}")
+    with never_replacing(inputs):
+        echo(f"verify: {write_text_atomic(out, text)}")
     through_torch = _torch_check(fixes, job.fix_file, tunable, echo) if tunable else []
     refused = [item for item in found if item.status == verify.REFUSED]
     if refused and not differs:
@@ -93,11 +97,18 @@ def run(job: VerifyJob, echo: Echo) -> int:
     return GATE_FAILED if job.fail_on and failed else 0
 
 
+def tunable_path(fix_file: Path) -> Path:
+    """Where `fix` wrote the TunableOp file: beside the fix file."""
+    from cublas_audit.report.tunableop import DEVICE_FILE_NAME
+
+    return fix_file.parent / DEVICE_FILE_NAME
+
+
 def tunable_file(fix_file: Path) -> TunableFile:
     """The TunableOp file `fix` wrote beside the fix file, read whole (before any GPU work)."""
     from cublas_audit.report.tunableop import DEVICE_FILE_NAME
 
-    path = fix_file.parent / DEVICE_FILE_NAME
+    path = tunable_path(fix_file)
     if not path.is_file():
         raise AuditError(
             f"--torch: no {DEVICE_FILE_NAME} beside {fix_file} (`fix --torch-version` writes it)"
