@@ -82,3 +82,44 @@ def test_an_out_that_is_an_input_or_a_directory_is_refused_first(
     refused(result, "would overwrite|is a directory")
     for name, content in before.items():
         assert (copied.parent / name).read_bytes() == content, name
+
+
+# ----- --torch: the TunableOp file through its one reader ---------------------------------------
+
+
+def test_a_binary_tunableop_file_is_one_line(stand_in_h100: None, copied: Path) -> None:
+    """`verify --torch` read tunableop0.csv with read_text and died with UnicodeDecodeError
+    (exit 4) on a binary file."""
+    (copied.parent / "tunableop0.csv").write_bytes(b"\x89PNG\r\n\x1a\n\xff\xfe\x00\x01")
+    result = runner.invoke(app, ["verify", str(copied), "--torch"])
+    refused(result, r"tunableop0\.csv: .*not UTF-8 text")
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "words"),
+    [
+        ("PT_VERSION", "PT_VERSON", r"tunableop0\.csv:1: unknown validator 'PT_VERSON'"),
+        ("Validator,PT_VERSION,2.14.1\n", "", r"no PT_VERSION validator"),
+        ("PT_VERSION,2.14.1", "PT_VERSION,banana", r"PT_VERSION 'banana' is not"),
+    ],
+)
+def test_the_tunableop_validators_are_checked_before_the_gpu(
+    stand_in_h100: None, copied: Path, old: str, new: str, words: str
+) -> None:
+    """A misspelt validator key got past the check and on to the GPU (exit 3 on a CPU
+    machine): TunableOp would ignore the file's pins with no word."""
+    tunable = copied.parent / "tunableop0.csv"
+    text = tunable.read_text()
+    assert old in text
+    tunable.write_text(text.replace(old, new, 1))
+    refused(runner.invoke(app, ["verify", str(copied), "--torch"]), words)
+
+
+def test_a_validator_given_twice_is_refused() -> None:
+    from cublas_audit.errors import AuditError
+    from cublas_audit.table.tunableop_file import parse_tunableop
+
+    text = (RECORDED / "tunableop0.csv").read_text()
+    twice = "Validator,PT_VERSION,2.15.0\n" + text
+    with pytest.raises(AuditError, match=r"^t\.csv:2: validator PT_VERSION is already on line 1"):
+        parse_tunableop(twice, "t.csv")

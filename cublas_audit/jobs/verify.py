@@ -21,7 +21,7 @@ from cublas_audit.observe import environment
 from cublas_audit.report.output import check_output
 from cublas_audit.table.dispatch import json_ready
 from cublas_audit.table.fix_file import FixSet, Stamp, read_fix_file
-from cublas_audit.table.tunableop_file import TunableFile, parse_tunableop
+from cublas_audit.table.tunableop_file import TunableFile, read_tunableop
 
 if TYPE_CHECKING:
     from cublas_audit.run.torch_check import TorchChecked
@@ -113,7 +113,10 @@ def tunable_file(fix_file: Path) -> TunableFile:
         raise AuditError(
             f"--torch: no {DEVICE_FILE_NAME} beside {fix_file} (`fix --torch-version` writes it)"
         )
-    return parse_tunableop(path.read_text(), str(path))
+    tunable = read_tunableop(path)
+    if tunable.validator("PT_VERSION") is None:
+        raise AuditError(f"--torch: {path} has no PT_VERSION validator: TunableOp refuses it")
+    return tunable
 
 
 def _torch_check(

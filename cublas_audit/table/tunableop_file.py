@@ -33,6 +33,9 @@ BATCHED_OP = "GemmStridedBatchedTunableOp"
 BIAS_OP = "GemmAndBiasTunableOp"
 DEFAULT = "Default"
 VALIDATOR = "Validator"
+# The validators torch 2.14 writes on CUDA and checks on reading (every file in
+# tests/fixtures/tunableop/): a key misspelt is no validator TunableOp checks, so it is refused.
+VALIDATOR_KEYS = ("PT_VERSION", "CUBLASLT_VERSION", "CUDA_DEVICE")
 # The element type TunableOp names in a row, per cublas-audit mode (TunableGemm.h TypeName):
 # `tf32` is float data while torch allows TF32 (torch.backends.cuda.matmul.allow_tf32), which is
 # also when it runs cuBLASLt with CUBLAS_COMPUTE_32F_FAST_TF32 (CublasLtUtils.h). bf16x (FP32
@@ -138,12 +141,19 @@ def parse_tunableop(text: str, where: str = "TunableOp file") -> TunableFile:
     validators: list[tuple[str, str]] = []
     rows: list[TunableRow] = []
     seen: dict[tuple[str, str], int] = {}
+    names: dict[str, int] = {}  # each validator's line
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
         try:
             if line.startswith(f"{VALIDATOR},"):
                 validators.append(_validator(line))
+                name = validators[-1][0]
+                if name in names:
+                    raise AuditError(
+                        f"{where}:{number}: validator {name} is already on line {names[name]}"
+                    )
+                names[name] = number
                 continue
             row = _row(line)
         except ValueError as exc:
@@ -159,10 +169,18 @@ def parse_tunableop(text: str, where: str = "TunableOp file") -> TunableFile:
 
 
 def read_tunableop(path: Path) -> TunableFile:
+    """A results file from disk: the one way the package reads one (one line for a file that
+    cannot be read or is not text)."""
     try:
-        text = Path(path).read_text()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise AuditError(f"{path}: cannot read ({getattr(exc, 'strerror', None) or exc})") from exc
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise AuditError(f"{path}: cannot read ({exc.strerror or exc})") from exc
+    try:
+        text = data.decode()
+    except UnicodeDecodeError as exc:
+        raise AuditError(
+            f"{path}: not a TunableOp file: not UTF-8 text (byte {exc.start})"
+        ) from None
     return parse_tunableop(text, str(path))
 
 
@@ -170,7 +188,14 @@ def _validator(line: str) -> tuple[str, str]:
     parts = line.split(",", 2)
     if len(parts) != 3 or not parts[1]:
         raise ValueError("a Validator line is `Validator,KEY,VALUE`")
-    return parts[1], parts[2]
+    key, value = parts[1], parts[2]
+    if key not in VALIDATOR_KEYS:
+        raise ValueError(f"unknown validator {key!r} (known: {', '.join(VALIDATOR_KEYS)})")
+    if key == "PT_VERSION" and not re.fullmatch(r"\d+\.\d+\.\d+", value):
+        raise ValueError(f"PT_VERSION {value!r} is not torch's MAJOR.MINOR.PATCH")
+    if key == "CUBLASLT_VERSION" and not value.isdigit():
+        raise ValueError(f"CUBLASLT_VERSION {value!r} is not cuBLASLt's version number")
+    return key, value
 
 
 def _row(line: str) -> TunableRow:
