@@ -10,15 +10,34 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 import typer
-from typer.core import TyperArgument, TyperCommand
+from typer.core import TyperArgument, TyperCommand, TyperGroup
 
 from cublas_audit.cli import atlas, candidates, fix, machine, measure, merge, read
-from cublas_audit.cli.exit_codes import INTERNAL_ERROR, INTERRUPTED, exit_codes
+from cublas_audit.cli.exit_codes import (
+    INTERNAL_ERROR,
+    INTERRUPTED,
+    exit_codes,
+    one_line_usage_errors,
+)
 
 __all__ = ["INTERNAL_ERROR", "INTERRUPTED", "app", "exit_codes"]
 
+
+class _Group(TyperGroup):
+    """The app: its own parser errors (`--bogus`, no such command) as one line, exit 2."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        with one_line_usage_errors(ctx):
+            return super().parse_args(ctx, args)
+
+    def resolve_command(self, ctx: Any, args: list[str]) -> Any:
+        with one_line_usage_errors(ctx):
+            return super().resolve_command(ctx, args)
+
+
 app = typer.Typer(
     name="cublas-audit",
+    cls=_Group,
     help="Catch cuBLAS dispatching the wrong GEMM kernel: profile, tabulate, report, diff, fix.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
@@ -67,6 +86,12 @@ class _Command(TyperCommand):
         for param in self.params:
             if type(param) is TyperArgument:  # typer builds them; only their help changes
                 param.__class__ = _Argument
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        """Every parser error (unknown option, bad value, missing argument) as one line, exit 2:
+        the values are parsed and converted here, before the command runs."""
+        with one_line_usage_errors(ctx):
+            return super().parse_args(ctx, args)
 
 
 # In the order `cublas-audit --help` lists them.
