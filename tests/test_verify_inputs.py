@@ -9,6 +9,7 @@ test if it is reached: every refusal here must come first.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -123,3 +124,87 @@ def test_a_validator_given_twice_is_refused() -> None:
     twice = "Validator,PT_VERSION,2.15.0\n" + text
     with pytest.raises(AuditError, match=r"^t\.csv:2: validator PT_VERSION is already on line 1"):
         parse_tunableop(twice, "t.csv")
+
+
+# ----- the fix file whole: every field in range ------------------------------------------------
+
+
+def _edited(copied: Path, text: str) -> Path:
+    copied.write_text(text)
+    return copied
+
+
+def _pin_edit(copied: Path, **changes: Any) -> Path:
+    data = json.loads(copied.read_text())
+    data["fixes"][3]["pin"].update(changes)
+    return _edited(copied, json.dumps(data))
+
+
+@pytest.mark.parametrize(
+    ("changes", "words"),
+    [
+        # cuBLASLt reports -1 and 0 itself for algorithms without split-K (below); -2 is no value
+        # it has, and K cannot be cut into more parts than it has elements (this problem's k 896)
+        ({"split_k": -2}, r"fixes\[3\]\.pin\.split_k -2 is not"),
+        ({"split_k": 897}, r"fixes\[3\]\.pin\.split_k 897 is not"),
+        ({"split_k": 10**12}, r"fixes\[3\]\.pin\.split_k 1000000000000 is not"),
+        ({"algo_id": 2**31}, r"fixes\[3\]\.pin\.algo_id 2147483648 is not"),
+        ({"cta_swizzling": -1}, r"fixes\[3\]\.pin\.cta_swizzling -1 is not"),
+        ({"workspace_bytes": 2**64}, r"fixes\[3\]\.pin\.workspace_bytes 18446744073709551616"),
+    ],
+)
+def test_a_pin_out_of_cublaslts_range_is_refused_before_the_gpu(
+    stand_in_h100: None, copied: Path, changes: dict[str, int], words: str
+) -> None:
+    refused(runner.invoke(app, ["verify", str(_pin_edit(copied, **changes))]), words)
+
+
+@pytest.mark.parametrize("key", ["ms", "confirm_ms", "beta", "speedup"])
+@pytest.mark.parametrize("literal", ["NaN", "Infinity", "-Infinity"])
+def test_a_nan_literal_is_refused_before_the_gpu(
+    stand_in_h100: None, copied: Path, key: str, literal: str
+) -> None:
+    """Python's json reads NaN and Infinity, which JSON has not: a hand-edited NaN time or beta
+    got through to the GPU (even where the reader recomputes the field, as speedup)."""
+    text = copied.read_text()
+    edited = re.sub(rf'"{key}": [0-9.e-]+', f'"{key}": {literal}', text, count=1)
+    assert edited != text
+    result = runner.invoke(app, ["verify", str(_edited(copied, edited))])
+    refused(result, rf"not valid JSON \({literal} is not a number JSON allows\)")
+
+
+def test_a_confirmation_time_must_be_a_time(stand_in_h100: None, copied: Path) -> None:
+    data = json.loads(copied.read_text())
+    data["fixes"][0]["fixed"]["confirm_ms"] = -1.0
+    result = runner.invoke(app, ["verify", str(_edited(copied, json.dumps(data)))])
+    refused(result, r"fixes\[0\]\.fixed\.confirm_ms -1\.0 is not a positive time")
+
+
+def test_the_recorded_gemv_pins_stay_valid(tmp_path: Path) -> None:
+    """cuBLASLt itself reported split-K -1 (algo 11) and 0 (algo 10) for its GEMV algorithms on
+    the Llama trace's fp32 LM head (reports/h100/traces/20261125-093616-llama-v2), and torch's
+    TunableOp pinned `splitk_-1` in its own file: a fix of such a candidate must stay readable."""
+    from cublas_audit.jobs.verify import checked_input
+    from cublas_audit.judge.fixes import pin_of
+    from cublas_audit.table.candidates_table import read_candidates
+
+    frame = read_candidates(REPORTS / "h100" / "traces" / "20261125-093616-llama-v2")
+    gemv = frame[frame["case_id"] == "cublasLt.fp32.32000x4x2048.b1.tn"]
+    splits = {int(row["candidate"]): pin_of(row).split_k for _, row in gemv.iterrows()}
+    assert (splits[2], splits[3]) == (-1, 0)
+    data = json.loads((RECORDED / "fix.json").read_text())
+    for split in (-1, 0):
+        data["fixes"][3]["pin"]["split_k"] = split
+        path = tmp_path / f"split-{split}.json"
+        path.write_text(json.dumps(data))
+        assert checked_input(path).fixes[3].pin == pin_with(split_k=split)
+
+
+def pin_with(**changes: int) -> Any:
+    import dataclasses
+
+    from cublas_audit.table.fix_file import read_fix_file
+
+    pin = read_fix_file(RECORDED / "fix.json").fixes[3].pin
+    assert pin is not None
+    return dataclasses.replace(pin, **changes)

@@ -12,6 +12,7 @@ checks everything before anything is run: a hand-edited or truncated file is one
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ SCHEMA = "cublas-audit-fix"
 SCHEMA_VERSION = 1
 FIX_FILE = "fix.json"
 KINDS = ("pin", "pad", "layout")
+TIMINGS = ("kernel", "call")  # CUPTI's kernel time, CUDA events around the call
 
 
 @dataclass(frozen=True)
@@ -249,7 +251,7 @@ def read_fix_file(path: Path) -> FixSet:
     """fix.json, checked whole before it is used: one AuditError (exit 2) naming the file and
     the first thing wrong."""
     try:
-        data = json.loads(Path(path).read_text())
+        data = json.loads(Path(path).read_text(), parse_constant=_not_json)
     except OSError as exc:
         raise AuditError(f"{path}: cannot read ({exc.strerror or exc})") from exc
     except ValueError as exc:
@@ -258,6 +260,12 @@ def read_fix_file(path: Path) -> FixSet:
         return from_json(data)
     except (KeyError, TypeError, ValueError) as exc:
         raise AuditError(f"{path}: not a valid fix file: {exc}") from exc
+
+
+def _not_json(literal: str) -> float:
+    """NaN and Infinity, which Python's json reads and JSON has not: a time or a beta of NaN
+    would reach the GPU."""
+    raise ValueError(f"{literal} is not a number JSON allows")
 
 
 def from_json(data: Any) -> FixSet:
@@ -292,6 +300,8 @@ def _fix(entry: Any, index: int) -> Fix:
     instead = entry.get("instead")
     if kind == "pin" and pin is None:
         raise ValueError(f"{where}: a pin fix without its 'pin'")
+    if pin is not None:
+        _check_split_k(pin.split_k, problem.k, f"{where}.pin")
     if kind != "pin" and instead is None:
         raise ValueError(f"{where}: a {kind} fix without the problem to run 'instead'")
     fix = Fix(
@@ -300,7 +310,7 @@ def _fix(entry: Any, index: int) -> Fix:
         problem=problem,
         default=_timed(entry["default"], f"{where}.default"),
         fixed=_timed(entry["fixed"], f"{where}.fixed"),
-        timing=as_text(entry["timing"], f"{where}.timing"),
+        timing=_timing(entry["timing"], f"{where}.timing"),
         verdict=as_text(entry["verdict"], f"{where}.verdict"),
         change=as_text(entry["change"], f"{where}.change"),
         pin=pin,
@@ -340,15 +350,50 @@ def _problem(data: Any, where: str) -> Problem:
     return problem
 
 
+# What cuBLASLt stores each number attribute of a pin as (cublasLt.h: cublasLtMatmulAlgoInit's
+# int algoId, the config attributes' uint32_t / uint16_t), and the workspace no GPU has (1 TiB).
+_PIN_RANGES = {
+    "algo_id": 2**31 - 1,
+    "cta_swizzling": 2**32 - 1,
+    "custom_option": 2**32 - 1,
+    "inner_shape": 2**16 - 1,
+    "workspace_bytes": 2**40,
+}
+# cuBLASLt's own values of SPLITK_NUM for algorithms without split-K: the H100's heuristic gave -1
+# (algo 11) and 0 (algo 10) on the Llama trace's fp32 LM head (reports/h100/traces/
+# 20261125-093616-llama-v2/candidates.csv), and torch's TunableOp pinned `splitk_-1` itself.
+NO_SPLIT_K = (-1, 0)
+
+
 def _pin(data: Any, where: str) -> Pin:
     pin = record(Pin, data, where)
-    if pin.algo_id < 0 or pin.workspace_bytes < 0:
-        raise ValueError(f"{where}: algo_id and workspace_bytes must not be negative")
+    for name, high in _PIN_RANGES.items():
+        value = getattr(pin, name)
+        if not 0 <= value <= high:
+            raise ValueError(f"{where}.{name} {value} is not in 0..{high}")
     return pin
+
+
+def _check_split_k(split_k: int, k: int, where: str) -> None:
+    """-1 or 0 (no split), else 1..k: K is not cut into more parts than it has elements (and k
+    is within cuBLASLt's int32)."""
+    if not min(NO_SPLIT_K) <= split_k <= k:
+        raise ValueError(
+            f"{where}.split_k {split_k} is not in {min(NO_SPLIT_K)}..{k} (cuBLASLt's -1 or 0 for "
+            "no split, else at most the problem's k)"
+        )
 
 
 def _timed(data: Any, where: str) -> Timed:
     timed = record(Timed, data, where)
-    if not timed.ms > 0:
-        raise ValueError(f"{where}.ms {timed.ms!r} is not a positive time")
+    for name in ("ms", "confirm_ms"):
+        value = getattr(timed, name)
+        if value is not None and not (math.isfinite(value) and value > 0):
+            raise ValueError(f"{where}.{name} {value!r} is not a positive time")
     return timed
+
+
+def _timing(value: Any, where: str) -> str:
+    if value not in TIMINGS:
+        raise ValueError(f"{where} {value!r} is not one of {', '.join(TIMINGS)}")
+    return str(value)
