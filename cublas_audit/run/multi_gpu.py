@@ -56,6 +56,10 @@ class Spread:
     replicate: bool = False
     allow_mixed: bool = False
 
+    def __post_init__(self) -> None:
+        if self.devices is not None:
+            device_indices(self.devices)  # its syntax, before any GPU is looked up
+
 
 @dataclass(frozen=True)
 class MultiResult:
@@ -70,24 +74,38 @@ class MultiResult:
 # ----- which GPUs -------------------------------------------------------------------------------
 
 
+def device_indices(text: str) -> list[int] | None:
+    """--devices' syntax, which needs no GPU: None for `all`, else the indices `0,1,...`
+    (nvidia-smi's numbering: non-negative integers, each once)."""
+    if text.strip() == "all":
+        return None
+    picked: list[int] = []
+    for item in (part.strip() for part in text.split(",")):
+        if not (item.isascii() and item.isdigit()):  # 'gpu0', '-1', '' (a stray comma)
+            raise AuditError(
+                f"--devices: {item!r} is not a GPU index; give all or indices 0,1,... "
+                "(nvidia-smi's numbering)"
+            )
+        if int(item) in picked:
+            raise AuditError(f"--devices: GPU {item} is named twice")
+        picked.append(int(item))
+    return picked
+
+
 def parse_devices(text: str, gpus: Sequence[Gpu]) -> list[Gpu]:
     """`all` or indices `0,1,...` of this host's GPUs (nvidia-smi's numbering)."""
+    indices = device_indices(text)
     if not gpus:
         raise ToolMissingError("--devices: no NVIDIA GPU found here (nvidia-smi lists none)")
-    if text.strip() == "all":
+    if indices is None:
         return list(gpus)
     by_index = {gpu.index: gpu for gpu in gpus}
-    picked = []
-    for item in text.split(","):
-        item = item.strip()
-        if not item.isdigit() or int(item) not in by_index:
+    for index in indices:
+        if index not in by_index:
             known = ", ".join(str(i) for i in by_index)
             has = f"{len(by_index)} GPU{'s' if len(by_index) > 1 else ''}, index {known}"
-            raise AuditError(f"--devices: {item!r} is not a GPU of this host (it has {has})")
-        if by_index[int(item)] in picked:
-            raise AuditError(f"--devices: GPU {item} is named twice")
-        picked.append(by_index[int(item)])
-    return picked
+            raise AuditError(f"--devices: '{index}' is not a GPU of this host (it has {has})")
+    return [by_index[index] for index in indices]
 
 
 def check_models(devices: Sequence[Gpu], allow_mixed: bool) -> None:
