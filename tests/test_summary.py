@@ -23,16 +23,16 @@ def test_summary_shows_kernel_fma_and_throughput_per_size_and_batch() -> None:
     assert "skipped" in text.split("cublasLt cublasLtMatmul fp32")[1]
 
 
-def test_the_readme_grid_is_the_summary_of_the_run_report_shows() -> None:
-    """README's H100 grid is cut from the summary of the bundled run `report` renders (the
+def test_the_documented_grid_is_the_summary_of_the_run_report_shows() -> None:
+    """docs/gpu.md's H100 grid is cut from the summary of the bundled run `report` renders (the
     newest batched run), not retyped from an older one."""
     from .conftest import REPO, REPORTS
 
     run = REPORTS / "h100" / "20261123-145452-batched"
     assert max(p.parent for p in (REPORTS / "h100").glob("*-batched/dispatch.csv")) == run
     grid = summary.summary(read_table(run)).split("\n\n")[0]
-    readme = (REPO / "README.md").read_text()
-    assert "\n".join("    " + line for line in grid.splitlines()) in readme
+    documented = (REPO / "docs" / "gpu.md").read_text()
+    assert "\n".join("    " + line for line in grid.splitlines()) in documented
 
 
 # The single-GEMM H100 run of every mode (tf32 and bf16x dispatch tensor-core kernels: tensorop
