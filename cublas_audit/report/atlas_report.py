@@ -38,6 +38,8 @@ from cublas_audit.table.atlas_files import (
     Grid,
     grid_of,
     kernel_table,
+    start_atlas,
+    write_atlas_json,
     write_atlas_tables,
 )
 from cublas_audit.table.dispatch import json_ready
@@ -85,14 +87,17 @@ def _with_verdicts(
 
 
 def write_atlas(atlas: Atlas, target: Path) -> list[Path]:
-    """grid.csv.gz, kernels.csv, atlas.json, findings.json, plots/ and atlas.md into `target`."""
-    written = write_atlas_tables(target, atlas.grid, atlas.kernels, _meta(atlas))
+    """grid.csv.gz, kernels.csv, findings.json, plots/, atlas.md and atlas.json into `target`,
+    those two last (table.atlas_files: a directory without them is an atlas cut short)."""
+    start_atlas(target)
+    written = write_atlas_tables(target, atlas.grid, atlas.kernels)
     records = [_record(finding, verdict) for finding, verdict in atlas.found[:FINDINGS_KEPT]]
     text = json.dumps(json_ready(records), indent=1) + "\n"
     written.append(write_text_atomic(target / FINDINGS_FILE, text))
     flagged = {label for finding, _ in atlas.found for label in finding.rows}
     pictures = map_plots.draw(atlas.rows, target / PLOTS_DIR, flagged, ATLAS_K)
     written.append(write_text_atomic(target / ATLAS_REPORT, render(atlas, target, pictures)))
+    written.append(write_atlas_json(target, atlas.grid, _meta(atlas)))
     return written
 
 

@@ -12,6 +12,10 @@ takes: table.inputs.load_one_gpu).
       kernels.csv    one row a kernel: id, full name, short name, problems, share of problems,
                      TFLOP/s median, p10 and p90, and its region (min and max of m, n and k)
       findings.json  the map's findings, compact, largest effect first
+
+atlas.md, then atlas.json, are written last, and both are removed before anything else is
+written: a directory without them is an atlas cut short (Ctrl-C, a full disk), which `diff` and
+`report` refuse (check_whole), never an older atlas's record beside newer tables.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from typing import Any
 import pandas as pd
 
 from cublas_audit.errors import AuditError
-from cublas_audit.files import write_file, write_text_atomic
+from cublas_audit.files import check_target, os_error, write_file, write_text_atomic
 from cublas_audit.table.dispatch import LAYOUT_DEFAULTS, TableSource, json_ready, validate
 from cublas_audit.table.validation import check_frame
 
@@ -34,6 +38,9 @@ GRID_FILE = "grid.csv.gz"
 KERNELS_FILE = "kernels.csv"
 ATLAS_JSON = "atlas.json"
 ATLAS_REPORT = "atlas.md"
+# Every file an atlas has, in the order written: atlas.md and atlas.json last, so that a
+# directory holding them all is a whole atlas.
+ATLAS_FILES = (GRID_FILE, KERNELS_FILE, ATLAS_REPORT, ATLAS_JSON)
 ATLAS_FORMAT = 1  # atlas.json's "format": a reader of another refuses it in one line
 # A column of these is in grid.csv.gz only where its value varies, else once in atlas.json.
 SERIES_COLUMNS = ("gpu_label", "api", "routine", "mode", "batch", *LAYOUT_DEFAULTS)
@@ -125,26 +132,55 @@ def write_csv_gz(frame: pd.DataFrame, path: Path) -> Path:
     return write_file(path, gzip.compress(text.encode(), compresslevel=9, mtime=0))
 
 
-def write_atlas_tables(
-    target: Path, grid: Grid, kernels: pd.DataFrame, meta: Mapping[str, Any]
-) -> list[Path]:
-    """grid.csv.gz, kernels.csv and atlas.json (with the grid's constant columns) into `target`."""
+def start_atlas(target: Path) -> None:
+    """Before anything is written into `target`: an earlier atlas's atlas.md and atlas.json there
+    go first, so that until the new ones are written last the directory reads as cut short."""
+    for name in (ATLAS_JSON, ATLAS_REPORT):
+        path = Path(target) / name
+        if path.is_file():
+            check_target(path)  # never an input of the command
+            try:
+                path.unlink()
+            except OSError as exc:
+                raise os_error(path, exc) from exc
+
+
+def write_atlas_tables(target: Path, grid: Grid, kernels: pd.DataFrame) -> list[Path]:
+    """grid.csv.gz and kernels.csv into `target`."""
     text = kernels.to_csv(index=False, float_format=FLOAT_FORMAT, lineterminator="\n")
-    described = {"format": ATLAS_FORMAT, **meta, "constant": grid.constant}
     return [
         write_csv_gz(grid.in_file_order(), target / GRID_FILE),
         write_file(target / KERNELS_FILE, text),
-        write_text_atomic(target / ATLAS_JSON, json.dumps(json_ready(described), indent=1) + "\n"),
     ]
+
+
+def write_atlas_json(target: Path, grid: Grid, meta: Mapping[str, Any]) -> Path:
+    """atlas.json (with the grid's constant columns): the last file, which makes the atlas whole."""
+    described = {"format": ATLAS_FORMAT, **meta, "constant": grid.constant}
+    return write_text_atomic(
+        target / ATLAS_JSON, json.dumps(json_ready(described), indent=1) + "\n"
+    )
 
 
 # ----- reading back -----------------------------------------------------------------------------
 
 
 def is_atlas(path: Path) -> bool:
-    """A directory the atlas wrote for one mode (its atlas.json and grid.csv.gz)."""
+    """A directory the atlas wrote for one mode, whole or cut short (any file of ATLAS_FILES)."""
     path = Path(path)
-    return (path / ATLAS_JSON).is_file() and (path / GRID_FILE).is_file()
+    return path.is_dir() and any((path / name).is_file() for name in ATLAS_FILES)
+
+
+def check_whole(path: Path) -> None:
+    """An atlas directory holding every file of ATLAS_FILES, else a one-line error: one without
+    its last files is an `atlas` that was interrupted or failed, not an atlas to read."""
+    missing = [name for name in ATLAS_FILES if not (Path(path) / name).is_file()]
+    if missing:
+        raise AuditError(
+            f"{path}: an atlas cut short (no {', '.join(missing)}; {ATLAS_REPORT} and "
+            f"{ATLAS_JSON} are written last): `atlas` was interrupted or failed there; make "
+            "it again with `cublas-audit atlas MAP_RUN --out DIR`"
+        )
 
 
 def read_atlas(path: Path) -> tuple[pd.DataFrame, dict[str, Any]]:
@@ -153,6 +189,7 @@ def read_atlas(path: Path) -> tuple[pd.DataFrame, dict[str, Any]]:
     rules.prepare derives the short one), no call time (`time_ms` empty: the atlas keeps the
     kernels' time). And its atlas.json."""
     path = Path(path)
+    check_whole(path)
     meta = _read_meta(path / ATLAS_JSON)
     source = TableSource(path / GRID_FILE)
     grid = _read_csv(path / GRID_FILE)
