@@ -47,6 +47,32 @@ SPECS: dict[str, EnumSpec] = {
     )
 }  # fmt: skip
 
+# The number attributes of an algorithm, each at most what cuBLASLt stores it as (cublasLt.h:
+# cublasLtMatmulAlgoInit's int algoId; the config attributes' uint32_t and uint16_t), and a
+# workspace no GPU has (1 TiB): what the candidates table and fix.json may hold.
+NUMBER_LIMITS: dict[str, int] = {
+    "algo_id": 2**31 - 1,
+    "cta_swizzling": 2**32 - 1,
+    "custom_option": 2**32 - 1,
+    "inner_shape": 2**16 - 1,
+    "workspace_bytes": 2**40,
+}
+# SPLITK_NUM (int32_t) as cuBLASLt itself reports it for an algorithm without split-K: the H100's
+# heuristic gave -1 (algo 11) and 0 (algo 10) on the Llama trace's fp32 LM head (reports/h100/
+# traces/20261125-093616-llama-v2/candidates.csv), and torch's TunableOp pinned `splitk_-1` itself.
+# Otherwise 1..k: K is not cut into more parts than it has elements (k is within int32).
+NO_SPLIT_K = (-1, 0)
+
+
+def split_k_fault(split_k: int, k: int) -> str:
+    """'' where cuBLASLt can take `split_k` on a problem of this k, else why not."""
+    if min(NO_SPLIT_K) <= split_k <= k:
+        return ""
+    return (
+        f"split_k {split_k} is not in {min(NO_SPLIT_K)}..{k} (cuBLASLt's -1 or 0 for no split, "
+        "else at most the problem's k)"
+    )
+
 
 @dataclass(frozen=True)
 class LtEnum:

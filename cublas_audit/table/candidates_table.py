@@ -7,6 +7,7 @@ are judge.candidates'.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ import pandas as pd
 from cublas_audit.errors import AuditError
 from cublas_audit.files import write_csv_atomic
 from cublas_audit.planning.cases import BROADCASTS, TRANSPOSES, Case
+from cublas_audit.planning.lt_enums import NO_SPLIT_K, NUMBER_LIMITS, split_k_fault
 from cublas_audit.planning.modes import MODE_NAMES
 from cublas_audit.table.dispatch import (
     TableSource,
@@ -27,6 +29,14 @@ from cublas_audit.table.dispatch import (
     row_number,
 )
 from cublas_audit.table.rundir import CANDIDATES_FILE, records
+from cublas_audit.table.validation import (
+    DIMENSION,
+    NON_NEGATIVE,
+    TIME,
+    Range,
+    check_ranges,
+    check_schema_version,
+)
 
 # 2: the problem's layout columns (transa .. workspace_limit_bytes), the kernel-only times and
 # names, and timing_basis. A version-1 table lacks them: its layout is unknown (every problem was
@@ -101,6 +111,25 @@ _CHOICES = {
     "timing_basis": tuple(BASES),
 }
 _KINDS: dict[str, Any] = {"int": pd.Int64Dtype(), "float": pd.Float64Dtype(), "str": "string"}
+# Each number's range, as dispatch.csv's are checked (table.validation): a time that is no time
+# would be judged and rendered ("default ms -1"), a split-K cuBLASLt cannot take pinned. rank and
+# left_on_table are not read: add_ranks derives them again.
+_FLAG = Range(0, 1)
+RANGES: dict[str, Range] = {
+    **dict.fromkeys(("m", "n", "k", "batch"), DIMENSION),
+    **dict.fromkeys(("device_index", "lda", "ldb", "workspace_limit_bytes"), NON_NEGATIVE),
+    **dict.fromkeys(("candidate", "waves_count"), NON_NEGATIVE),
+    **dict.fromkeys(("strided", "bias", "is_default"), _FLAG),
+    "beta": Range(-math.inf),
+    **{name: Range(0, high) for name, high in NUMBER_LIMITS.items()},
+    "split_k": Range(min(NO_SPLIT_K), 2**31 - 1),  # and at most k: _check_split_k
+    "rel_err": Range(0.0, infinite_ok=True),  # an output that is not finite
+    "reps": Range(1),
+    **dict.fromkeys(
+        ("time_ms", "min_ms", "kernel_ms", "tflops", "confirm_time_ms", "kernel_confirm_ms"), TIME
+    ),
+    "confirm_left_on_table": TIME,
+}
 
 
 def from_records(records: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
@@ -140,8 +169,21 @@ def validate(raw: pd.DataFrame, path: Path) -> pd.DataFrame:
         if column in raw.columns:
             check_values(raw, column, allowed, source, missing_ok=True)
     frame = _typed(raw, parsed)
+    check_schema_version(frame, source, SCHEMA_VERSION)
+    check_ranges(frame, RANGES, source)
+    _check_split_k(frame, source)
     _check_problems(frame, source)
     return frame
+
+
+def _check_split_k(frame: pd.DataFrame, source: TableSource) -> None:
+    """Each split-K one cuBLASLt takes on its row's problem (planning.lt_enums.split_k_fault)."""
+    present = frame[frame["split_k"].notna()]
+    bad = present.index[(present["split_k"] > present["k"]).to_numpy(dtype=bool)]
+    if len(bad):
+        row = present.loc[bad[0]]
+        fault = split_k_fault(int(row["split_k"]), int(row["k"]))
+        raise source.error(fault, row_number(frame, bad[0]), "split_k")
 
 
 def _check_problems(frame: pd.DataFrame, source: TableSource) -> None:

@@ -20,6 +20,7 @@ from typing import Any
 from cublas_audit.errors import AuditError
 from cublas_audit.files import write_text_atomic
 from cublas_audit.planning.cases import MAX_DIMENSION, Case
+from cublas_audit.planning.lt_enums import NUMBER_LIMITS, split_k_fault
 from cublas_audit.planning.modes import MODE_NAMES
 from cublas_audit.table.json_records import as_list, as_text, record, require
 
@@ -300,8 +301,9 @@ def _fix(entry: Any, index: int) -> Fix:
     instead = entry.get("instead")
     if kind == "pin" and pin is None:
         raise ValueError(f"{where}: a pin fix without its 'pin'")
-    if pin is not None:
-        _check_split_k(pin.split_k, problem.k, f"{where}.pin")
+    fault = split_k_fault(pin.split_k, problem.k) if pin is not None else ""
+    if fault:
+        raise ValueError(f"{where}.pin.{fault}")
     if kind != "pin" and instead is None:
         raise ValueError(f"{where}: a {kind} fix without the problem to run 'instead'")
     fix = Fix(
@@ -350,38 +352,13 @@ def _problem(data: Any, where: str) -> Problem:
     return problem
 
 
-# What cuBLASLt stores each number attribute of a pin as (cublasLt.h: cublasLtMatmulAlgoInit's
-# int algoId, the config attributes' uint32_t / uint16_t), and the workspace no GPU has (1 TiB).
-_PIN_RANGES = {
-    "algo_id": 2**31 - 1,
-    "cta_swizzling": 2**32 - 1,
-    "custom_option": 2**32 - 1,
-    "inner_shape": 2**16 - 1,
-    "workspace_bytes": 2**40,
-}
-# cuBLASLt's own values of SPLITK_NUM for algorithms without split-K: the H100's heuristic gave -1
-# (algo 11) and 0 (algo 10) on the Llama trace's fp32 LM head (reports/h100/traces/
-# 20261125-093616-llama-v2/candidates.csv), and torch's TunableOp pinned `splitk_-1` itself.
-NO_SPLIT_K = (-1, 0)
-
-
 def _pin(data: Any, where: str) -> Pin:
     pin = record(Pin, data, where)
-    for name, high in _PIN_RANGES.items():
+    for name, high in NUMBER_LIMITS.items():
         value = getattr(pin, name)
         if not 0 <= value <= high:
             raise ValueError(f"{where}.{name} {value} is not in 0..{high}")
     return pin
-
-
-def _check_split_k(split_k: int, k: int, where: str) -> None:
-    """-1 or 0 (no split), else 1..k: K is not cut into more parts than it has elements (and k
-    is within cuBLASLt's int32)."""
-    if not min(NO_SPLIT_K) <= split_k <= k:
-        raise ValueError(
-            f"{where}.split_k {split_k} is not in {min(NO_SPLIT_K)}..{k} (cuBLASLt's -1 or 0 for "
-            "no split, else at most the problem's k)"
-        )
 
 
 def _timed(data: Any, where: str) -> Timed:

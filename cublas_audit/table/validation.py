@@ -23,6 +23,7 @@ from cublas_audit.observe.ncu_export import STALL_REASONS
 from cublas_audit.planning.cases import APIS
 from cublas_audit.table.dispatch import (
     CASE_KEY,
+    SCHEMA_VERSION,
     TIMED,
     TableSource,
     check_values,
@@ -109,7 +110,19 @@ CHOICES: dict[str, tuple[str, ...]] = {"api": APIS, "role": ROLES, "status": STA
 
 def check_frame(frame: pd.DataFrame, source: TableSource) -> None:
     """Ranges, known values and uniqueness of a typed dispatch table."""
-    for column, allowed in RANGES.items():
+    check_schema_version(frame, source, SCHEMA_VERSION)
+    check_ranges(frame, RANGES, source)
+    for column, choices in CHOICES.items():
+        if column in frame.columns:
+            present = frame[frame[column].notna()]
+            check_values(present, column, choices, source)
+    check_unique(frame, source)
+
+
+def check_ranges(frame: pd.DataFrame, ranges: Mapping[str, Range], source: TableSource) -> None:
+    """Each present value of each column in `ranges` within its range: one line naming the
+    first that is not (its row and column)."""
+    for column, allowed in ranges.items():
         if column in frame.columns:
             bad = frame.index[allowed.bad(frame[column])]
             if len(bad):
@@ -118,11 +131,22 @@ def check_frame(frame: pd.DataFrame, source: TableSource) -> None:
                     row_number(frame, bad[0]),
                     column,
                 )
-    for column, choices in CHOICES.items():
-        if column in frame.columns:
-            present = frame[frame[column].notna()]
-            check_values(present, column, choices, source)
-    check_unique(frame, source)
+
+
+def check_schema_version(frame: pd.DataFrame, source: TableSource, latest: int) -> None:
+    """A schema version this cublas-audit reads (1..latest): a newer one may have changed what a
+    column means, so its table is refused rather than read as if it had not."""
+    if "schema_version" not in frame.columns:
+        return
+    versions = pd.to_numeric(frame["schema_version"], errors="coerce")
+    bad = frame.index[frame["schema_version"].notna() & ~versions.between(1, latest)]
+    if len(bad):
+        raise source.error(
+            f"schema version {plain(frame.at[bad[0], 'schema_version'])} is not one this "
+            f"cublas-audit reads (1..{latest}; written by a newer cublas-audit?)",
+            row_number(frame, bad[0]),
+            "schema_version",
+        )
 
 
 def check_unique(frame: pd.DataFrame, source: TableSource) -> None:
