@@ -67,7 +67,7 @@ def main(argv: list[str]) -> int:
         emit(out, {"event": "probe", **loaded.versions(cupy)})
         if args.phase == "candidates":
             return candidates(cases, Path(args.results).parent, args)
-        runner = Runner(args.phase, args.reference, args.min_reps)
+        runner = Runner(args.phase, args.reference, args.min_reps, cold=not args.warm)
         runner.precompile_reference(cases)
 
         def started(case: Case) -> None:
@@ -105,6 +105,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--candidate-min-reps", type=int, default=CANDIDATE_MIN_REPS)
     parser.add_argument("--workspace-bytes", type=int, default=DEFAULT_WORKSPACE_BYTES)
     parser.add_argument("--gpu-label", default="")
+    parser.add_argument("--warm", action="store_true", help="no L2 flush before timed calls")
     careful = "map: the first N cases one at a time (after a crash, to name the culprit)"
     parser.add_argument("--careful", type=int, default=0, help=careful)
     return parser.parse_args(argv)
@@ -133,13 +134,15 @@ def candidates(cases: list[Case], run_dir: Path, args: argparse.Namespace) -> in
         started=lambda case_id: print(START_LINE + case_id, flush=True),
         finished=lambda case_id: print(DONE_LINE + case_id, flush=True),
         trace=not os.environ.get(NO_CUPTI_ENV),  # --observer events: event times alone
+        cold=not args.warm,
     )
     return 0
 
 
 class Runner:
-    def __init__(self, phase: str, reference: bool, min_reps: int) -> None:
+    def __init__(self, phase: str, reference: bool, min_reps: int, *, cold: bool) -> None:
         self.phase = phase
+        self.cold = cold  # L2 flushed before every timed call (device.l2); the map stays warm
         self.reference = reference
         self.min_reps = min_reps
         self.operands: Operands | None = None
@@ -307,7 +310,7 @@ class Runner:
         return result
 
     def time(self, case: Case, ops: Operands, launch: Callable[[], None]) -> dict[str, Any]:
-        from cublas_audit.device import clocks, operands
+        from cublas_audit.device import clocks, l2, operands
 
         error = operands.checked(launch, ops)
         result: dict[str, Any] = {"max_rel_err": error}
@@ -329,7 +332,8 @@ class Runner:
         before = clocks.state()
         timings, kernel_times = self.kernel_times(contenders, case.batch if case.loop else 1)
         after = clocks.state()
-        result.update(status="ok", **timings["call"].summary("time"))
+        result.update(status="ok", operands=l2.temperature(self.cold))
+        result.update(timings["call"].summary("time"))
         result["time_samples_ms"] = list(timings["call"].samples_ms)  # for a later bootstrap
         if "ref" in timings:
             result.update(timings["ref"].summary("ref_time"))
@@ -367,10 +371,14 @@ class Runner:
         from cublas_audit.device.timing import time_interleaved
 
         if self._cupti_missing():
-            timings = time_interleaved(contenders, self.min_reps, warm=True)
+            timings = time_interleaved(contenders, self.min_reps, warmed_up=True, cold=self.cold)
             return timings, {"kernel_time_status": f"unavailable: {self.cupti_missing}"}
         seen = kernel_trace.time_interleaved_traced(
-            contenders, self.min_reps, warm=True, launches={"call": call_launches}
+            contenders,
+            self.min_reps,
+            warmed_up=True,
+            launches={"call": call_launches},
+            cold=self.cold,
         )
         return seen.timings, seen.columns()
 

@@ -29,7 +29,7 @@ def test_long_calls_are_timed_and_traced_in_the_same_calls() -> None:
     for launch in contenders.values():  # the correctness check, which is the warm-up
         assert operands.checked(launch, ops) <= operands.tolerance("fp32")
     seen = kernel_trace.time_interleaved_traced(
-        contenders, 5, warm=True, launches={"call": case.batch}
+        contenders, 5, warmed_up=True, launches={"call": case.batch}
     )
     assert seen.how == kernel_trace.WITH_EVENTS
     for name in contenders:
@@ -52,7 +52,7 @@ def test_short_calls_are_traced_after_their_timing() -> None:
     ops = operands.make_for(case, seed=6)
     launch = launchers.classic(case, ops)
     assert operands.checked(launch, ops) <= operands.tolerance("fp32")
-    seen = kernel_trace.time_interleaved_traced({"call": launch}, 20, warm=True)
+    seen = kernel_trace.time_interleaved_traced({"call": launch}, 20, warmed_up=True)
     assert seen.how == kernel_trace.AFTER_EVENTS
     assert seen.timings["call"].reps >= 20 and len(seen.traced["call"].calls) >= 10
     assert seen.columns()["kernel_time_status"] == "ok"

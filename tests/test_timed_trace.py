@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from cublas_audit.device import kernel_trace, timing
+from cublas_audit.device import kernel_trace, l2, timing
 from cublas_audit.device.kernel_trace import (
     AFTER_EVENTS,
     MARKER,
@@ -53,10 +53,12 @@ class FakeGpu:
         self.tracing = False
         self.records: list[KernelLaunch] = []
         self.timed: list[tuple[str, bool]] = []  # (first kernel's name, traced) per timed call
+        self.ran: list[str] = []  # every kernel's name, in stream order
 
     def kernel(self, name: str, duration_ns: int) -> None:
         start = self.clock + GAP_NS
         self.clock = start + duration_ns
+        self.ran.append(name)
         if self.tracing:
             self.records.append(KernelLaunch(name, start, self.clock, (1, 1, 1), (1, 1, 1), 32))
 
@@ -104,7 +106,43 @@ def gpu(monkeypatch: pytest.MonkeyPatch) -> FakeGpu:
     monkeypatch.setattr(kernel_trace, "_tracer", lambda: FakeTracer(fake))
     marker = lambda name=MARKER: lambda: fake.kernel(name, 1_000)  # noqa: E731
     monkeypatch.setattr(kernel_trace, "marker", marker)
+    # cold timing's L2 flush: a kernel of its own on the stream, between calls (20 us)
+    monkeypatch.setattr(l2, "flush", lambda: fake.kernel(l2.FLUSH_KERNEL, 20_000))
     return fake
+
+
+def test_cold_rounds_flush_before_every_call_and_no_call_keeps_the_flush(gpu: FakeGpu) -> None:
+    contenders = contenders_of(gpu, "cublas.fp32.256x256x256.b4.nn", ref=True)
+
+    def noted(launch: Callable[[], None]) -> Callable[[], None]:
+        def call() -> None:
+            gpu.ran.append("<call>")
+            launch()
+
+        call.kernels = launch.kernels  # type: ignore[attr-defined]
+        return call
+
+    seen = kernel_trace.time_interleaved_traced(
+        {name: noted(launch) for name, launch in contenders.items()}, 20, warmed_up=True
+    )
+    # the traced calls hold the call's own kernels alone
+    for calls in seen.traced.values():
+        assert all(l2.FLUSH_KERNEL not in {k.name for k in call} for call in calls.calls)
+    # and every call, timed or traced, ran right after a flush (and its marker, where traced)
+    ran = gpu.ran
+    starts = [i for i, name in enumerate(ran) if name == "<call>"]
+    assert len(starts) > 400
+    for i in starts:
+        before = ran[i - 2] if ran[i - 1] == MARKER else ran[i - 1]
+        assert before == l2.FLUSH_KERNEL, ran[max(0, i - 3) : i + 1]
+
+
+def test_warm_rounds_never_flush(gpu: FakeGpu) -> None:
+    contenders = contenders_of(gpu, "cublas.fp32.256x256x256.b4.nn")
+    kernel_trace.time_interleaved_traced(contenders, 20, warmed_up=True, cold=False)
+    timing.time_interleaved(contenders, 20, cold=False)
+    kernel_trace.trace_calls(contenders, 5, cold=False)
+    assert gpu.ran and l2.FLUSH_KERNEL not in gpu.ran
 
 
 def contenders_of(gpu: FakeGpu, case_id: str, *, ref: bool = False) -> dict[str, Any]:
@@ -124,7 +162,9 @@ def test_long_calls_are_traced_in_their_timed_calls_with_the_reference_interleav
     gpu: FakeGpu,
 ) -> None:
     contenders = contenders_of(gpu, "cublas.fp32.8192x8192x8192.b16.nn", ref=True)
-    seen = kernel_trace.time_interleaved_traced(contenders, 20, warm=True, launches={"call": 1})
+    seen = kernel_trace.time_interleaved_traced(
+        contenders, 20, warmed_up=True, launches={"call": 1}
+    )
     assert seen.how == WITH_EVENTS
     # one traced call per event sample, every timed call traced, no call of its own after; a
     # call of ~340 ms is timed as often as 20 x 0.1 s holds (timing.repetitions): 5 times
@@ -150,7 +190,7 @@ def test_a_long_loop_interleaved_with_its_batched_call_is_split_at_its_markers(
     loop = contenders_of(gpu, "loop.fp32.4096x4096x4096.b4.nn")["call"]
     batched = contenders_of(gpu, "cublas.fp32.4096x4096x4096.b4.nn")["call"]
     seen = kernel_trace.time_interleaved_traced(
-        {"call": loop, "batched": batched}, 100, warm=True, launches={"call": 4}
+        {"call": loop, "batched": batched}, 100, warmed_up=True, launches={"call": 4}
     )
     assert seen.how == WITH_EVENTS
     assert [len(call) for call in seen.traced["call"].calls] == [4] * 100
@@ -164,7 +204,7 @@ def test_short_calls_are_timed_untraced_then_traced_in_calls_of_their_own(gpu: F
     loop = contenders_of(gpu, "loop.fp32.256x256x256.b4.nn")["call"]
     batched = contenders_of(gpu, "cublas.fp32.256x256x256.b4.nn")["call"]
     seen = kernel_trace.time_interleaved_traced(
-        {"call": loop, "batched": batched}, 20, warm=True, launches={"call": 4}
+        {"call": loop, "batched": batched}, 20, warmed_up=True, launches={"call": 4}
     )
     assert seen.how == AFTER_EVENTS
     # the first, traced round only sized the run: the 200 samples kept are all untraced
@@ -180,7 +220,7 @@ def test_short_calls_are_timed_untraced_then_traced_in_calls_of_their_own(gpu: F
 def test_a_loop_short_per_launch_is_traced_after_its_timing(gpu: FakeGpu) -> None:
     # 5.4 ms in all, but 16 launches of 0.34 ms: tracing would weigh on each launch
     loop = contenders_of(gpu, "loop.fp32.2048x2048x2048.b16.nn")
-    seen = kernel_trace.time_interleaved_traced(loop, 20, warm=True, launches={"call": 16})
+    seen = kernel_trace.time_interleaved_traced(loop, 20, warmed_up=True, launches={"call": 16})
     assert seen.how == AFTER_EVENTS and seen.timings["call"].reps == 20
     # repetitions(5.4 ms, at least 10) = 19 calls of its own
     assert len(seen.traced["call"].calls) == 19
@@ -188,7 +228,7 @@ def test_a_loop_short_per_launch_is_traced_after_its_timing(gpu: FakeGpu) -> Non
 
 def test_without_a_warm_up_behind_it_a_round_runs_untraced_and_is_dropped(gpu: FakeGpu) -> None:
     contenders = contenders_of(gpu, "cublasLt.fp32.8192x8192x8192.b4.nn")
-    seen = kernel_trace.time_interleaved_traced(contenders, 20, warm=False)
+    seen = kernel_trace.time_interleaved_traced(contenders, 20, warmed_up=False)
     assert seen.how == WITH_EVENTS and seen.timings["call"].reps == 20
     assert len(seen.traced["call"].calls) == 20
     assert [traced for _name, traced in gpu.timed] == [False] + [True] * 20

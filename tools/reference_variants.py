@@ -41,7 +41,7 @@ def measure(
     found = contenders(size, batch, configs, ops)
     labels = {CUBLAS: "cuBLAS"} | {text: config.label() for text, config in configs.items()}
     errors = checked(found, ops)
-    times = time_interleaved(found, min_reps, warm=True)  # each ran in its check
+    times = time_interleaved(found, min_reps, warmed_up=True)  # each ran in its check
     blas_ms = times[CUBLAS].median_ms
     flop = 2 * size**3 * batch
     return [

@@ -86,6 +86,7 @@ def candidates_command(
     probe_env: ProbeEnv = None,
     fix: opt.Fix = False,
     ray: opt.RayAddress = None,
+    warm: opt.Warm = False,
 ) -> None:
     """Time every algorithm cuBLASLt's heuristic offers: is its default the fastest?"""
     from cublas_audit.judge.candidates import judge_candidates
@@ -108,6 +109,7 @@ def candidates_command(
         "candidate_threshold": gap,
         "candidate_min_reps": min_reps,
         "workspace_bytes": workspace_mib * 1024 * 1024,
+        "warm": warm or None,
     }
     probe = opt.Probe(probe_python, cublas_lib, probe_env)
     spread = opt.spread(devices, False, allow_mixed, resume)
@@ -195,6 +197,7 @@ def _here(case_list: list[Case], out: Path | None, settings: dict[str, Any]) -> 
         threshold=settings["candidate_threshold"],
         min_reps=settings["candidate_min_reps"],
         workspace_bytes=settings["workspace_bytes"],
+        cold=not settings["warm"],
         gpu_label=label_from_gpu_name(env.gpu_name or ""),
         progress=lambda line: typer.echo(line, err=True),
     )

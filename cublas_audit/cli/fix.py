@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from cublas_audit.cli.exit_codes import exit_codes
-from cublas_audit.cli.options import Thresholds
+from cublas_audit.cli.options import Thresholds, Warm
 
 
 @exit_codes
@@ -63,11 +63,12 @@ def verify_command(
         "beside FIXFILE (torch 2.14+; an older torch: skipped, said in a line): kernel, result, "
         "time.",
     ),
+    warm: Warm = False,
 ) -> None:
     """Re-measure each fix on this GPU: the pin rebuilt and checked by cuBLASLt, default and
     fixed interleaved in two rounds, each result against a float64 product."""
     from cublas_audit.jobs import verify
 
-    code = verify.run(verify.VerifyJob(fix_file, out, fail_on, torch=torch), typer.echo)
+    code = verify.run(verify.VerifyJob(fix_file, out, fail_on, torch=torch, warm=warm), typer.echo)
     if code:
         raise typer.Exit(code)

@@ -103,6 +103,7 @@ def sweep_command(
     shard: Shard = None,
     ray: RayAddress = None,
     fix: opt.Fix = False,
+    warm: opt.Warm = False,
 ) -> None:
     """Run cuBLAS / cuBLASLt calls across sizes under ncu and write a dispatch table."""
     from cublas_audit.jobs.measure import sweep
@@ -130,6 +131,7 @@ def sweep_command(
         min_reps=min_reps,
         candidate_limit=limit if candidates else None,
         observer=Observer.parse(observer),
+        warm=warm or None,
     )
     engine = opt.on_ray(ray, resume, devices, shard, replicate)
     spread = opt.spread(devices, replicate, allow_mixed, resume)
@@ -204,6 +206,7 @@ def map_command(
     shard: Shard = None,
     ray: RayAddress = None,
     fix: opt.Fix = False,
+    warm: opt.Warm = False,
 ) -> None:
     """Map which kernel cuBLAS dispatches over a dense grid of shapes (CUPTI, no counters needed):
     kernel switches, dispatch cliffs and size inversions, pictures; --follow-up goes deep."""
@@ -239,6 +242,7 @@ def map_command(
         min_reps=None if resume is not None else reps,
         reference=False,
         observer=observed,
+        warm=warm or None,  # the fast pass is warm whatever this says; the follow-up obeys it
     )
     limit = follow_up_limit if follow_up else None
     if fix and not follow_up:

@@ -185,6 +185,14 @@ class Format(StrEnum):
     json = "json"
 
 
+Warm = Annotated[
+    bool,
+    typer.Option(
+        "--warm",
+        help="Time with the operands left in L2 between calls, as a tight loop finds them. "
+        "Default: cold, L2 flushed before every timed call, as a model's weights find it.",
+    ),
+]
 FormatOption = Annotated[Format, typer.Option("--format", metavar="md|json", help="Output format.")]
 
 

@@ -26,7 +26,7 @@ from typing import IO, Any
 
 import pandas as pd
 
-from cublas_audit.device import kernel_trace, lt, operands, timing
+from cublas_audit.device import kernel_trace, l2, lt, operands, timing
 from cublas_audit.device import launchers as launch
 from cublas_audit.judge.candidates import (
     DEFAULT_LIMIT,
@@ -66,6 +66,7 @@ class Settings:
     gpu_label: str = ""
     log: IO[str] = field(default_factory=lambda: sys.stderr)
     trace: bool = True  # kernel-only times through CUPTI (False: event times alone)
+    cold: bool = True  # L2 flushed before every timed call (device.l2)
 
 
 def run_candidates(
@@ -82,6 +83,7 @@ def run_candidates(
     started: Callable[[str], None] = lambda case_id: None,
     finished: Callable[[str], None] = lambda case_id: None,
     trace: bool = True,
+    cold: bool = True,
 ) -> pd.DataFrame:
     """Audits every problem of `cases`; writes candidates.csv (and candidates.log, the
     tracebacks of failed cases and candidates) to out_dir when given. One failing case never
@@ -89,7 +91,8 @@ def run_candidates(
     (candidates.jsonl of a run directory), each problem's rows are appended to it as it finishes,
     and the problems it already holds are taken from it, not measured again (a resumed audit).
     `started` and `finished` hear each problem's case_id (the probe's progress lines). `trace`
-    False (--observer events) times with events alone, as where CUPTI cannot trace."""
+    False (--observer events) times with events alone, as where CUPTI cannot trace. `cold` (the
+    default) flushes L2 before every timed call; every row records which (`operands`)."""
     lt.bindings()  # a missing nvmath-python is one clear error before any work
     todo = candidate_problems(cases)
     done = read_journal(journal) if journal is not None else {}
@@ -102,6 +105,7 @@ def run_candidates(
     ):
         settings = Settings(limit, threshold, min_reps, workspace_bytes, gpu_label, log)
         settings.trace = trace and _can_trace(log)
+        settings.cold = cold
         for number, case in enumerate(todo, 1):
             if case.case_id in done:
                 continue
@@ -160,6 +164,7 @@ def audit_case(case: Case, settings: Settings) -> list[dict[str, Any]]:
         "k": case.k,
         "batch": case.batch,
         **problem_columns(case, workspace),
+        "operands": l2.temperature(settings.cold),
     }
     try:
         rows = _audit(case, settings, base, workspace)
@@ -269,7 +274,7 @@ def _time_rows(
     if not launchers:
         return
     default_key = str(next(cand.index for cand, is_default in listed if is_default))
-    times = time_candidates(launchers, default_key, settings.min_reps)
+    times = time_candidates(launchers, default_key, settings.min_reps, cold=settings.cold)
     traced = _kernel_times(launchers, times, case, settings)
     for row in rows:
         key = str(row["candidate"])
@@ -283,16 +288,19 @@ def _time_rows(
 
 
 def time_candidates(
-    launchers: Mapping[str, Callable[[], None]], default_key: str, min_reps: int
+    launchers: Mapping[str, Callable[[], None]], default_key: str, min_reps: int, *, cold: bool
 ) -> dict[str, tuple[timing.Timing, str]]:
     """key -> (Timing, "full" | "screen"): a screening round over all candidates, then a full
     round (>= min_reps each) over the default and those near the screening's best."""
     # Every candidate has just run for its correctness check, and the finalists in the screen.
-    screen = timing.time_interleaved(launchers, min(SCREEN_REPS, min_reps), warm=True)
+    screen = timing.time_interleaved(
+        launchers, min(SCREEN_REPS, min_reps), warmed_up=True, cold=cold
+    )
     if all(t.reps >= min_reps for t in screen.values()):
         return {key: (t, "full") for key, t in screen.items()}  # short calls: screen was full
     finalists = finalist_keys({key: t.median_ms for key, t in screen.items()}, default_key)
-    full = timing.time_interleaved({key: launchers[key] for key in finalists}, min_reps, warm=True)
+    chosen = {key: launchers[key] for key in finalists}
+    full = timing.time_interleaved(chosen, min_reps, warmed_up=True, cold=cold)
     return {
         key: (full[key], "full") if key in full else (screen[key], "screen") for key in launchers
     }
@@ -324,7 +332,8 @@ def _kernel_times(
     try:
         for keys in rounds.values():
             reps = max(times[key][0].reps for key in keys)
-            traced.update(kernel_trace.trace_calls({key: launchers[key] for key in keys}, reps))
+            chosen = {key: launchers[key] for key in keys}
+            traced.update(kernel_trace.trace_calls(chosen, reps, cold=settings.cold))
     except Exception as exc:  # CUPTI lost calls or failed: event times still stand
         _log_exception(settings.log, f"{case.case_id} kernel trace", exc)
         return {}
@@ -355,7 +364,7 @@ def _confirm(
         return
     keys = (default_key, str(best))
     pair = {key: launchers[key] for key in keys}
-    again = timing.time_interleaved(pair, settings.min_reps)
+    again = timing.time_interleaved(pair, settings.min_reps, cold=settings.cold)
     traced = _kernel_times(pair, {key: (again[key], "confirm") for key in keys}, case, settings)
     judged = CONFIRM_COLUMNS[str(summary["timing_basis"])]
     confirmed: dict[str, Any] = {}

@@ -9,6 +9,8 @@ error: the measurement itself does not depend on it.
 from __future__ import annotations
 
 import functools
+import time
+from collections.abc import Callable
 from typing import Any
 
 
@@ -41,3 +43,31 @@ def state() -> dict[str, float | int]:
     except Exception:
         pass  # an older driver lacks a query: keep what was read
     return found
+
+
+# NVML's clock event reasons that hold the SM clock below its unloaded speed: the software power
+# cap, a hardware slowdown, software and hardware thermal slowdown, the hardware power brake.
+SLOWDOWN_REASONS = 0x4 | 0x8 | 0x20 | 0x40 | 0x80
+COOL_STEP_S = 0.002
+COOL_MAX_S = 0.5
+
+
+def slowed_down() -> bool:
+    """Whether NVML says the clock is held down by power or heat now (False where it cannot say)."""
+    return bool(int(state().get("clock_reasons", 0)) & SLOWDOWN_REASONS)
+
+
+def cool_down(sleep: Callable[[float], None] = time.sleep) -> float:
+    """Idles (the caller has synchronised) until the power cap and thermal slowdowns let go, at
+    most COOL_MAX_S; the seconds waited.
+
+    Why: back-to-back rounds of heavy GEMMs hold an H100 at its power cap. The candidate audit of
+    the ViT-B/16 MLP GEMM (fp16 3072x12608x768) ran its rounds at 1485-1830 MHz (reason 0x4) and
+    timed cuBLAS's default at 0.103 ms, where PyTorch's own call and the same launch alone took
+    0.089 ms; and a cap slows the kernels that draw the most power the most, so it also reorders
+    them. Every round of a timing starts with the clocks free, as a model's call finds them."""
+    waited = 0.0
+    while waited < COOL_MAX_S and slowed_down():
+        sleep(COOL_STEP_S)
+        waited += COOL_STEP_S
+    return waited

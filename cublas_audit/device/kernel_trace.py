@@ -28,7 +28,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from cublas_audit.device import timing
+from cublas_audit.device import clocks, l2, timing
 from cublas_audit.device.timing import Timing
 
 BUFFER_BYTES = 8 * 1024 * 1024
@@ -128,24 +128,35 @@ WITH_EVENTS = "with-events"  # in the event-timed calls themselves
 AFTER_EVENTS = "after-events"  # in calls of their own, after the event timing
 
 
-def trace_calls(contenders: Mapping[str, Callable[[], None]], reps: int) -> dict[str, TracedCalls]:
+def trace_calls(
+    contenders: Mapping[str, Callable[[], None]], reps: int, *, cold: bool = True
+) -> dict[str, TracedCalls]:
     """Runs each contender `reps` times, round-robin like the event timing, a marker kernel before
-    each call; returns their kernels per call."""
-    with _Recorded(contenders) as recorded:
+    each call (`cold`: after an L2 flush, whose kernel no call keeps); returns their kernels per
+    call."""
+    with _Recorded(contenders, cold=cold) as recorded:
         for _ in range(reps):
+            recorded.stream.synchronize()  # the round starts with free clocks (timing.timed_round)
+            clocks.cool_down()
             for name, launch in contenders.items():
+                if cold:
+                    l2.flush()
                 recorded.mark(name)
                 launch()
         recorded.stream.synchronize()
     return recorded.traced()
 
 
-def time_and_trace(launch: Callable[[], None], reps: int) -> tuple[Timing, TracedCalls]:
+def time_and_trace(
+    launch: Callable[[], None], reps: int, *, cold: bool = False
+) -> tuple[Timing, TracedCalls]:
     """The map's observation: `reps` calls, each timed with CUDA events (as timing does) and its
     kernels traced at once, so that one pass gives both times. The marker runs before the start
-    event, outside the timed call."""
+    event, outside the timed call. Warm unless `cold`, and never waiting for the clocks
+    (clocks.cool_down): the map's fast pass says so in its record and its follow-up re-measures
+    cold and settled."""
     contenders = {"call": launch}
-    with _Recorded(contenders) as recorded:
+    with _Recorded(contenders, cold=cold, settle=False) as recorded:
         rounds = [recorded.timed_round() for _ in range(reps)]
     return timing.timings_of(rounds)["call"], recorded.traced()["call"]
 
@@ -176,8 +187,9 @@ def time_interleaved_traced(
     contenders: Mapping[str, Callable[[], None]],
     min_reps: int = timing.MIN_REPS,
     *,
-    warm: bool = False,
+    warmed_up: bool = False,
     launches: Mapping[str, int] | None = None,
+    cold: bool = True,
 ) -> Observed:
     """timing.time_interleaved (round-robin rounds, sized by repetitions), with the kernels of the
     timed calls themselves traced where the calls are long enough that tracing cannot weigh on
@@ -185,7 +197,8 @@ def time_interleaved_traced(
     1 where it names none), else traced after the timing in calls of their own (trace_calls, as
     many as repetitions gives with at least MIN_REPS).
 
-    Unless `warm` (every contender has just run: a correctness check is a warm-up), an untraced
+    `cold`: L2 flushed before every call (device.l2). Unless `warmed_up` (every contender has just
+    run: a correctness check is a warm-up), an untraced
     warm-up round runs first and is dropped. The first round, which sizes the run and decides, is
     traced: where the calls are long it is the first sample and every round is timed and traced
     at once (a marker before each call's start event, so the markers split the kernels into the
@@ -194,9 +207,9 @@ def time_interleaved_traced(
     import cupy
 
     stream = cupy.cuda.get_current_stream()
-    if not warm:
-        timing.timed_round(contenders, stream)
-    with _Recorded(contenders) as recorded:
+    if not warmed_up:
+        timing.timed_round(contenders, stream, cold=cold)
+    with _Recorded(contenders, cold=cold) as recorded:
         rounds = [recorded.timed_round()]
         reps = timing.repetitions(max(rounds[0].values()), min_reps)
         long_calls = with_events(rounds[0], launches or {})
@@ -204,10 +217,10 @@ def time_interleaved_traced(
             rounds += [recorded.timed_round() for _ in range(reps - 1)]
     if long_calls:
         return Observed(timing.timings_of(rounds), recorded.traced(), WITH_EVENTS)
-    rounds = [timing.timed_round(contenders, stream) for _ in range(reps)]
+    rounds = [timing.timed_round(contenders, stream, cold=cold) for _ in range(reps)]
     timings = timing.timings_of(rounds)
     slowest = max(t.median_ms for t in timings.values())
-    traced = trace_calls(contenders, timing.repetitions(slowest, MIN_REPS))
+    traced = trace_calls(contenders, timing.repetitions(slowest, MIN_REPS), cold=cold)
     return Observed(timings, traced, AFTER_EVENTS)
 
 
@@ -241,6 +254,8 @@ def split_at_markers(records: Sequence[KernelLaunch]) -> list[tuple[KernelLaunch
     for record in sorted(records, key=lambda k: k.start_ns):
         if record.name == MARKER:
             calls.append([])
+        elif record.name == l2.FLUSH_KERNEL:
+            continue  # queued between calls (cold timing): no call's
         elif calls:  # a kernel before the first marker belongs to no traced call
             calls[-1].append(record)
     return [tuple(call) for call in calls]
@@ -277,10 +292,14 @@ class _Recorded:
     """One CUPTI recording of marked calls on the current stream: opened with a PRIME marker and
     a synchronize, then each call after a marker (`mark`), its contender's name kept in order."""
 
-    def __init__(self, contenders: Mapping[str, Callable[[], None]]) -> None:
+    def __init__(
+        self, contenders: Mapping[str, Callable[[], None]], *, cold: bool, settle: bool = True
+    ) -> None:
         import cupy
 
         self.contenders = contenders
+        self.cold = cold
+        self.settle = settle  # timing.timed_round's; the map's fast pass never waits
         self.stream = cupy.cuda.get_current_stream()
         self.tracer = _tracer()
         self.marker = marker()
@@ -302,7 +321,9 @@ class _Recorded:
 
     def timed_round(self) -> dict[str, float]:
         """One call of each contender, each marked, then timed with CUDA events."""
-        return timing.timed_round(self.contenders, self.stream, before=self.mark)
+        return timing.timed_round(
+            self.contenders, self.stream, before=self.mark, cold=self.cold, settle=self.settle
+        )
 
     def traced(self) -> dict[str, TracedCalls]:
         """Each contender's traced calls, once the recording is closed (every record flushed)."""

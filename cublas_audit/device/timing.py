@@ -12,6 +12,7 @@ import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from cublas_audit.device import clocks, l2
 from cublas_audit.table.dispatch import distribution_columns
 
 MIN_REPS = 20
@@ -80,20 +81,26 @@ def repetitions(estimate_ms: float, min_reps: int = MIN_REPS) -> int:
 
 
 def time_interleaved(
-    contenders: Mapping[str, Callable[[], None]], min_reps: int = MIN_REPS, *, warm: bool = False
+    contenders: Mapping[str, Callable[[], None]],
+    min_reps: int = MIN_REPS,
+    *,
+    warmed_up: bool = False,
+    cold: bool = True,
 ) -> dict[str, Timing]:
-    """Times each zero-argument launcher on the current stream, round-robin.
+    """Times each zero-argument launcher on the current stream, round-robin; `cold`: L2 flushed
+    before each call (device.l2), as a model's weights find it.
 
-    The first round sizes the run. It is discarded, being the warm-up (module loads, cold caches),
-    unless `warm` says every contender has just run (a correctness check is a warm-up too).
+    The first round sizes the run. It is discarded, being the warm-up (module loads, first-call
+    costs), unless `warmed_up` says every contender has just run (a correctness check is a
+    warm-up too).
     """
     import cupy
 
     stream = cupy.cuda.get_current_stream()
-    first = timed_round(contenders, stream)
+    first = timed_round(contenders, stream, cold=cold)
     reps = repetitions(max(first.values()), min_reps)
-    rounds = [first] if warm else []
-    rounds += [timed_round(contenders, stream) for _ in range(reps - len(rounds))]
+    rounds = [first] if warmed_up else []
+    rounds += [timed_round(contenders, stream, cold=cold) for _ in range(reps - len(rounds))]
     return timings_of(rounds)
 
 
@@ -101,11 +108,21 @@ def timed_round(
     contenders: Mapping[str, Callable[[], None]],
     stream: object,
     before: Callable[[str], None] | None = None,
+    *,
+    cold: bool = True,
+    settle: bool = True,
 ) -> dict[str, float]:
     """One call of each contender, in order, each timed with CUDA events (one_call_ms);
-    `before(name)` runs ahead of each call's start event, outside its time (a marker kernel)."""
+    `settle`: first idle while power or heat hold the clocks down (clocks.cool_down; each call
+    synchronises, so the GPU is idle then); `cold`: L2 flushed before each call, then
+    `before(name)`, both ahead of the call's start event and outside its time (a marker
+    kernel)."""
+    if settle:
+        clocks.cool_down()
     took = {}
     for name, launch in contenders.items():
+        if cold:
+            l2.flush()
         if before is not None:
             before(name)
         took[name] = one_call_ms(launch, stream)

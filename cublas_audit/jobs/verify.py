@@ -38,6 +38,7 @@ class VerifyJob:
     fail_on: bool = False
     threshold: float = DEFAULT_THRESHOLD
     torch: bool = False  # also through torch with the TunableOp file beside the fix file
+    warm: bool = False  # operands left in L2 between timed calls (else flushed: device.l2)
 
 
 def checked_input(path: Path) -> FixSet:
@@ -74,12 +75,13 @@ def run(job: VerifyJob, echo: Echo) -> int:
     differs = verify.elsewhere(fixes.stamp, here)
     if differs:
         echo(f"verify: proven on {fixes.stamp.words()}; re-measured here: {differs}")
-    found = verify.verify(fixes, threshold=job.threshold, progress=echo)
+    found = verify.verify(fixes, threshold=job.threshold, progress=echo, cold=not job.warm)
     data = {
         "fix_file": str(job.fix_file),
         "proven_on": asdict(fixes.stamp),
         "measured_on": asdict(here),
         "threshold": job.threshold,
+        "operands": "warm" if job.warm else "cold",
         "fixes": [asdict(item) for item in found],
     }
     text = json.dumps(json_ready(data), indent=2, allow_nan=False) + "\n"  # inf: no result

@@ -119,6 +119,7 @@ def run_follow_up(
         candidate_limit=None if started else FOLLOW_UP_CANDIDATES,
         command=[*options.command, f"(follow-up of {len(cases)} cases)"],
         phase=None if started else "time",
+        warm=None if started else options.warm,
         # ncu where it can run (the sweep's default); events where the map was told not to trace
         observer=Observer.events
         if record.get("observer") == Observer.events and not started

@@ -81,6 +81,8 @@ class SweepConfig:
     # map's fast pass (quick check, min_reps calls timed and traced at once, no recheck);
     # "candidates": the cuBLASLt candidate audit of the plan's problems and nothing else.
     phase: str = "time"
+    # The timed calls find their operands in L2 (--warm); else cold: L2 flushed before each
+    warm: bool = False
 
     @property
     def measures_calls(self) -> bool:
@@ -200,7 +202,9 @@ def _probe_args(config: SweepConfig, phase: str, only: Path | None) -> list[str]
         args += ["--threshold", str(config.candidate_threshold)]
         args += ["--candidate-min-reps", str(config.candidate_min_reps)]
         args += ["--workspace-bytes", str(config.workspace_bytes)]
-    return args + (["--reference"] if config.reference else [])
+    return (
+        args + (["--reference"] if config.reference else []) + (["--warm"] if config.warm else [])
+    )
 
 
 def _write_only(config: SweepConfig, name: str, cases: Sequence[Case]) -> Path:

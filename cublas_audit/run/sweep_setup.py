@@ -60,6 +60,8 @@ class SweepOptions:
     candidate_threshold: float | None = None
     candidate_min_reps: int | None = None
     workspace_bytes: int | None = None
+    # Operands left in L2 between timed calls (--warm); else L2 is flushed before each (device.l2)
+    warm: bool | None = None
     command: list[str] = field(default_factory=list)
     # How the launches are observed (observe.observer); None: ncu where it can run, else CUPTI
     # with a notice (--no-profile means CUPTI).
@@ -101,6 +103,7 @@ RECORDED: dict[str, tuple[str, Any]] = {
     "workspace_bytes": ("workspace_bytes", DEFAULT_WORKSPACE_BYTES),
     "phase": ("phase", "time"),
     "device": ("device_index", None),
+    "warm": ("warm", False),
 }
 
 
@@ -274,6 +277,8 @@ def _config(
         workspace_bytes=_setting(options, "workspace_bytes"),
         cublas_lib=options.cublas_lib,
         phase=options.phase or "time",
+        # a map's fast pass leaves its operands warm, whatever --warm says (its follow-up obeys)
+        warm=bool(options.warm) or options.phase == "map",
     )
 
 
@@ -317,6 +322,8 @@ def start_run(config: SweepConfig, env: environment.Environment, options: SweepO
             "candidate_min_reps": config.candidate_min_reps,
             "workspace_bytes": config.workspace_bytes,
             "phase": config.phase,
+            # --warm as asked (a map's fast pass is warm anyway; its follow-up obeys this)
+            "warm": bool(options.warm),
             "roofline": measured_roofline(env),
             "command": options.command,
             "tool_version": __version__,

@@ -66,23 +66,28 @@ class Side:
 
 
 def verify(
-    fixes: FixSet, *, threshold: float = DEFAULT_THRESHOLD, progress: Callable[[str], None] = print
+    fixes: FixSet,
+    *,
+    threshold: float = DEFAULT_THRESHOLD,
+    progress: Callable[[str], None] = print,
+    cold: bool = True,
 ) -> list[Checked]:
-    """Every fix of `fixes` measured on the current GPU."""
+    """Every fix of `fixes` measured on the current GPU (`cold`: L2 flushed before every timed
+    call, device.l2)."""
     checked = []
     for fix in fixes.fixes:
-        found = verify_fix(fix, threshold)
+        found = verify_fix(fix, threshold, cold=cold)
         progress(found.line())
         checked.append(found)
     return checked
 
 
-def verify_fix(fix: Fix, threshold: float = DEFAULT_THRESHOLD) -> Checked:
+def verify_fix(fix: Fix, threshold: float = DEFAULT_THRESHOLD, *, cold: bool = True) -> Checked:
     import cupy
 
     try:
         with _sides(fix) as (default, fixed):
-            return _measured(fix, default, fixed, threshold)
+            return _measured(fix, default, fixed, threshold, cold)
     except PinRefused as exc:
         return Checked(fix.id, REFUSED, str(exc))
     except cupy.cuda.memory.OutOfMemoryError:
@@ -115,7 +120,7 @@ def _sides(fix: Fix) -> Iterator[tuple[Side, Side]]:
             yield default, Side(functools.partial(changed.run, changed.default()), other_ops, other)
 
 
-def _measured(fix: Fix, default: Side, fixed: Side, threshold: float) -> Checked:
+def _measured(fix: Fix, default: Side, fixed: Side, threshold: float, cold: bool = True) -> Checked:
     """Results first: a fixed call whose output differs from float64 (or stayed as poisoned:
     it computed nothing) is a wrong result, and is not timed; then the two timing rounds."""
     errors = [operands.checked(side.run, side.ops) for side in (default, fixed)]
@@ -123,8 +128,8 @@ def _measured(fix: Fix, default: Side, fixed: Side, threshold: float) -> Checked
         reason = f"the fixed call's result differs from a float64 product: error {errors[1]:.3g}"
         return Checked(fix.id, WRONG, reason, default_error=errors[0], fixed_error=errors[1])
     contenders = {"default": default.run, "fixed": fixed.run}
-    first, kernels, basis = _round(contenders)
-    second, _, _ = _round(contenders)
+    first, kernels, basis = _round(contenders, cold)
+    second, _, _ = _round(contenders, cold)
     ratio, again = first["default"] / first["fixed"], second["default"] / second["fixed"]
     holds = all(
         ratio_verdict(value, INTERLEAVED_FLOOR, threshold) is Verdict.slower
@@ -149,15 +154,15 @@ def _measured(fix: Fix, default: Side, fixed: Side, threshold: float) -> Checked
 
 
 def _round(
-    contenders: dict[str, Callable[[], None]],
+    contenders: dict[str, Callable[[], None]], cold: bool
 ) -> tuple[dict[str, float], dict[str, str], str]:
     """One interleaved round: median time per contender, the kernels each launched, and the
     basis ('kernel' where CUPTI traced them, else 'call')."""
-    events = timing.time_interleaved(contenders, MIN_REPS)
+    events = timing.time_interleaved(contenders, MIN_REPS, cold=cold)
     if kernel_trace.available() is not None:
         return {k: t.median_ms for k, t in events.items()}, {}, "call"
     reps = max(MIN_REPS, min(t.reps for t in events.values()))
-    traced = kernel_trace.trace_calls(contenders, reps)
+    traced = kernel_trace.trace_calls(contenders, reps, cold=cold)
     times = {name: calls.timing().median_ms for name, calls in traced.items()}
     kernels = {name: short_names(calls.kernel_names) for name, calls in traced.items()}
     return times, kernels, "kernel"

@@ -86,6 +86,9 @@ COLUMNS: dict[str, str] = {
     "min_ms": "float",
     "reps": "int",
     "timing": "str",
+    # "cold" (L2 flushed before every timed call, the default) or "warm" (--warm); missing in
+    # tables made before cold timing, which were all warm
+    "operands": "str",
     "kernel_ms": "float",
     "kernels": "str",
     "tflops": "float",
@@ -109,6 +112,7 @@ _CHOICES = {
     "transb": TRANSPOSES,
     "broadcast": tuple(b for b in BROADCASTS if b),
     "timing_basis": tuple(BASES),
+    "operands": ("cold", "warm"),
 }
 _KINDS: dict[str, Any] = {"int": pd.Int64Dtype(), "float": pd.Float64Dtype(), "str": "string"}
 # Each number's range, as dispatch.csv's are checked (table.validation): a time that is no time
