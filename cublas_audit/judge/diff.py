@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from cublas_audit.judge import noise
+from cublas_audit.judge import noise, timed_rows
 from cublas_audit.judge.finding import plain
 from cublas_audit.judge.noise import NoiseModel
 from cublas_audit.judge.rules import prepare
@@ -232,12 +232,28 @@ def _judge(both: pd.DataFrame, t: Thresholds, model: NoiseModel) -> pd.DataFrame
     broke = (out["status_a"].fillna("ok") == "ok") & (out["status_b"].fillna("ok") != "ok")
     verdict[broke.astype(bool)] = "regression"
     return out.assign(
+        **_judged_times(out, [kernel is not None for kernel, _ in pairs]),
         verdict=verdict,
         kernel_verdict=_words(judged["kernel"], out.index),
         call_verdict=_words(judged["call"], out.index),
         evidence=[_evidence(kernel, call) for kernel, call in pairs],
         note=[_clock_note(row) for row in records],
     )
+
+
+def _judged_times(out: pd.DataFrame, by_kernels: Sequence[bool]) -> dict[str, pd.Series]:
+    """The time each verdict judged, so that a row shows it: `judged_on` ('kernel' where the
+    kernels' time decided, else 'call'), `judged_ms_a` and `judged_ms_b` (that time's medians)."""
+    kernels = pd.Series(by_kernels, index=out.index, dtype=bool)
+    columns: dict[str, pd.Series] = {
+        "judged_on": pd.Series(np.where(kernels, "kernel", "call"), index=out.index, dtype=object)
+    }
+    for side in "ab":
+        call = out[timed_rows.column("call", suffix=f"_{side}")].astype("Float64")
+        kernel = out.get(timed_rows.column("kernel", suffix=f"_{side}"))
+        judged = call if kernel is None else kernel.astype("Float64").where(kernels, call)
+        columns[f"judged_ms_{side}"] = judged
+    return columns
 
 
 _VERDICT_WORDS = {

@@ -65,7 +65,7 @@ def to_markdown(diff: Diff) -> str:
             _section(
                 "Call slower, kernels not: the host's share (informational unless --fail-on host)",
                 diff.host_slower,
-                _delta_table,
+                lambda rows: _delta_table(rows, calls=True),
             ),
             _section("Only in A", diff.only_a, lambda rows: _case_table(rows, "_a")),
             _section("Only in B", diff.only_b, lambda rows: _case_table(rows, "_b")),
@@ -96,7 +96,9 @@ def _cell(value: Any, fmt: str) -> str:
     return "—" if value is None else fmt.format(value)
 
 
-def _delta_table(rows: pd.DataFrame) -> str:
+def _delta_table(rows: pd.DataFrame, calls: bool = False) -> str:
+    """The cases with the time their verdict judged (`time`: the kernels' or the call's, as
+    judge.diff recorded it), or the call's time where the section is about calls (`calls`)."""
     if rows.empty:
         return ""
     body = [
@@ -106,15 +108,22 @@ def _delta_table(rows: pd.DataFrame) -> str:
             _kernel(r["kernel_short_b"], r.get("status_b")),
             _cell(r["util_a"], "{:.0f}"),
             _cell(r["util_b"], "{:.0f}"),
-            _cell(r["time_ms_a"], "{:.4g}"),
-            _cell(r["time_ms_b"], "{:.4g}"),
+            *_shown_times(r, calls),
             md_text(r.get("evidence") or _cell(r["time_delta_pct"], "{:+.1f} %")),
             md_text(r.get("note") or ""),
         ]
         for r in rows.to_dict("records")
     ]
-    headers = [*_CASE_COLUMNS, "kernel A", "kernel B", "pipe % A", "pipe % B", "ms A", "ms B"]
-    return md_table([*headers, "time change (how sure)", "note"], body)
+    headers = [*_CASE_COLUMNS, "kernel A", "kernel B", "pipe % A", "pipe % B", "judged on", "ms A"]
+    return md_table([*headers, "ms B", "time change (how sure)", "note"], body)
+
+
+def _shown_times(record: Mapping[Hashable, Any], calls: bool) -> list[str]:
+    """'kernels' or 'call', then that time on side A and side B."""
+    if calls or record.get("judged_on") != "kernel":
+        return ["call", _cell(record["time_ms_a"], "{:.4g}"), _cell(record["time_ms_b"], "{:.4g}")]
+    a, b = (_cell(record[f"judged_ms_{side}"], "{:.4g}") for side in "ab")
+    return ["kernels", a, b]
 
 
 def _detectable_table(floors: pd.DataFrame) -> str:
