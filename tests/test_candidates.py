@@ -95,7 +95,9 @@ def test_the_confirmed_gap_is_the_only_better_candidate_finding(recorded: pd.Dat
     assert (default["role"], default["tile"], default["case_id"]) == ("default", "32x32", FLAGGED)
     assert (best["role"], best["tile"], best["candidate"]) == ("best", "64x64", 5)
     assert best["confirm_left_on_table"] == pytest.approx(1.17, abs=0.005)
-    assert "1.12x" in finding["message"] and "confirms 1.17x" in finding["message"]
+    # the claim is the pairwise round's 1.17x, the screen of every candidate beside it
+    assert "takes 1.17x" in finding["message"] and "measured 1.12x" in finding["message"]
+    assert finding["effect"] == pytest.approx(1 - 1 / best["confirm_left_on_table"], abs=1e-4)
     json.dumps(finding)  # plain Python values only
 
 

@@ -153,8 +153,10 @@ def test_the_report() -> None:
     assert table[0][:4] == ["fix", "problem", "PyTorch", "kind"]
     row = next(r for r in table[1:] if r[0] == "pin-1856")
     assert row[2] == "—"  # no trace named
-    assert row[5] == "2.315" and row[7] == "2.089"  # candidates.csv: 2.31467 -> 2.08907
-    assert row[8] == "1.11x, confirm 1.11x"  # 2.42381 / 2.1783 in the confirmation round
+    # the claim is the confirmation round's (Fix.claimed): candidates.csv's kernel_confirm_ms
+    # 2.42381 -> 2.1783, and the screening round's 2.31467 / 2.08907 beside it
+    assert row[5] == "2.424" and row[7] == "2.178"
+    assert row[8] == "1.11x (screen 1.11x)"
     assert next(r for r in table[1:] if r[0] == "pad-1856")[8] == "1.07x"  # no confirmation
     env = re.search(r"```sh\n(.*?)\n```", markdown, re.S)
     assert env is not None

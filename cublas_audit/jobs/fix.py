@@ -15,14 +15,14 @@ from pathlib import Path
 from typing import Any
 
 from cublas_audit.errors import AuditError
-from cublas_audit.files import never_replacing, write_text_atomic
+from cublas_audit.files import never_replacing, os_error, write_text_atomic
 from cublas_audit.jobs.reports import recorded_verdicts
 from cublas_audit.judge.audited import audit_dataset
 from cublas_audit.judge.candidates import judge_candidates
 from cublas_audit.judge.fixes import fix_set, fixes_of, pin_fixes, stamp_of, with_torch_ops
 from cublas_audit.judge.thresholds import Thresholds, with_overrides
 from cublas_audit.planning.cases import read_plan
-from cublas_audit.report.output import input_files
+from cublas_audit.report.output import check_output_dir, input_files
 from cublas_audit.table import rundir
 from cublas_audit.table.candidates_table import read_candidates
 from cublas_audit.table.fix_file import FIX_FILE, KINDS, Fix, FixSet, Stamp, write_fix_file
@@ -92,9 +92,20 @@ def out_dir(job: FixJob) -> Path:
 FIX_REPORT = "fix.md"
 
 
-def write_fix_files(fixes: FixSet, target: Path, torch_version: str | None) -> list[Path]:
+def read_files(job: FixJob) -> list[Path]:
+    """What `fix` reads: each input (a map's follow-up too) and the trace."""
+    inputs = [Path(path) for path in job.inputs]
+    follow_ups = [path / rundir.FOLLOW_UP_DIR for path in inputs if path.is_dir()]
+    trace = [job.torch_trace] if job.torch_trace is not None else []
+    return [*inputs, *(path for path in follow_ups if path.is_dir()), *trace]
+
+
+def write_fix_files(
+    fixes: FixSet, target: Path, torch_version: str | None
+) -> tuple[list[Path], str]:
     """fix.json, the TunableOp file (where a torch version is known: TunableOp reads only a file
-    of its own version) and fix.md into `target`; returns their paths."""
+    of its own version) and fix.md into `target`; returns their paths, and why no TunableOp file
+    was written ('' where it was)."""
     from cublas_audit.report.fix_report import render_fix_report
     from cublas_audit.report.tunableop import tunableop_export, write_tunableop
 
@@ -108,7 +119,7 @@ def write_fix_files(fixes: FixSet, target: Path, torch_version: str | None) -> l
         written.append(write_tunableop(export, target))
     report = render_fix_report(fixes, export, target, why_not)
     written.append(write_text_atomic(target / FIX_REPORT, report))
-    return written
+    return written, why_not
 
 
 def summary_line(fixes: FixSet) -> str:
@@ -124,15 +135,30 @@ def summary_line(fixes: FixSet) -> str:
 
 
 def run(job: FixJob, echo: Echo) -> FixSet:
+    from cublas_audit.report.tunableop import DEVICE_FILE_NAME, pt_version
+
     target = out_dir(job)
+    if job.torch_version is not None:
+        try:  # a malformed one: exit 2 before anything is read
+            pt_version(job.torch_version)
+        except AuditError as exc:
+            raise AuditError(f"--torch-version: {exc}") from None
+    read = read_files(job)
+    check_output_dir(target, (FIX_FILE, DEVICE_FILE_NAME, FIX_REPORT), read)
     fixes = collect(job.inputs, with_overrides(job.thresholds), job.env)
     if job.torch_trace is not None:
         from cublas_audit.observe.torch_trace import problems, read_trace
 
         fixes = with_torch_ops(fixes, problems(read_trace(job.torch_trace)))
-    with never_replacing(input_files(list(job.inputs))):
-        target.mkdir(parents=True, exist_ok=True)
-        for path in write_fix_files(fixes, target, job.torch_version):
+    with never_replacing(input_files(read)):
+        try:
+            target.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise os_error(target, exc) from exc
+        written, why_not = write_fix_files(fixes, target, job.torch_version)
+        for path in written:
             echo(f"fix: {path}")
+    if why_not:
+        echo(f"fix: {DEVICE_FILE_NAME} skipped: {why_not}")
     echo(summary_line(fixes))
     return fixes

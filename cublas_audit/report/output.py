@@ -47,6 +47,18 @@ def check_output(out: Path, inputs: Sequence[Path], plots: bool = False) -> None
         _check_plots(out.parent / PLOTS_DIR, read)
 
 
+def check_output_dir(directory: Path, names: Sequence[str], inputs: Sequence[Path]) -> None:
+    """A directory that several outputs go into (`fix`), refused before anything is read or
+    written (one line, exit 2): an input, or another file, where the directory should be; one of
+    its outputs `names` an input under any name, or not writable as a file."""
+    read = inode_keys(input_files(inputs))
+    if directory.exists() and not directory.is_dir():
+        what = "is an input of fix, not" if inode_keys([directory]) & read else "is not"
+        raise AuditError(f"--out: {directory} {what} a directory ({', '.join(names)} go there)")
+    for name in names:
+        check_target(directory / name, read)
+
+
 def _check_plots(plots: Path, read: frozenset[tuple[int, int]]) -> None:
     """plots/ beside the report: a directory (or nothing yet), none of its pictures an input."""
     if plots.exists() and not plots.is_dir():

@@ -238,19 +238,30 @@ def lt_solution(pin: Pin) -> LtSolution:
     )
 
 
+# A torch version as PEP 440 writes it: MAJOR.MINOR.PATCH, then a pre-, post- or dev-release and
+# a local part (2.14.1+cu130, 2.15.0a0+git5c48869). All three numbers: TunableOp compares them.
+_TORCH_VERSION = re.compile(
+    r"(\d+\.\d+\.\d+)(?:(?:a|b|rc)\d+)?(?:\.post\d+)?(?:\.dev\d+)?(?:\+[a-z0-9]+(?:\.[a-z0-9]+)*)?",
+    re.IGNORECASE,
+)
+
+
 def pt_version(given: str | None = None) -> str:
     """The PT_VERSION validator: torch's MAJOR.MINOR.PATCH, from `given` (--torch-version) or the
     installed torch's distribution (not imported). TunableOp writes only those three numbers: torch
-    2.14.1+cu130 wrote PT_VERSION 2.14.1 on the H100. Unknown: one AuditError."""
-    text = given or _installed_torch()
-    if not text:
+    2.14.1+cu130 wrote PT_VERSION 2.14.1 on the H100. Unknown or malformed: one AuditError."""
+    text = given if given is not None else _installed_torch()
+    if text is None:
         raise AuditError(
             "no torch version for the TunableOp file: TunableOp reads only a file written for "
             "its own version; give --torch-version (the torch that will read it) or install torch"
         )
-    match = re.match(r"(\d+\.\d+\.\d+)(?:$|[^\d.])", text.strip())
+    match = _TORCH_VERSION.fullmatch(text.strip())
     if not match:
-        raise AuditError(f"torch version {text!r} is not MAJOR.MINOR.PATCH")
+        raise AuditError(
+            f"torch version {text!r} is not MAJOR.MINOR.PATCH as PEP 440 writes it (2.14.1, "
+            "2.14.1+cu130): TunableOp compares all three numbers with the torch that reads the file"
+        )
     return match[1]
 
 
