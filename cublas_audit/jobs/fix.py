@@ -127,9 +127,9 @@ def summary_line(fixes: FixSet) -> str:
     counted = ", ".join(f"{count} {kind}" for kind, count in kinds.items() if count)
     if not fixes.fixes:
         return "fix: no confirmed finding with a measured faster alternative, so no fix"
-    best = max(fixes.fixes, key=lambda fix: fix.speedup)
+    best = max(fixes.fixes, key=lambda fix: fix.claimed)
     return (
-        f"fix: {len(fixes.fixes)} fixes ({counted}), the largest {best.speedup:.2f}x on "
+        f"fix: {len(fixes.fixes)} fixes ({counted}), the largest {best.claimed:.2f}x on "
         f"{best.problem.name}; proven on {fixes.stamp.words()}"
     )
 
