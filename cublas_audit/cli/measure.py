@@ -92,8 +92,14 @@ def sweep_command(
     broadcast: Broadcast = "",
     beta: Beta = "0",
     bias: Bias = False,
-    workspace_mib: int = typer.Option(
-        -1, min=-1, metavar="MIB", help="cuBLASLt calls: workspace limit (default 32 MiB)."
+    # None: no limit set, so the cases keep workspace_mib -1 (cuBLASLt gets 32 MiB); one
+    # default in the help, not typer's -1 beside the 32 MiB it stands for
+    workspace_mib: int | None = typer.Option(
+        None,
+        min=0,
+        metavar="MIB",
+        help="cuBLASLt calls: workspace limit (default: 32 MiB).",
+        show_default=False,
     ),
     shapes_file: ShapesFile = None,
     torch_trace: TorchTrace = None,
@@ -112,7 +118,8 @@ def sweep_command(
     from cublas_audit.report.summary import summary
 
     def grid() -> list[Case]:
-        problem = opt.variants(layouts, ld_pad, broadcast, beta, bias, workspace_mib)
+        limit = -1 if workspace_mib is None else workspace_mib
+        problem = opt.variants(layouts, ld_pad, broadcast, beta, bias, limit)
         return plan_from_options(single, batched, sizes, shapes, batches, modes, api, problem)
 
     planned = opt.plan_cases(resume, opt.Listed(shapes_file, torch_trace, modes, api), grid)

@@ -76,7 +76,7 @@ def _report(job: ReportJob, inputs: list[Path], terminal: bool, echo: Echo) -> N
     else:
         from cublas_audit.report.terminal import show
 
-        check_output(TERMINAL_REPORT, inputs, plots=True)
+        check_output(TERMINAL_REPORT, inputs, plots=True, option=None)  # nobody gave --out
         show(audited)
         written = write_report(audited, TERMINAL_REPORT, extra)
         echo(f"\nfull report (Markdown, plots beside it): {written}")

@@ -23,28 +23,37 @@ from cublas_audit.table.rundir import (
 TERMINAL_REPORT = Path("cublas-audit-report") / REPORT_FILE
 
 
-def check_output(out: Path, inputs: Sequence[Path], plots: bool = False) -> None:
+def check_output(
+    out: Path, inputs: Sequence[Path], plots: bool = False, option: str | None = "--out"
+) -> None:
     """Refused before anything is read or written (one line, exit 2): an output that cannot be
     written (a name too long, under a file, a directory, a FIFO or a device, no permission), that
     is an input under any name (the same path, a symlink, a hard link), that lies inside an input
     run directory other than as its report; with `plots`, a plots/ beside it that is not a
-    directory or that holds an input where a plot would go."""
+    directory or that holds an input where a plot would go. `option` names where `out` came
+    from (None: nobody gave it, the terminal report's own file), so the error says what to do."""
+    said = option or "the full report"
     target = out.resolve()
     for given in inputs:
         source = Path(given).resolve()
         table = source / TABLE_FILE if source.is_dir() else source
         inside_run = source.is_dir() and source in target.parents and target.name != REPORT_FILE
         if target in (table, source) or inside_run:
-            raise AuditError(f"--out: {out} would overwrite the input {given}")
+            raise AuditError(f"{said}: {out} would overwrite the input {given}")
     read = inode_keys(input_files(inputs))
     if inode_keys([out]) & read:
-        raise AuditError(f"--out: {out} would overwrite an input (the same file, another name)")
+        raise AuditError(f"{said}: {out} would overwrite an input (the same file, another name)")
     check_target(out)
     parent = next((p for p in target.parents if p.exists()), Path("/"))
     if not os.access(parent, os.W_OK) or (out.exists() and not os.access(out, os.W_OK)):
-        raise AuditError(f"--out: {out} cannot be written here")
+        if option is None:
+            raise AuditError(
+                f"cannot write the full report to {target}: {parent} is not writable; give --out "
+                "FILE to write it elsewhere, or --format md for the Markdown on stdout"
+            )
+        raise AuditError(f"{option}: {out} cannot be written here")
     if plots:
-        _check_plots(out.parent / PLOTS_DIR, read)
+        _check_plots(out.parent / PLOTS_DIR, read, said)
 
 
 def check_output_dir(directory: Path, names: Sequence[str], inputs: Sequence[Path]) -> None:
@@ -59,14 +68,14 @@ def check_output_dir(directory: Path, names: Sequence[str], inputs: Sequence[Pat
         check_target(directory / name, read)
 
 
-def _check_plots(plots: Path, read: frozenset[tuple[int, int]]) -> None:
+def _check_plots(plots: Path, read: frozenset[tuple[int, int]], said: str) -> None:
     """plots/ beside the report: a directory (or nothing yet), none of its pictures an input."""
     if plots.exists() and not plots.is_dir():
-        raise AuditError(f"--out: {plots} is not a directory (the report's plots go there)")
+        raise AuditError(f"{said}: {plots} is not a directory (the report's plots go there)")
     if plots.is_dir():
         for picture in sorted(plots.glob("*.png")):
             if inode_keys([picture]) & read:
-                raise AuditError(f"--out: the plot {picture} would overwrite an input")
+                raise AuditError(f"{said}: the plot {picture} would overwrite an input")
 
 
 def input_files(inputs: Sequence[Path]) -> list[Path]:

@@ -14,7 +14,7 @@ import pandas as pd
 from cublas_audit.errors import AuditError
 from cublas_audit.planning.cases import plan_case_ids
 from cublas_audit.resources import shipped
-from cublas_audit.table.atlas_files import check_whole, is_atlas, read_atlas
+from cublas_audit.table.atlas_files import ATLAS_REPORT, check_whole, is_atlas, read_atlas
 from cublas_audit.table.candidates_table import read_candidates
 from cublas_audit.table.dispatch import TableSource, row_number
 from cublas_audit.table.rundir import CANDIDATES_FILE, ENV_FILE, PLAN_FILE, TABLE_FILE, read_env
@@ -117,6 +117,11 @@ def load_run(run_dir: Path) -> Dataset:
 def _load(path: Path) -> list[Dataset]:
     if is_atlas(path):
         check_whole(path)  # an atlas cut short is named as one
+        raise AuditError(
+            f"{path}: an atlas directory (what `cublas-audit atlas` wrote), not a run directory; "
+            f"`report` reads run directories and dispatch tables: the atlas's report is "
+            f"{path / ATLAS_REPORT}, and `diff` compares it with another atlas or a run"
+        )
     if path.is_dir():
         run = load_run(path)
         if not run.env.get("allow_mixed"):
