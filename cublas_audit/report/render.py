@@ -20,7 +20,8 @@ import pandas as pd
 from cublas_audit.files import write_text_atomic
 from cublas_audit.judge.audited import Audited, Unjudged
 from cublas_audit.judge.finding import SEVERITIES, Finding, plain
-from cublas_audit.judge.roofline import Machine
+from cublas_audit.judge.grouping import every_row, observed, where
+from cublas_audit.judge.roofline import L2_RESIDENT, Machine
 from cublas_audit.judge.rules.frame import CALL_KIND
 from cublas_audit.planning.modes import pipe_name
 from cublas_audit.report import candidates_report, repro
@@ -115,23 +116,24 @@ def _unjudged(need: Unjudged) -> str:
     )
 
 
-def _finding_view(finding: Finding) -> dict[str, str]:
-    where = (
-        " ".join(part for part in (finding.api, finding.routine, finding.mode) if part)
-        + f", batch {finding.batch}"
-    )
+def _finding_view(finding: Finding) -> dict[str, Any]:
+    """A finding's line, and a sub-point per observation its cause explains (judge.grouping)."""
     return {
         "rule": finding.rule,
-        "where": md_text(where),
+        "where": md_text(where(finding)),
         "message": md_text(finding.message),
         "workaround": md_text(finding.workaround),
+        "observations": [
+            {"rule": rule, "where": md_text(said), "message": md_text(message)}
+            for rule, said, message in observed(finding)
+        ],
     }
 
 
 def _flags(found: Sequence[Finding]) -> dict[int, list[str]]:
     flags: dict[int, list[str]] = {}
     for finding in found:
-        for row in finding.rows:
+        for row in every_row(finding):  # each call the finding's cause explains
             flags.setdefault(row, []).append(finding.rule)
     return flags
 
@@ -194,6 +196,7 @@ _CELL_COLUMNS = (
     "kernel_short",
     "roofline_pct",
     "bound_side",
+    "l2_resident",
     "util",
     "tflops_shown",
     "time_ms",
@@ -240,8 +243,11 @@ def _dispatch_tables(rows: pd.DataFrame, flags: Mapping[int, list[str]]) -> list
 
 
 def _bound_cell(record: Mapping[Hashable, Any]) -> str:
-    """'72 % (memory)': the throughput attained over the roofline bound that applies; empty
-    where the GPU's figures are unknown."""
+    """'72 % (memory)': the throughput attained over the roofline bound that applies; 'L2-resident'
+    where a memory-bound call ran faster than DRAM allows (judge.roofline); empty where the GPU's
+    figures are unknown."""
+    if plain(record.get("l2_resident")):
+        return L2_RESIDENT
     pct, side = plain(record.get("roofline_pct")), plain(record.get("bound_side"))
     return "" if pct is None or side is None else f"{pct:.0f} % ({side})"
 
@@ -336,7 +342,7 @@ def _stall_tables(rows: pd.DataFrame, found: Sequence[Finding]) -> list[dict[str
     if not stalls:
         return []
     measured = rows.dropna(subset=[*stalls[:1], "util"])
-    flagged_rows = {row for f in found for row in f.rows}
+    flagged_rows = {row for f in found for row in every_row(f)}
     healthy_pool = measured[~measured.index.isin(list(flagged_rows))]
     tables = []
     for finding in found:
