@@ -162,7 +162,7 @@ def test_the_report() -> None:
     assert env is not None
     assert env[1] == environment_lines(tunableop_export(fixes, "2.14.1").environment(Path("out")))
     assert f"PYTORCH_TUNABLEOP_FILENAME={Path('out').resolve() / 'tunableop.csv'}" in env[1]
-    assert "`out/tunableop0.csv` carries 2 of 3 fixes for torch 2.14.1" in markdown
+    assert "`out/tunableop0.csv` carries 2 of the 3 fixes for torch 2.14.1" in markdown
     carried = table_under(markdown, "Not carried by the file:")
     assert [r[0] for r in carried[1:]] == ["pad-1856"]
     assert markdown.count("```c\n") == 2  # one C function per pin, none for the pad

@@ -124,14 +124,20 @@ def write_fix_files(
 
 def summary_line(fixes: FixSet) -> str:
     kinds = {kind: sum(fix.kind == kind for fix in fixes.fixes) for kind in KINDS}
-    counted = ", ".join(f"{count} {kind}" for kind, count in kinds.items() if count)
+    counted = ", ".join(_counted(count, kind) for kind, count in kinds.items() if count)
     if not fixes.fixes:
         return "fix: no confirmed finding with a measured faster alternative, so no fix"
     best = max(fixes.fixes, key=lambda fix: fix.claimed)
     return (
-        f"fix: {len(fixes.fixes)} fixes ({counted}), the largest {best.claimed:.2f}x on "
+        f"fix: {_counted(len(fixes.fixes), 'fix')} ({counted}), the largest {best.claimed:.2f}x on "
         f"{best.problem.name}; proven on {fixes.stamp.words()}"
     )
+
+
+def _counted(count: int, noun: str) -> str:
+    """'1 pin', '23 pins', '2 fixes'."""
+    plural = noun + ("es" if noun.endswith("x") else "s")
+    return f"{count} {noun if count == 1 else plural}"
 
 
 def run(job: FixJob, echo: Echo) -> FixSet:

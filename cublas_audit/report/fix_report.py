@@ -107,7 +107,7 @@ def _tunable_context(fixes: FixSet, tunable: TunableOpExport, directory: Path) -
         "file_name": str(Path(directory) / DEVICE_FILE_NAME),
         "filename": environment["PYTORCH_TUNABLEOP_FILENAME"],
         "carried": len(tunable.carried),
-        "total": len(fixes.fixes),
+        "carries": carries_words(len(tunable.carried), len(fixes.fixes)),
         "lt_version": tunable.file.validator("CUBLASLT_VERSION") or "",
         "device": tunable.file.validator("CUDA_DEVICE") or "",
         "environment": md_fence(environment_lines(environment), "sh"),
@@ -121,6 +121,21 @@ def _tunable_context(fixes: FixSet, tunable: TunableOpExport, directory: Path) -
             ],
         ),
     }
+
+
+def carries_words(carried: int, total: int) -> str:
+    """What the TunableOp file carries of the fixes, in words."""
+    if not total:
+        return "carries nothing: there is no fix"
+    if not carried:
+        if total == 1:
+            return "carries no fix: TunableOp cannot apply the one there is (below, why not)"
+        return f"carries none of the {total} fixes: TunableOp can apply none of them (below, why)"
+    if carried < total:
+        return f"carries {carried} of the {total} fixes"
+    return {1: "carries the one fix", 2: "carries both fixes"}.get(
+        total, f"carries all {total} fixes"
+    )
 
 
 def _stamp_words(fixes: FixSet) -> str:
