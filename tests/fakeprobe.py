@@ -77,6 +77,7 @@ for option in ("--plan", "--phase", "--results", "--only", "--min-reps", "--gpu-
                "--threshold", "--candidate-min-reps", "--workspace-bytes"):
     parser.add_argument(option)
 parser.add_argument("--reference", action="store_true")
+parser.add_argument("--warm", action="store_true")  # operands left in L2: nothing to fake
 parser.add_argument("--careful", type=int, default=0)
 args = parser.parse_args(sys.argv[3:])
 only = open(args.only).read().split() if args.only else None
