@@ -9,14 +9,15 @@ was edited); 3 no GPU. A fix proven on another GPU or cuBLAS is re-measured, not
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from cublas_audit.errors import AuditError
 from cublas_audit.files import never_replacing, write_text_atomic
 from cublas_audit.judge.candidates import DEFAULT_THRESHOLD
+from cublas_audit.judge.framework import HOLDS
 from cublas_audit.observe import environment
 from cublas_audit.report.output import check_output
 from cublas_audit.table.dispatch import json_ready
@@ -24,7 +25,7 @@ from cublas_audit.table.fix_file import FixSet, Stamp, read_fix_file
 from cublas_audit.table.tunableop_file import TunableFile, read_tunableop
 
 if TYPE_CHECKING:
-    from cublas_audit.run.torch_check import TorchChecked
+    from cublas_audit.judge.framework import FrameworkChecked
 
 Echo = Callable[..., None]
 VERIFY_FILE = "verify.json"
@@ -84,10 +85,11 @@ def run(job: VerifyJob, echo: Echo) -> int:
         "operands": "warm" if job.warm else "cold",
         "fixes": [asdict(item) for item in found],
     }
-    text = json.dumps(json_ready(data), indent=2, allow_nan=False) + "\n"  # inf: no result
-    with never_replacing(inputs):
-        echo(f"verify: {write_text_atomic(out, text)}")
-    through_torch = _torch_check(fixes, job.fix_file, tunable, echo) if tunable else []
+    echo(f"verify: {_write(out, data, inputs)}")
+    through_torch = _torch_check(job, fixes, tunable, echo) if tunable else []
+    if through_torch:  # verify.json again, with the framework's verdicts beside the library's
+        data["torch"] = [asdict(item) for item in through_torch]
+        _write(out, data, inputs)
     refused = [item for item in found if item.status == verify.REFUSED]
     if refused and not differs:
         raise AuditError(
@@ -95,8 +97,15 @@ def run(job: VerifyJob, echo: Echo) -> int:
             f"proven on (first: {refused[0].fix_id}: {refused[0].reason})"
         )
     failed = [item.fix_id for item in found if item.status in (verify.DOES_NOT_HOLD, verify.WRONG)]
-    failed += [item.fix_id for item in through_torch if item.status != "holds"]
+    failed += [item.fix_id for item in through_torch if item.status != HOLDS]
     return GATE_FAILED if job.fail_on and failed else 0
+
+
+def _write(out: Path, data: dict[str, Any], inputs: Sequence[Path]) -> Path:
+    """verify.json (an infinite error, no result, is written as null), never over an input."""
+    text = json.dumps(json_ready(data), indent=2, allow_nan=False) + "\n"
+    with never_replacing(inputs):
+        return write_text_atomic(out, text)
 
 
 def tunable_path(fix_file: Path) -> Path:
@@ -122,8 +131,8 @@ def tunable_file(fix_file: Path) -> TunableFile:
 
 
 def _torch_check(
-    fixes: FixSet, fix_file: Path, tunable: TunableFile, echo: Echo
-) -> list[TorchChecked]:
+    job: VerifyJob, fixes: FixSet, tunable: TunableFile, echo: Echo
+) -> list[FrameworkChecked]:
     """The pins through an unchanged torch call with and without the file; skipped, in one
     line, where this torch cannot read it."""
     from cublas_audit.report.tunableop import tunableop_export
@@ -135,7 +144,9 @@ def _torch_check(
         echo(f"verify --torch: skipped: {why_not}")
         return []
     export = tunableop_export(fixes, file_version)
-    checked = torch_check.check(fixes, fix_file, export.environment(fix_file.parent))
+    fix_file = job.fix_file
+    environment = export.environment(fix_file.parent)
+    checked = torch_check.check(fixes, fix_file, environment, job.threshold, cold=not job.warm)
     for item in checked:
         echo(f"{item.fix_id}: torch {item.status}: {item.line}")
     return checked

@@ -1,13 +1,16 @@
 """`verify --torch`: the fix file's TunableOp rows run by an unchanged PyTorch program.
 
-Each carried pin's problem is issued as PyTorch issues it (cuBLAS nn: `torch.mm(x, w)`; tn:
-`F.linear(x, w)`), once in a process with TunableOp reading the file (the environment `fix`
-wrote beside it) and once in a process without it. Per fix: the kernels torch.profiler saw, their
-time per call, and the result against a float64 product, so that a pin TunableOp skipped (too
-little workspace: the output left as it was, no error) is a wrong result, not a pass.
+Each carried pin's problem is issued as PyTorch issues it (cuBLAS nn: `torch.mm(x, w)`, with a
+bias `torch.addmm(b, x, w)`; tn: `F.linear(x, w)` and `F.linear(x, w, b)`: the calls a model
+makes), in one child process with the environment `fix` wrote beside the file (TunableOp on, no
+tuning, its workspace), in alternating blocks of CALLS calls with TunableOp on and off
+(`torch.cuda.tunable.enable`), ROUNDS times, L2 flushed before every call as in the model
+(device.l2; `--warm` leaves it). Per side: the kernels torch.profiler saw, their time per call in
+each round, and the result against a float64 product into a NaN-filled output, so that a pin
+TunableOp skipped is seen. judge.framework decides what that means.
 
 TunableOp tunes cuBLASLt on CUDA from torch 2.14 on; an older torch, or none, is one line saying
-the check was skipped. The child processes are this module run as a script.
+the check was skipped. The child process is this module run as a script.
 """
 
 from __future__ import annotations
@@ -18,22 +21,23 @@ import os
 import re
 import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from cublas_audit.judge.framework import FrameworkChecked, FrameworkRun, judge_framework
 from cublas_audit.table.fix_file import Fix, FixSet
 
 FIRST_TUNABLE_CUBLASLT = (2, 14)
-TORCH_CALLS = {"nn": "torch.mm", "tn": "F.linear (torch.mm of w.t())"}
+TORCH_CALLS = {"nn": "torch.mm", "tn": "F.linear"}
+BIAS_CALLS = {"nn": "torch.addmm", "tn": "F.linear with bias"}
 CALLS = 50
+ROUNDS = 2
 
 
-@dataclass(frozen=True)
-class TorchChecked:
-    fix_id: str
-    status: str  # "holds", "another kernel", "wrong result", "no gain"
-    line: str
+def torch_call(fix: Fix) -> str:
+    """The PyTorch call that issues the fix's problem as cuBLAS sees it."""
+    p = fix.problem
+    return (BIAS_CALLS if p.bias else TORCH_CALLS)[p.layout]
 
 
 def skip_reason(torch_version: str | None, file_version: str) -> str:
@@ -61,34 +65,57 @@ def installed_torch() -> str | None:
 
 
 def runnable(fix: Fix) -> bool:
-    """A pin whose problem one torch call issues as is: nn (torch.mm) or tn (F.linear), one
-    matrix, packed, no bias or beta."""
+    """A pin whose problem one torch call issues as is: nn (torch.mm, torch.addmm with a bias)
+    or tn (F.linear, with or without its bias), one matrix, packed, beta 0."""
     p = fix.problem
     packed = (p.lda, p.ldb) == ((p.m if p.transa == "n" else p.k), p.k)
     return (
         fix.pin is not None
         and p.layout in TORCH_CALLS
         and not p.batched
-        and not p.bias
         and not p.beta
         and p.layout_known
         and packed
     )
 
 
-def check(fixes: FixSet, fix_file: Path, environment: dict[str, str]) -> list[TorchChecked]:
-    """Each runnable pin through torch with and without the TunableOp environment."""
+def check(
+    fixes: FixSet,
+    fix_file: Path,
+    environment: dict[str, str],
+    threshold: float,
+    *,
+    cold: bool = True,
+) -> list[FrameworkChecked]:
+    """Each runnable pin through torch with and without the TunableOp file, judged."""
     chosen = [fix for fix in fixes.pins() if runnable(fix)]
     if not chosen:
         return []
-    pinned = _child(fix_file, [f.id for f in chosen], environment)
-    plain = _child(fix_file, [f.id for f in chosen], {})
-    return [_judged(fix, pinned[fix.id], plain[fix.id]) for fix in chosen]
+    sides = _child(fix_file, [f.id for f in chosen], environment, cold)
+    return [
+        judge_framework(fix, torch_call(fix), *_runs(sides[fix.id]), threshold) for fix in chosen
+    ]
 
 
-def _child(fix_file: Path, ids: list[str], extra: dict[str, str]) -> dict[str, dict[str, Any]]:
+def _runs(found: dict[str, Any]) -> tuple[FrameworkRun, FrameworkRun]:
+    """The child's record of one fix as (with the file, without it)."""
+    return tuple(  # type: ignore[return-value]
+        FrameworkRun(
+            kernels=tuple(side["kernels"]),
+            ms=tuple(float(ms) for ms in side["ms"]),
+            error=side["error"],
+            correct=bool(side["correct"]),
+        )
+        for side in (found["pinned"], found["plain"])
+    )
+
+
+def _child(
+    fix_file: Path, ids: list[str], extra: dict[str, str], cold: bool
+) -> dict[str, dict[str, Any]]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTORCH_TUNABLEOP")}
     argv = [sys.executable, "-m", "cublas_audit.run.torch_check", str(fix_file), *ids]
+    argv += [] if cold else ["--warm"]
     done = subprocess.run(argv, env={**env, **extra}, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]
@@ -97,63 +124,77 @@ def _child(fix_file: Path, ids: list[str], extra: dict[str, str]) -> dict[str, d
     return found
 
 
-def _judged(fix: Fix, pinned: dict[str, Any], plain: dict[str, Any]) -> TorchChecked:
-    from cublas_audit.judge.fixes import short_names
-
-    call = TORCH_CALLS[fix.problem.layout]
-    kernels = short_names(" + ".join(pinned["kernels"]))
-    wanted = fix.fixed.kernel.split(" + ")[0]
-    if not pinned["correct"]:
-        words = f"{call} with the TunableOp file: result differs from float64 ({pinned['error']})"
-        return TorchChecked(fix.id, "wrong result", words)
-    if wanted and wanted not in kernels:
-        words = f"{call} with the TunableOp file ran {kernels}, not the pin's {wanted}"
-        return TorchChecked(fix.id, "another kernel", words)
-    ratio = plain["ms"] / pinned["ms"]
-    status = "holds" if ratio > 1 else "no gain"
-    words = f"{call} with the TunableOp file: {kernels}, {ratio:.2f}x of torch's own kernel time"
-    return TorchChecked(fix.id, status, words)
-
-
-def _measure(fix: Fix) -> dict[str, Any]:  # pragma: no cover - runs in the child, on a GPU
+def _measure(fix: Fix, cold: bool) -> dict[str, Any]:  # pragma: no cover - on a GPU
+    """Both sides of one fix: correctness first (into NaN), then ROUNDS of a block with TunableOp
+    on and a block with it off, each block CALLS calls, each call after an L2 flush (`cold`)."""
     import torch
+
+    from cublas_audit.device import l2
 
     p = fix.problem
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[p.mode]
     x = torch.randn(p.n, p.k, device="cuda", dtype=dtype)
-    w_shape = (p.k, p.m) if p.layout == "nn" else (p.m, p.k)
-    w = torch.randn(*w_shape, device="cuda", dtype=dtype)
+    w = torch.randn(*((p.k, p.m) if p.layout == "nn" else (p.m, p.k)), device="cuda", dtype=dtype)
+    b = torch.randn(p.m, device="cuda", dtype=dtype) if p.bias else None
+    operand = w if p.layout == "nn" else w.t()  # F.linear(x, w[, b]) is addmm(b, x, w.t())
+    out = torch.empty(p.n, p.m, device="cuda", dtype=dtype)
 
-    # F.linear(x, w) without a bias is torch.mm(x, w.t()): cuBLAS tn, as the trace showed
-    operand = w if p.layout == "nn" else w.t()
-    out = torch.full((p.n, p.m), float("nan"), device="cuda", dtype=dtype)
+    def call() -> None:  # into `out`: a call that computes nothing leaves its NaN
+        if b is None:
+            torch.mm(x, operand, out=out)
+        else:
+            torch.addmm(b, x, operand, out=out)
 
-    def call() -> Any:
-        return torch.mm(x, operand, out=out)  # into NaN: a call that computes nothing shows
-
-    call()
-    exact = torch.mm(x.double(), operand.double())
-    error = float((out.double() - exact).norm() / exact.norm())
+    exact = x.double() @ operand.double() + (b.double() if b is not None else 0.0)
     tolerance = 1e-4 if p.mode == "fp32" else 1e-2
+    found: dict[str, Any] = {}
+    for side, enabled in (("pinned", True), ("plain", False)):
+        torch.cuda.tunable.enable(enabled)
+        out.fill_(float("nan"))
+        call()
+        error = float((out.double() - exact).norm() / exact.norm())
+        found[side] = {"error": error, "correct": bool(error == error and error <= tolerance)}
+        found[side]["ms"] = []
+    for _ in range(ROUNDS):
+        for side, enabled in (("pinned", True), ("plain", False)):
+            torch.cuda.tunable.enable(enabled)
+            kernels, ms = _block(call, l2.flush if cold else None)
+            found[side]["ms"].append(ms)
+            found[side]["kernels"] = kernels
+    torch.cuda.tunable.enable(True)
+    return found
+
+
+def _block(call: Any, flush: Any) -> tuple[list[str], float]:  # pragma: no cover - on a GPU
+    """CALLS calls under torch.profiler: the GEMM kernels one call launched (the L2 flush's
+    kernel left out) and their kernel time per call."""
+    import torch
+
+    from cublas_audit.device import l2
+
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
         for _ in range(CALLS):
+            if flush is not None:
+                flush()
             call()
         torch.cuda.synchronize()
-    events = [e for e in prof.key_averages() if e.device_time_total > 0]
-    return {
-        "kernels": [e.key for e in events],
-        "ms": sum(e.device_time_total for e in events) / 1e3 / CALLS,
-        "error": error,
-        "correct": bool(error == error and error <= tolerance),
-    }
+    events = [
+        e for e in prof.key_averages() if e.device_time_total > 0 and e.key != l2.FLUSH_KERNEL
+    ]
+    kernels = [e.key for e in events if e.count >= CALLS]  # a call's own, not one-off copies
+    ms = sum(e.device_time_total for e in events) / 1e3 / CALLS
+    return kernels, ms
 
 
 def main() -> None:  # pragma: no cover - the child process
     from cublas_audit.table.fix_file import read_fix_file
 
-    fixes = read_fix_file(Path(sys.argv[1]))
-    wanted = set(sys.argv[2:])
-    results = {fix.id: _measure(fix) for fix in fixes.fixes if fix.id in wanted}
+    args = sys.argv[1:]
+    cold = "--warm" not in args
+    args = [a for a in args if a != "--warm"]
+    fixes = read_fix_file(Path(args[0]))
+    wanted = set(args[1:])
+    results = {fix.id: _measure(fix, cold) for fix in fixes.fixes if fix.id in wanted}
     print(json.dumps(results))
 
 
