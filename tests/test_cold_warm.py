@@ -83,3 +83,16 @@ def test_cold_slows_only_what_l2_held() -> None:
         / one(warm, "fp32", 4096, 4096, 4096)["kernel_time_ms"]
     )
     assert fp32 == pytest.approx(1.0, abs=0.01)
+
+
+def test_the_report_and_the_diff_say_how_each_side_found_its_operands() -> None:
+    from cublas_audit.judge.diff import compare
+    from cublas_audit.report.render import env_rows
+    from cublas_audit.table.inputs import load_inputs
+
+    (warm,), (cold,) = load_inputs([WARM]), load_inputs([COLD])
+    assert ("operands", "warm") in env_rows(warm) and ("operands", "cold") in env_rows(cold)
+    header = {row.key: (row.a, row.b) for row in compare(warm, cold).env}
+    assert header["operands"] == ("warm", "cold")
+    (older,) = load_inputs([REPORTS / "h100" / "20261123-145452-batched"])  # before cold timing
+    assert ("operands", "warm (recorded before cold timing)") in env_rows(older)

@@ -23,7 +23,7 @@ from cublas_audit.judge.timed_rows import TIMES, between_runs, floor_kind, judge
 from cublas_audit.judge.verdicts import Judgement, Verdict, detectable_slowdown
 from cublas_audit.table.dispatch import CASE_KEY, TableSource
 from cublas_audit.table.inputs import Dataset
-from cublas_audit.table.rundir import env_value
+from cublas_audit.table.rundir import env_value, operands_of
 
 # env.json keys the header compares; env.json may lack any of them (a bare table has none).
 ENV_KEYS = (
@@ -37,6 +37,7 @@ ENV_KEYS = (
     "ncu_version",
     "ncu_clock_control",
     "tool_version",
+    "operands",  # table.rundir.operands_of: cold, warm, or warm before cold timing
 )
 # Provenance a table carries in its own columns, for inputs without env.json.
 TABLE_ENV_COLUMNS = ("gpu_name", "cc", "driver_version", "cublas_version")
@@ -357,4 +358,6 @@ def _env(dataset: Dataset) -> dict[str, str]:
         if column in dataset.frame.columns and dataset.frame[column].notna().any():
             values[column] = dataset.frame[column].dropna().iloc[0]
     values.update({k: v for k, v in dataset.env.items() if k in ENV_KEYS and v not in (None, "")})
+    if dataset.env:  # cold against warm moves memory-bound times by up to 2x: said in the header
+        values["operands"] = operands_of(dataset.env)
     return {k: env_value(v) for k, v in values.items()}

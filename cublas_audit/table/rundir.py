@@ -5,6 +5,8 @@ are cublas_audit.files).
       env.json          environment, tool version, the exact command line, the probe settings
       plan.json         the cases
       plan-whole.json   a shard's (`--shard I/N`): the whole plan it is a part of
+      trace.json        a trace audit's (`--torch-trace`): each problem's ops, calls and share of
+                        the trace's GEMM time (table.trace_record)
       dispatch.csv      the dispatch table (docs/schema.md)
       candidates.csv    the cuBLASLt candidate audit (with --candidates), candidates.log beside it,
                         candidates.jsonl: each problem's rows as it finished (what resume keeps)
@@ -31,6 +33,7 @@ from cublas_audit.files import write_text_atomic
 ENV_FILE = "env.json"
 PLAN_FILE = "plan.json"
 WHOLE_PLAN_FILE = "plan-whole.json"  # a shard run's whole plan, before sharding
+TRACE_FILE = "trace.json"  # a trace audit's shares of the trace's GEMM time
 TABLE_FILE = "dispatch.csv"
 CANDIDATES_FILE = "candidates.csv"
 CANDIDATES_LOG = "candidates.log"
@@ -124,6 +127,17 @@ def env_value(value: Any) -> str:
     if isinstance(value, dict):
         return ", ".join(f"{k}={v}" for k, v in sorted(value.items())) or "none"
     return str(value)
+
+
+def operands_of(env: Mapping[str, Any]) -> str:
+    """How a run's timed calls found their operands: 'cold' (L2 flushed before each, the default
+    since cold timing), 'warm' (--warm, and a map's fast pass), or warm before cold timing existed
+    (an env.json without the `warm` key: every timing then left L2 as the last call left it)."""
+    if env.get("phase") == "map":
+        return "warm (a map's fast pass)"
+    if "warm" not in env:
+        return "warm (recorded before cold timing)"
+    return "warm" if env["warm"] else "cold"
 
 
 def is_candidates_run(path: Path) -> bool:
