@@ -16,6 +16,7 @@ import pytest
 
 from cublas_audit.judge.audited import audit_dataset
 from cublas_audit.judge.finding import Finding
+from cublas_audit.judge.grouping import members
 from cublas_audit.judge.timed_rows import judged_time, pair_verdict
 from cublas_audit.judge.verdicts import Verdict
 from cublas_audit.table.inputs import load_run
@@ -31,7 +32,9 @@ IN_NT = "in layout nt (every leading dimension 16-byte aligned, K still 140)"
 
 
 def causes(found: list[Finding]) -> list[Finding]:
-    return [f for f in found if f.rule == "unaligned-operand"]
+    """Every call's unaligned-operand finding, the ones kept inside a grouped finding too (one
+    finding per cause and problem: judge.grouping)."""
+    return [m for f in found for m in members(f) if m.rule == "unaligned-operand"]
 
 
 def test_the_k140_finding_states_the_padded_gain_and_that_ldb_144_gives_none() -> None:
@@ -44,7 +47,9 @@ def test_the_k140_finding_states_the_padded_gain_and_that_ldb_144_gives_none() -
     assert f"; {LDB144} it is no faster measurably (1.01x)." in first.message
     assert first.severity == "high"
     assert first.effect == pytest.approx(1 - 0.009728 / 0.0209915, abs=1e-4)
-    assert first.workaround.startswith("Pad the dimension")
+    assert first.workaround.startswith(
+        "Pad to a multiple of 16 bytes with zeros: round K = 140 up to 144."
+    )
 
 
 def test_an_aligned_variant_with_no_padded_problem_of_its_own_is_stated_not_flagged() -> None:
@@ -118,7 +123,7 @@ def test_the_k140_finding_states_what_layout_nt_measured(api: str) -> None:
         assert finding.effect == pytest.approx(1 - 1 / best, abs=1e-4)
     penalties = [
         f
-        for f in judged.findings
+        for f in (m for grouped in judged.findings for m in members(grouped))
         if f.rule == "layout-penalty" and f.api == api and f.sizes[0].startswith("1024x1024x140")
     ]
     for penalty in penalties:  # nn slower than nt: nt is faster; nt slower: nt is no faster

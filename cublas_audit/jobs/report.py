@@ -20,6 +20,7 @@ from cublas_audit.files import never_replacing, write_text_atomic
 from cublas_audit.jobs.reports import recorded_verdicts
 from cublas_audit.judge.audited import audit_all
 from cublas_audit.judge.candidates import CandidateVerdicts
+from cublas_audit.judge.grouping import by_cause
 from cublas_audit.judge.rules import audit
 from cublas_audit.judge.thresholds import Thresholds, with_overrides
 from cublas_audit.observe.torch_trace import problems, read_trace
@@ -105,7 +106,7 @@ def _trace_report(job: ReportJob, echo: Echo) -> None:
     trace = read_trace(job.torch_trace)
     table = problems(trace)
     frame = torch_trace_report.dispatch_table(trace, table)
-    found = audit(frame, limits)
+    found = by_cause(audit(frame, limits))  # one finding per cause, as judge.audited
     if job.format == "json":
         data: dict[str, Any] = {
             "findings": [

@@ -12,6 +12,7 @@ import pandas as pd
 
 from cublas_audit.judge.candidates import CandidateVerdicts, judge_candidates
 from cublas_audit.judge.finding import Finding
+from cublas_audit.judge.grouping import by_cause
 from cublas_audit.judge.map_audit import MAP_RULES
 from cublas_audit.judge.roofline import Machine, machine_of, with_roofline
 from cublas_audit.judge.rules import audit, prepare
@@ -50,6 +51,7 @@ def audit_dataset(dataset: Dataset, thresholds: Thresholds | None = None) -> Aud
     machine = machine_of(dataset.env, dataset.frame)
     rows = with_roofline(prepare(dataset.frame), machine)
     found = audit(dataset.frame, thresholds, verdicts, prepared=rows, machine=machine)
+    found = by_cause(found)  # one finding per cause and problem, the rest its observations
     return Audited(dataset, rows, found, verdicts, thresholds, unjudged(dataset), machine)
 
 

@@ -58,6 +58,9 @@ class Finding:
     # (a time ratio, a throughput drop as a fraction); 0 where a rule does not rank.
     compared: list[int] = field(default_factory=list)
     effect: float = 0.0
+    # Other rules' findings of this problem that the same root cause explains (the other api's
+    # too), each its whole JSON record: judge.grouping makes one finding per cause.
+    observations: list[dict[str, Any]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         """The record as `dataclasses.asdict` makes it, without its deep copy of every value
@@ -66,6 +69,7 @@ class Finding:
         for name in ("sizes", "rows", "compared"):
             record[name] = list(record[name])
         record["evidence"] = [dict(item) for item in self.evidence]
+        record["observations"] = [dict(item) for item in self.observations]
         return record
 
 

@@ -23,6 +23,7 @@ from cublas_audit.errors import AuditError
 from cublas_audit.judge.audited import Audited
 from cublas_audit.judge.candidates import INTERLEAVED_FLOOR, CandidateVerdicts
 from cublas_audit.judge.finding import Finding
+from cublas_audit.judge.grouping import members
 from cublas_audit.judge.rules.frame import call_of
 from cublas_audit.observe.kernels import normalize
 from cublas_audit.planning.cases import Case
@@ -96,7 +97,8 @@ def shape_fixes(
     (the finding's `compared` row is the measured alternative)."""
     return [
         _shape_fix(rows, finding, plan, source)
-        for finding in findings
+        for grouped in findings
+        for finding in members(grouped)  # each call of one cause (judge.grouping), its own fix
         if finding.rule in FIXED_BY_SHAPE and finding.severity != "info" and finding.compared
     ]
 

@@ -18,6 +18,7 @@ from rich.text import Text
 
 from cublas_audit.judge.audited import Audited
 from cublas_audit.judge.finding import SEVERITIES, Finding
+from cublas_audit.judge.grouping import observed, where
 from cublas_audit.report.markdown import shorten, visible
 from cublas_audit.report.summary import kernel_pipe, pipe_heading, pipe_util
 from cublas_audit.table.dispatch import plain
@@ -49,13 +50,13 @@ def findings_table(datasets: Sequence[Dataset], found: Sequence[list[Finding]]) 
     table = Table(title=_counts_title(found), title_justify="left", show_lines=True, expand=True)
     pairs = [(d, f) for d, group in zip(datasets, found, strict=True) for f in group]
     rows = [
-        (f.severity, dataset.gpu_label, f.rule, _where(f), f.message)
+        (f.severity, dataset.gpu_label, f.rule, where(f), _what(f))
         for dataset, f in sorted(pairs, key=lambda pair: SEVERITIES.index(pair[1].severity))
     ]
     for column, ratio in FINDING_COLUMNS:
         table.add_column(column, overflow="fold", ratio=ratio)
     for row in rows:
-        table.add_row(safe_text(row[0], SEVERITY_STYLE[row[0]]), *map(safe_text, row[1:]))
+        table.add_row(safe_text(row[0], SEVERITY_STYLE[row[0]]), *map(safe_text, row[1:4]), row[4])
     return table
 
 
@@ -65,8 +66,8 @@ def findings_list(datasets: Sequence[Dataset], found: Sequence[list[Finding]]) -
     parts: list[Text] = [Text(_counts_title(found))]
     for dataset, f in sorted(pairs, key=lambda pair: SEVERITIES.index(pair[1].severity)):
         head = safe_text(f.severity, SEVERITY_STYLE[f.severity])
-        head.append_text(safe_text(f" · {dataset.gpu_label} · {f.rule} · {_where(f)}"))
-        parts += [Text(""), head, safe_text(f.message)]
+        head.append_text(safe_text(f" · {dataset.gpu_label} · {f.rule} · {where(f)}"))
+        parts += [Text(""), head, _what(f)]
     return Group(*parts)
 
 
@@ -79,9 +80,14 @@ def _counts_title(found: Sequence[list[Finding]]) -> str:
     return "Findings: " + ", ".join(f"{n} {s}" for s, n in counts.items())
 
 
-def _where(finding: Finding) -> str:
-    call = " ".join(p for p in (finding.api, finding.routine, finding.mode) if p)
-    return f"{call}, batch {finding.batch}"
+def _what(finding: Finding) -> Text:
+    """The message, then a line per observation its cause explains (judge.grouping); each line
+    through `safe_text` (a newline inside one is written out)."""
+    what = safe_text(finding.message)
+    for rule, calls, message in observed(finding):
+        what.append("\n")
+        what.append_text(safe_text(f"+ also {rule} · {calls}: {message}"))
+    return what
 
 
 def dispatch_grids(dataset: Dataset, rows: pd.DataFrame) -> list[Table]:

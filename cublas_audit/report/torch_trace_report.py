@@ -9,6 +9,7 @@ from typing import Any
 import pandas as pd
 
 from cublas_audit.judge.finding import Finding
+from cublas_audit.judge.grouping import observed
 from cublas_audit.observe.torch_trace import Trace, problems
 from cublas_audit.planning.grid import label_from_gpu_name
 from cublas_audit.report.markdown import md_code, md_number, md_table, md_text
@@ -85,6 +86,10 @@ def report_markdown(
             f"- **{md_text(finding.severity)}** · `{md_text(finding.rule)}` · "
             f"{100 * part:.1f} % of GEMM time · {md_text(finding.message)}"
         )
+        lines += [  # what else the finding's cause explains (judge.grouping)
+            f"  - also `{md_text(rule)}` · {md_text(calls)}: {md_text(message)}"
+            for rule, calls, message in observed(finding)
+        ]
     gemms = problems_markdown(trace, table).split("\n", 1)[1].lstrip("\n")  # without its title
     lines += ["", "## GEMMs", "", gemms]
     return "\n".join(lines)

@@ -231,35 +231,56 @@ def _finding(
             f"{said}: cuBLAS dispatches {kernel} at {row['shape']}. Not measured with the cause "
             "removed: run the problem with the dimension rounded up (zero-padded) beside it."
         )
-        return of_group("unaligned-operand", "info", group, message, _WORK)
+        return of_group("unaligned-operand", "info", group, message, _work(None, row))
     measured = [_measured(variant, row) for variant in variants]
     effects = "; ".join(m.words for m in measured)
     message = f"{said}: cuBLAS dispatches {kernel} at {row['shape']}; {effects}."
     faster = [m for m in measured if m.faster]
     if not faster:
-        return of_group("unaligned-operand", "info", group, message, _WORK)
+        return of_group("unaligned-operand", "info", group, message, _work(None, row))
     best = max(faster, key=lambda m: m.ratio)  # the proof: the most the call gains
     severity = "high" if best.ratio >= high_ratio else "medium"
-    finding = of_group("unaligned-operand", severity, group, message, _work(best.variant))
+    finding = of_group("unaligned-operand", severity, group, message, _work(best.variant, row))
     # the share of the call's time the fix gives back (what the report ranks proof by), and the
     # row that proves it (what `fix` turns into a shape change)
     return with_compared(finding, best.variant.row.name, 1 - 1 / best.ratio)
 
 
-_WORK = (
-    "Pad the dimension (or the leading dimension) to a multiple of 16 bytes with zeros, e.g. "
-    "round K up to 144: the product is unchanged and the Hopper kernels become eligible."
-)
+def _padding(row: pd.Series) -> list[str]:
+    """Each unaligned dimension and leading dimension of the row with the value it rounds up to
+    ('K = 2073 up to 2080'): the row's own figures, in `unaligned`'s order."""
+    per = ALIGN_BYTES // MODES[str(row["mode"])].element_bytes
+    given = [(name, int(row[name])) for name in _unaligned_dims(row)]
+    for name in ("lda", "ldb"):
+        value = int(row[name]) if pd.notna(row.get(name)) else 0
+        if value and value % per:
+            given.append((name, value))
+    return [
+        f"{name.upper() if len(name) == 1 else name} = {value} up to {_aligned(value, per)}"
+        for name, value in given
+    ]
 
 
-def _work(best: _Variant) -> str:
-    """The workaround the best measured variant proves: its layout, else padding."""
-    if not best.layout:
-        return _WORK
+def _rounding(row: pd.Series) -> str:
+    """'round K = 140 up to 144', with the slice to take where M or N grows."""
+    steps = _padding(row)
+    said = steps[0] if len(steps) == 1 else f"{', '.join(steps[:-1])} and {steps[-1]}"
+    grown = any(name in _unaligned_dims(row) for name in ("m", "n"))
+    sliced = f", then take the result's {int(row['m'])}x{int(row['n'])} slice" if grown else ""
+    return f"round {said}{sliced}"
+
+
+def _work(best: _Variant | None, row: pd.Series) -> str:
+    """The workaround the best measured variant proves (its layout, else padding), in the row's
+    own dimensions and values; padding where nothing was measured faster."""
+    pad = f"to a multiple of {ALIGN_BYTES} bytes with zeros: {_rounding(row)}"
+    if best is None or not best.layout:
+        return (
+            f"Pad {pad}. Zeros add nothing to the product, and the Hopper kernels become eligible."
+        )
     return (
         f"Store the operands as layout {best.layout} expects (transpose once, outside the hot "
-        "loop): every leading dimension is then a 16-byte multiple. Or pad the dimension with "
-        "zeros to a multiple of 16 bytes."
+        f"loop): every leading dimension is then a 16-byte multiple. Or pad {pad}."
     )
 
 
