@@ -69,6 +69,9 @@ def refused(result: Result, words: str) -> None:
         ("2", "workspace_bytes", "-1"),
         ("2", "algo_id", "-3"),
         ("2", "is_default", "2"),
+        # fix wrote it into fix.json, which verify then refused, and left the TunableOp file out
+        ("2", "tile", "999x999"),
+        ("2", "cluster_shape", "9x9x9"),
     ],
 )
 def test_fix_refuses_a_candidates_value_out_of_range(

@@ -180,6 +180,26 @@ def test_a_confirmation_time_must_be_a_time(stand_in_h100: None, copied: Path) -
     refused(result, r"fixes\[0\]\.fixed\.confirm_ms -1\.0 is not a positive time")
 
 
+@pytest.mark.parametrize(
+    ("torch", "words"),
+    [
+        ({"op": "aten::mm", "shape": "64x1600x896", "batch": 1, "share": 7}, r"share 7 is not"),
+        ({"op": "aten::mm", "shape": "64x1600x896", "batch": 0, "share": 0.5}, r"batch 0 is not"),
+        ({"op": "aten::mm", "shape": "64x1600x896", "share": 0.5}, r"missing field 'batch'"),
+        ({"op": 3, "shape": "64x1600x896", "batch": 1, "share": 0.5}, r"op: 3 is not a str"),
+    ],
+)
+def test_the_torch_op_of_a_fix_is_checked(
+    stand_in_h100: None, copied: Path, torch: dict[str, Any], words: str
+) -> None:
+    """A fix's `torch` (the trace's op and its share of GEMM time, as judge.fixes writes it) was
+    taken as any object: fix.md would render a share of 700 %."""
+    data = json.loads(copied.read_text())
+    data["fixes"][3]["torch"] = torch
+    result = runner.invoke(app, ["verify", str(_edited(copied, json.dumps(data)))])
+    refused(result, rf"fixes\[3\]\.torch.*{words}")
+
+
 def test_the_recorded_gemv_pins_stay_valid(tmp_path: Path) -> None:
     """cuBLASLt itself reported split-K -1 (algo 11) and 0 (algo 10) for its GEMV algorithms on
     the Llama trace's fp32 LM head (reports/h100/traces/20261125-093616-llama-v2), and torch's

@@ -17,7 +17,13 @@ import pandas as pd
 from cublas_audit.errors import AuditError
 from cublas_audit.files import write_csv_atomic
 from cublas_audit.planning.cases import BROADCASTS, TRANSPOSES, Case
-from cublas_audit.planning.lt_enums import NO_SPLIT_K, NUMBER_LIMITS, split_k_fault
+from cublas_audit.planning.lt_enums import (
+    NO_SPLIT_K,
+    NUMBER_LIMITS,
+    SPECS,
+    enum_number,
+    split_k_fault,
+)
 from cublas_audit.planning.modes import MODE_NAMES
 from cublas_audit.table.dispatch import (
     TableSource,
@@ -176,8 +182,22 @@ def validate(raw: pd.DataFrame, path: Path) -> pd.DataFrame:
     check_schema_version(frame, source, SCHEMA_VERSION)
     check_ranges(frame, RANGES, source)
     _check_split_k(frame, source)
+    _check_enum_names(frame, source)
     _check_problems(frame, source)
     return frame
+
+
+def _check_enum_names(frame: pd.DataFrame, source: TableSource) -> None:
+    """Each tile, stages, reduction scheme and cluster shape one cuBLASLt's enums have (or the
+    bare number the binding had no name for): `fix` would pin a name `verify` refuses."""
+    for column in SPECS:
+        present = frame[column].dropna()
+        for name in present.unique():
+            try:
+                enum_number(column, str(name))
+            except AuditError as exc:
+                first = present.index[(present == name).to_numpy(dtype=bool)][0]
+                raise source.error(str(exc), row_number(frame, first), column) from None
 
 
 def _check_split_k(frame: pd.DataFrame, source: TableSource) -> None:

@@ -330,7 +330,7 @@ def _fix(entry: Any, index: int) -> Fix:
         pin=pin,
         instead=_problem(instead, f"{where}.instead") if instead is not None else None,
         source={str(k): str(v) for k, v in dict(entry.get("source") or {}).items()},
-        torch=dict(entry["torch"]) if entry.get("torch") is not None else None,
+        torch=_torch(entry["torch"], f"{where}.torch") if entry.get("torch") is not None else None,
     )
     return fix
 
@@ -371,6 +371,26 @@ def _pin(data: Any, where: str) -> Pin:
         if not 0 <= value <= high:
             raise ValueError(f"{where}.{name} {value} is not in 0..{high}")
     return pin
+
+
+@dataclass(frozen=True)
+class _TorchOp:
+    """A fix's `torch`, as judge.fixes writes it: the trace's op, its row-major shape, batch and
+    share of the trace's GEMM time."""
+
+    op: str
+    shape: str
+    batch: int
+    share: float
+
+
+def _torch(data: Any, where: str) -> dict[str, Any]:
+    op = record(_TorchOp, data, where)
+    if op.batch < 1:
+        raise ValueError(f"{where}.batch {op.batch} is not a batch count")
+    if not 0 <= op.share <= 1:
+        raise ValueError(f"{where}.share {op.share} is not in 0..1 (a share of GEMM time)")
+    return asdict(op)
 
 
 def _timed(data: Any, where: str) -> Timed:
