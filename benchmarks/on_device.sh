@@ -48,6 +48,8 @@
 #               swept --warm and cold into reports/<label>/checks/<timestamp>-{warm,cold}
 #   truth-audits both traces swept with --candidates into reports/<label>/traces/<timestamp>-*
 #               (the traces copied to tests/fixtures/torch_traces/)
+#   torch-smoke verify --torch's child on this machine's torch (benchmarks/torch_check_smoke.py)
+#   rerun-gate  two cold default batched sweeps back to back, diffed with --fail-on regression
 #   odd-sizes   bf16 2073^3, both APIs, with candidates, into reports/<label>/checks/<ts>-2073
 #   no-ncu      `sweep --batched` with no ncu to be found (a user and mount namespace hides
 #               /usr/local/cuda/bin and /opt/nvidia/nsight-compute; PATH without them)
@@ -342,6 +344,22 @@ read_table(Path(sys.argv[1])).to_parquet(sys.argv[2], compression="zstd")' \
             --single --modes bf16 --api cublas,cublasLt --candidates --gpu-label "$label" \
             --out "$where"
         made+=("$where")
+        ;;
+    torch-smoke)
+        # verify --torch's child on this machine's torch (benchmarks/torch_check_smoke.py)
+        step torch-smoke 200 $py benchmarks/torch_check_smoke.py \
+            "${SMOKE_FIX:-reports/$label/fixes/20261125-092546/fix.json}" "$out/torch_smoke.json"
+        ;;
+    rerun-gate)
+        # The same GPU rerun must never fail the gate, cold timing included: two default batched
+        # sweeps back to back, then diff --fail-on regression (exit 1 would be a false verdict).
+        for side in a b; do
+            step "rerun-$side" 240 $py -m cublas_audit sweep --batched --gpu-label "$label" \
+                --out "reports/$label/checks/$stamp-rerun-$side"
+            made+=("reports/$label/checks/$stamp-rerun-$side")
+        done
+        step rerun-diff 60 $py -m cublas_audit diff "reports/$label/checks/$stamp-rerun-a" \
+            "reports/$label/checks/$stamp-rerun-b" --fail-on regression
         ;;
     *) echo "unknown step $what" ;;
     esac
