@@ -139,6 +139,7 @@ def sweep_command(
         candidate_limit=limit if candidates else None,
         observer=Observer.parse(observer),
         warm=warm or None,
+        trace=opt.trace_shares(torch_trace, planned),  # trace.json: each problem's share
     )
     engine = opt.on_ray(ray, resume, devices, shard, replicate)
     spread = opt.spread(devices, replicate, allow_mixed, resume)

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from cublas_audit.planning.grid import Variants
     from cublas_audit.run.multi_gpu import Spread
     from cublas_audit.run.sweep_setup import SweepOptions
+    from cublas_audit.table.trace_record import TraceRecord
 
 # The problem grid, as `sweep` and `candidates` take it.
 DEFAULT_SIZES = "256,512,1024,2048,4096,8192"
@@ -259,6 +260,18 @@ def listed_cases(listed: Listed) -> list[Case]:
     if not found:
         raise AuditError(f"{torch_trace}: no GEMM with recorded shapes in fp32, bf16 or fp16")
     return found
+
+
+def trace_shares(torch_trace: Path | None, planned: list[Case]) -> TraceRecord | None:
+    """--torch-trace: the trace's record of the planned cases (each problem's ops, calls and
+    share of the trace's GEMM time; the cases the model never calls), which the run keeps as
+    trace.json; None without a trace or on --resume (nothing planned: the run has its own)."""
+    if torch_trace is None or not planned:
+        return None
+    from cublas_audit.observe.torch_trace import read_trace
+    from cublas_audit.table.trace_record import trace_record
+
+    return trace_record(read_trace(torch_trace), planned)
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ from cublas_audit.jobs.reports import recorded_verdicts
 from cublas_audit.judge.audited import audit_dataset
 from cublas_audit.judge.candidates import judge_candidates
 from cublas_audit.judge.fixes import fix_set, fixes_of, pin_fixes, stamp_of, with_torch_ops
+from cublas_audit.judge.impact import NotProposed, model_fixes
 from cublas_audit.judge.thresholds import Thresholds, with_overrides
 from cublas_audit.planning.cases import read_plan
 from cublas_audit.report.output import check_output_dir, input_files
@@ -27,6 +28,7 @@ from cublas_audit.table import rundir
 from cublas_audit.table.candidates_table import read_candidates
 from cublas_audit.table.fix_file import FIX_FILE, KINDS, Fix, FixSet, Stamp, write_fix_file
 from cublas_audit.table.inputs import load_run
+from cublas_audit.table.trace_record import TraceRecord, read_trace_record, run_record
 
 Echo = Callable[..., None]
 Stamped = tuple[Stamp, Sequence[Fix], str]
@@ -101,11 +103,15 @@ def read_files(job: FixJob) -> list[Path]:
 
 
 def write_fix_files(
-    fixes: FixSet, target: Path, torch_version: str | None
+    fixes: FixSet,
+    target: Path,
+    torch_version: str | None,
+    left_out: Sequence[NotProposed] = (),
 ) -> tuple[list[Path], str]:
     """fix.json, the TunableOp file (where a torch version is known: TunableOp reads only a file
-    of its own version) and fix.md into `target`; returns their paths, and why no TunableOp file
-    was written ('' where it was)."""
+    of its own version) and fix.md into `target` (with the measured fixes a trace's model has no
+    use for, `left_out`); returns their paths, and why no TunableOp file was written ('' where it
+    was)."""
     from cublas_audit.report.fix_report import render_fix_report
     from cublas_audit.report.tunableop import tunableop_export, write_tunableop
 
@@ -117,7 +123,7 @@ def write_fix_files(
         why_not = str(exc)
     if export is not None:
         written.append(write_tunableop(export, target))
-    report = render_fix_report(fixes, export, target, why_not)
+    report = render_fix_report(fixes, export, target, why_not, left_out)
     written.append(write_text_atomic(target / FIX_REPORT, report))
     return written, why_not
 
@@ -152,19 +158,45 @@ def run(job: FixJob, echo: Echo) -> FixSet:
     read = read_files(job)
     check_output_dir(target, (FIX_FILE, DEVICE_FILE_NAME, FIX_REPORT), read)
     fixes = collect(job.inputs, with_overrides(job.thresholds), job.env)
-    if job.torch_trace is not None:
+    fixes, left_out = model_fixes(fixes, trace_records(job))  # a trace's: the model's calls
+    if job.torch_trace is not None and not all(Path(path).is_dir() for path in job.inputs):
         from cublas_audit.observe.torch_trace import problems, read_trace
 
+        # a bare candidates table has no plan: its fixes are named by their exact problem
         fixes = with_torch_ops(fixes, problems(read_trace(job.torch_trace)))
     with never_replacing(input_files(read)):
         try:
             target.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise os_error(target, exc) from exc
-        written, why_not = write_fix_files(fixes, target, job.torch_version)
+        written, why_not = write_fix_files(fixes, target, job.torch_version, left_out)
         for path in written:
             echo(f"fix: {path}")
     if why_not:
         echo(f"fix: {DEVICE_FILE_NAME} skipped: {why_not}")
     echo(summary_line(fixes))
+    if left_out:
+        echo(
+            f"fix: {_counted(len(left_out), 'measured fix')} not proposed: not a call the traced "
+            f"model makes ({FIX_REPORT} says why)"
+        )
     return fixes
+
+
+def trace_records(job: FixJob) -> dict[str, TraceRecord]:
+    """Each input run's record of its PyTorch trace, by the run its fixes name: built from
+    --torch-trace where given (a run made before sweeps kept trace.json, or another trace of the
+    same model), else the run's own trace.json; none for a bare table."""
+    from cublas_audit.observe.torch_trace import read_trace
+
+    trace = read_trace(job.torch_trace) if job.torch_trace is not None else None
+    found = {}
+    for path in map(Path, job.inputs):
+        deep = path / rundir.FOLLOW_UP_DIR
+        run = deep if (deep / rundir.TABLE_FILE).exists() else path  # as _fixes_of_input reads
+        if not run.is_dir():
+            continue
+        record = run_record(run, trace) if trace is not None else read_trace_record(run)
+        if record is not None:
+            found[str(run)] = record
+    return found

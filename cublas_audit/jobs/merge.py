@@ -22,6 +22,7 @@ from cublas_audit.planning.cases import write_plan
 from cublas_audit.run.sweep_setup import check_new_run_dir
 from cublas_audit.table import candidates_table, merge, rundir
 from cublas_audit.table import dispatch as table
+from cublas_audit.table.trace_record import read_trace_record, write_trace_record
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,9 @@ def write_merged(
         table.write_table(merged.table, out / rundir.TABLE_FILE)
     if merged.candidates is not None:
         candidates_table.write_candidates(merged.candidates, out / rundir.CANDIDATES_FILE)
+    traced = read_trace_record(shards[0].path)  # every shard holds the whole plan's record
+    if traced is not None:
+        write_trace_record(traced, out)
     rundir.write_env(out, merged.env)
     return SweepResult(out, merged.table, _report(out, merged), [s.path for s in shards])
 

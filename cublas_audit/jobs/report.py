@@ -4,23 +4,25 @@ In a terminal (no --format, stdout a TTY) a person gets what reads well there: t
 then each GPU's dispatch grid (report.terminal), and the full Markdown, plots beside it, is
 written to a file whose path is printed. `--format md` or a pipe gives the Markdown on stdout.
 A run of `candidates --devices` (candidates.csv, no dispatch table) is reported as its candidate
-audit. `--torch-trace` audits a profiler trace's GEMMs instead, with the same outputs.
+audit. `--torch-trace` alone audits a profiler trace's GEMMs instead, with the same outputs; with
+run directories it weighs their findings by the trace (the model's calls, their share of its GEMM
+time), as a run's own trace.json does.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cublas_audit.errors import AuditError
 from cublas_audit.files import never_replacing, write_text_atomic
-from cublas_audit.jobs.reports import recorded_verdicts
+from cublas_audit.jobs.reports import recorded_verdicts, with_trace
 from cublas_audit.judge.audited import audit_all
 from cublas_audit.judge.candidates import CandidateVerdicts
 from cublas_audit.judge.grouping import by_cause
+from cublas_audit.judge.impact import trace_verdict, weigh
 from cublas_audit.judge.rules import audit
 from cublas_audit.judge.thresholds import Thresholds, with_overrides
 from cublas_audit.observe.torch_trace import problems, read_trace
@@ -31,6 +33,7 @@ from cublas_audit.table import rundir
 from cublas_audit.table.candidates_table import read_candidates
 from cublas_audit.table.dispatch import json_ready
 from cublas_audit.table.inputs import bundled_runs, load_inputs
+from cublas_audit.table.trace_record import table_record
 
 Echo = Callable[..., None]
 
@@ -45,24 +48,27 @@ class ReportJob:
 
 
 def run(job: ReportJob, terminal: bool, echo: Echo) -> None:
-    if job.torch_trace is not None and job.inputs:
-        raise AuditError("give run directories / tables or --torch-trace, not both")
-    inputs = [job.torch_trace] if job.torch_trace is not None else list(job.inputs)
-    inputs = inputs or bundled_runs()
-    with never_replacing(input_files(inputs)):  # no file written, plots too, replaces an input
-        if job.torch_trace is not None:
+    if job.torch_trace is not None and not job.inputs:  # the trace's GEMMs audited alone
+        with never_replacing(input_files([job.torch_trace])):
             _trace_report(job, echo)
-        else:
-            _report(job, inputs, terminal, echo)
+        return
+    inputs = list(job.inputs) or bundled_runs()
+    read = [*inputs, *([job.torch_trace] if job.torch_trace is not None else [])]
+    with never_replacing(input_files(read)):  # no file written, plots too, replaces an input
+        _report(job, inputs, terminal, echo)
 
 
 def _report(job: ReportJob, inputs: list[Path], terminal: bool, echo: Echo) -> None:
     limits = with_overrides(job.thresholds)
+    trace = [job.torch_trace] if job.torch_trace is not None else []
     if job.out is not None:
-        check_output(job.out, inputs, plots=job.format != "json")
+        check_output(job.out, [*inputs, *trace], plots=job.format != "json")
     runs = [path for path in inputs if not rundir.is_candidates_run(path)]
     audits = [_candidates_of(path, limits) for path in inputs if rundir.is_candidates_run(path)]
-    audited = audit_all(load_inputs(runs), limits)
+    datasets = load_inputs(runs)
+    if job.torch_trace is not None:  # the runs' findings weighed by the model's time
+        datasets = with_trace(datasets, job.torch_trace)
+    audited = audit_all(datasets, limits)
     if job.format == "json":
         found = findings_json(audited) + [item for a in audits for item in a.flagged]
         _emit(json.dumps(json_ready(found), indent=2, allow_nan=False) + "\n", job.out, echo)
@@ -77,7 +83,8 @@ def _report(job: ReportJob, inputs: list[Path], terminal: bool, echo: Echo) -> N
     else:
         from cublas_audit.report.terminal import show
 
-        check_output(TERMINAL_REPORT, inputs, plots=True, option=None)  # nobody gave --out
+        shown = [*inputs, *trace]
+        check_output(TERMINAL_REPORT, shown, plots=True, option=None)  # nobody gave --out
         show(audited)
         written = write_report(audited, TERMINAL_REPORT, extra)
         echo(f"\nfull report (Markdown, plots beside it): {written}")
@@ -106,9 +113,13 @@ def _trace_report(job: ReportJob, echo: Echo) -> None:
     trace = read_trace(job.torch_trace)
     table = problems(trace)
     frame = torch_trace_report.dispatch_table(trace, table)
-    found = by_cause(audit(frame, limits))  # one finding per cause, as judge.audited
+    record = table_record(trace, table, [str(case_id) for case_id in frame["case_id"]])
+    found = weigh(audit(frame, limits), frame, record, limits)  # what each is worth, as in a run
+    found = by_cause(found)  # one finding per cause, as judge.audited
+    verdict = trace_verdict(record, None, found, limits)
     if job.format == "json":
         data: dict[str, Any] = {
+            "verdict": asdict(verdict) if verdict is not None else None,
             "findings": [
                 {**f.to_json(), "share": torch_trace_report.share(frame, f)} for f in found
             ],
@@ -116,4 +127,5 @@ def _trace_report(job: ReportJob, echo: Echo) -> None:
         }
         _emit(json.dumps(json_ready(data), indent=2, allow_nan=False) + "\n", job.out, echo)
         return
-    _emit(torch_trace_report.report_markdown(trace, table, frame, found) + "\n", job.out, echo)
+    text = torch_trace_report.report_markdown(trace, table, frame, found, verdict)
+    _emit(text + "\n", job.out, echo)

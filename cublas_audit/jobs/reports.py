@@ -5,6 +5,7 @@ and `report` of a run directory call."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
@@ -17,7 +18,18 @@ from cublas_audit.judge.thresholds import Thresholds
 from cublas_audit.judge.units import compare_units
 from cublas_audit.report import candidates_report, map_report, render, units_report
 from cublas_audit.table import rundir
-from cublas_audit.table.inputs import load_inputs, load_run
+from cublas_audit.table.inputs import Dataset, load_inputs, load_run
+from cublas_audit.table.trace_record import run_record
+
+
+def with_trace(datasets: Sequence[Dataset], trace: Path) -> list[Dataset]:
+    """The runs weighed by the PyTorch trace they were planned from (`report`/`fix --torch-trace`
+    with runs: a run made before sweeps kept trace.json, or another trace of the same model):
+    each run's record of it built from its plan.json, in place of its own."""
+    from cublas_audit.observe.torch_trace import read_trace
+
+    read = read_trace(trace)
+    return [replace(dataset, trace=run_record(dataset.path, read)) for dataset in datasets]
 
 
 def write_run_report(run_dir: Path, thresholds: Thresholds | None = None) -> Path:

@@ -13,6 +13,7 @@ import pandas as pd
 from cublas_audit.judge.candidates import CandidateVerdicts, judge_candidates
 from cublas_audit.judge.finding import Finding
 from cublas_audit.judge.grouping import by_cause
+from cublas_audit.judge.impact import TraceVerdict, trace_verdict, weigh
 from cublas_audit.judge.map_audit import MAP_RULES
 from cublas_audit.judge.roofline import Machine, machine_of, with_roofline
 from cublas_audit.judge.rules import audit, prepare
@@ -40,6 +41,7 @@ class Audited:
     # what the rules could not judge on this table, said beside "no rule fired"
     unjudged: list[Unjudged] = field(default_factory=list)
     machine: Machine | None = None  # the roofline's figures the findings were judged with
+    trace: TraceVerdict | None = None  # a trace audit's verdict on the model (judge.impact)
 
 
 def audit_dataset(dataset: Dataset, thresholds: Thresholds | None = None) -> Audited:
@@ -51,8 +53,10 @@ def audit_dataset(dataset: Dataset, thresholds: Thresholds | None = None) -> Aud
     machine = machine_of(dataset.env, dataset.frame)
     rows = with_roofline(prepare(dataset.frame), machine)
     found = audit(dataset.frame, thresholds, verdicts, prepared=rows, machine=machine)
+    found = weigh(found, rows, dataset.trace, thresholds)  # what each is worth (a trace's too)
     found = by_cause(found)  # one finding per cause and problem, the rest its observations
-    return Audited(dataset, rows, found, verdicts, thresholds, unjudged(dataset), machine)
+    verdict = trace_verdict(dataset.trace, verdicts, found, thresholds)
+    return Audited(dataset, rows, found, verdicts, thresholds, unjudged(dataset), machine, verdict)
 
 
 def audit_all(datasets: Sequence[Dataset], thresholds: Thresholds | None = None) -> list[Audited]:

@@ -61,6 +61,9 @@ class Finding:
     # Other rules' findings of this problem that the same root cause explains (the other api's
     # too), each its whole JSON record: judge.grouping makes one finding per cause.
     observations: list[dict[str, Any]] = field(default_factory=list)
+    # What the finding is worth (judge.impact): the time its fix saves a call; with a PyTorch
+    # trace, the model's side (called or not, calls and time a step, share of its GEMM time).
+    impact: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         """The record as `dataclasses.asdict` makes it, without its deep copy of every value
@@ -70,6 +73,7 @@ class Finding:
             record[name] = list(record[name])
         record["evidence"] = [dict(item) for item in self.evidence]
         record["observations"] = [dict(item) for item in self.observations]
+        record["impact"] = dict(self.impact)
         return record
 
 

@@ -99,8 +99,14 @@ def shape_fixes(
         _shape_fix(rows, finding, plan, source)
         for grouped in findings
         for finding in members(grouped)  # each call of one cause (judge.grouping), its own fix
-        if finding.rule in FIXED_BY_SHAPE and finding.severity != "info" and finding.compared
+        # proven by its rule: a trace's small share makes a finding info, not its fix unproven
+        if finding.rule in FIXED_BY_SHAPE and _rule_severity(finding) != "info" and finding.compared
     ]
+
+
+def _rule_severity(finding: Finding) -> str:
+    """The severity the rule gave (judge.impact keeps it where a trace made the finding info)."""
+    return str(finding.impact.get("rule_severity", finding.severity))
 
 
 # ----- pins --------------------------------------------------------------------------------------

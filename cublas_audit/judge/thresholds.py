@@ -74,6 +74,10 @@ class Thresholds:
     # the noise model's to say (cublas_audit.judge.verdicts), not this number's.
     diff_time_noise_pct: float = 5.0
     diff_util_noise_pts: float = 3.0
+    # A trace audit (judge.impact): a finding worth less than this share of the trace's GEMM time
+    # (the time its fix saves a step; a call the model never makes is worth nothing) is info (issue
+    # 37: K=1 outer products of model traces took 0.1-0.7 % of it, 1.3-1.8 us a call, as medium).
+    trace_worth_pct: float = 1.0
 
 
 def names() -> list[str]:

@@ -9,9 +9,11 @@ file carries. Every text reaches Markdown through report.markdown's escaping.
 from __future__ import annotations
 
 import shlex
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from cublas_audit.judge.impact import NotProposed
 from cublas_audit.report.lt_snippet import c_snippet
 from cublas_audit.report.markdown import md_code, md_fence, md_table, md_text, template
 from cublas_audit.report.tunableop import (
@@ -38,9 +40,11 @@ def render_fix_report(
     tunable: TunableOpExport | None,
     directory: Path,
     no_tunable: str = "",
+    left_out: Sequence[NotProposed] = (),
 ) -> str:
     """The Markdown section. `tunable`: the file written into `directory` (None: none was
-    written, for the reason `no_tunable`, e.g. no torch version known)."""
+    written, for the reason `no_tunable`, e.g. no torch version known); `left_out`: measured
+    fixes of calls a traced model never makes (judge.impact.model_fixes), not proposed."""
     return template("fix_report.md.j2").render(
         stamp=_stamp_words(fixes),
         sources=", ".join(md_code(source, in_table=False) for source in fixes.sources),
@@ -50,6 +54,12 @@ def render_fix_report(
         no_tunable=no_tunable or "none was written",
         **(_tunable_context(fixes, tunable, directory) if tunable else {}),
         snippets=[_snippet(fix, fixes) for fix in fixes.pins()],
+        left_out=md_table(
+            ("fix", "problem", "why"),
+            [[md_text(cell) for cell in (n.fix_id, n.problem, n.why)] for n in left_out],
+        )
+        if left_out
+        else "",
     )
 
 

@@ -28,6 +28,7 @@ from cublas_audit.report import candidates_report, repro
 from cublas_audit.report.markdown import md_code, md_number, md_table, md_text, shorten, template
 from cublas_audit.report.plots import plot
 from cublas_audit.report.torch_trace_report import verdict_markdown
+from cublas_audit.report.torch_trace_report import verdict_markdown
 from cublas_audit.table.inputs import Dataset, first_value
 from cublas_audit.table.rundir import PLOTS_DIR, env_value, operands_of
 
@@ -81,6 +82,7 @@ def _section(judged: Audited, plots: Path | None) -> dict[str, Any]:
     flags = _flags(found)
     return {
         "title": md_text(dataset.title),
+        "verdict": verdict_markdown(judged.trace) if judged.trace else "",  # a trace audit's
         "verdict": verdict_markdown(judged.trace) if judged.trace else "",  # a trace audit's
         "env": md_table(["", ""], [*env_rows(dataset), *roofline_rows(judged.machine)]),
         "findings": {s: [_finding_view(f) for f in found if f.severity == s] for s in SEVERITIES},

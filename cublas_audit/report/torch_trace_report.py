@@ -10,6 +10,9 @@ import pandas as pd
 
 from cublas_audit.judge.finding import Finding
 from cublas_audit.judge.grouping import observed
+from cublas_audit.judge.impact import TraceVerdict
+from cublas_audit.judge.impact import pct_text as _pct
+from cublas_audit.judge.impact import us_text as _us
 from cublas_audit.observe.torch_trace import Trace, problems
 from cublas_audit.planning.grid import label_from_gpu_name
 from cublas_audit.report.markdown import md_code, md_number, md_table, md_text
@@ -60,11 +63,15 @@ def dispatch_table(trace: Trace, table: pd.DataFrame | None = None) -> pd.DataFr
 
 
 def report_markdown(
-    trace: Trace, table: pd.DataFrame, frame: pd.DataFrame, found: Sequence[Finding]
+    trace: Trace,
+    table: pd.DataFrame,
+    frame: pd.DataFrame,
+    found: Sequence[Finding],
+    verdict: TraceVerdict | None = None,
 ) -> str:
     """The trace's GEMMs as audited (`found`: the rules' findings on `frame`, the trace as a
-    dispatch table), each finding weighted by the share of the trace's GEMM time its problems
-    took, largest first; then the problem table."""
+    dispatch table), opening with the verdict (judge.impact), each finding weighted by the share
+    of the trace's GEMM time its problems took, largest first; then the problem table."""
     findings = sorted(((share(frame, f), f) for f in found), key=lambda item: -item[0])
     lines = [
         "# cublas-audit: a PyTorch trace",
@@ -72,6 +79,7 @@ def report_markdown(
         f"Trace: {md_code(str(trace.path), in_table=False)}"
         + (f" ({md_text(trace.gpu_name)})" if trace.gpu_name else ""),
         "",
+        *([verdict_markdown(verdict), ""] if verdict is not None else []),
         "Kernel names and durations as the profiler recorded them; no counters (utilization "
         "rules need `cublas-audit sweep --torch-trace` on the GPU). Each finding carries the "
         "share of the trace's GEMM time of the problems it concerns.",
@@ -93,6 +101,58 @@ def report_markdown(
     gemms = problems_markdown(trace, table).split("\n", 1)[1].lstrip("\n")  # without its title
     lines += ["", "## GEMMs", "", gemms]
     return "\n".join(lines)
+
+
+def verdict_markdown(verdict: TraceVerdict) -> str:
+    """The verdict on a traced model (judge.impact.TraceVerdict) in words, what a trace report
+    opens with: healthy or not, its problems, its GEMM time a step, the share of it whose
+    default is within noise of its best cuBLASLt candidate, and what there is to gain."""
+    step = (
+        "a step" if verdict.steps > 1 else "in the trace (one step: it has no ProfilerStep marks)"
+    )
+    head = (
+        "healthy"
+        if verdict.healthy
+        else f"{verdict.worth} finding{'s' if verdict.worth > 1 else ''} worth "
+        f"{_pct(verdict.bar)} or more of the GEMM time"
+    )
+    said = [
+        f"{verdict.problems} problem{'s' if verdict.problems != 1 else ''}, "
+        f"{_us(verdict.gemm_us)} us of GEMM kernels {step}."
+    ]
+    if verdict.no_audit >= 1.0 - 1e-9 and verdict.within_noise == 0:
+        said.append(
+            "No cuBLASLt candidate audit: whether each default is its best is not measured "
+            "(sweep --torch-trace with --candidates measures it)."
+        )
+    else:
+        said.append(
+            f"{_pct(verdict.within_noise)} of that time runs a default within noise of its best "
+            "cuBLASLt candidate"
+            + (f"; {_pct(verdict.no_audit)} has no candidate audit" if verdict.no_audit else "")
+            + "."
+        )
+    if verdict.under_bar:
+        gaps = "; ".join(
+            f"{p.ops} {p.shape}: {p.gap:.2f}x on {_pct(p.share)}" for p in verdict.under_bar
+        )
+        said.append(
+            f"A gap beyond noise but under the {_pct(verdict.candidate_bar)} bar, no finding: "
+            f"{gaps}."
+        )
+    if verdict.unaudited_share >= 0.0005:
+        said.append(f"{_pct(verdict.unaudited_share)} of it is in GEMMs no case poses.")
+    gain = f"{_us(verdict.gain_us)} us {step.split(' (')[0]}, {_pct(verdict.gain_share)} of it"
+    if verdict.healthy:
+        worth = _pct(verdict.bar)
+        said.append(f"No finding is worth {worth} of it; the findings give back {gain}.")
+    elif verdict.gain_us:
+        said.append(f"To gain: {gain}.")
+    else:
+        said.append(
+            "To gain: not measured (no finding worth it has a measured faster alternative)."
+        )
+    return f"**Verdict: {md_text(head)}.** {md_text(' '.join(said))}"
 
 
 def share(frame: pd.DataFrame, finding: Finding) -> float:

@@ -40,6 +40,7 @@ from cublas_audit.run.sweep_setup import SweepOptions, check_new_run_dir, defaul
 from cublas_audit.table import candidates_table, rundir
 from cublas_audit.table import dispatch as table
 from cublas_audit.table.merge import in_plan_order
+from cublas_audit.table.trace_record import write_trace_record
 from cublas_audit.table.validation import read_table
 from cublas_audit.version import __version__
 
@@ -160,6 +161,8 @@ def start(options: SweepOptions, devices: Sequence[Gpu], replicate: bool) -> Pla
     mixed = len({gpu.name for gpu in devices}) > 1
     run_dir.mkdir(parents=True, exist_ok=True)
     write_plan(options.cases, run_dir / rundir.PLAN_FILE)
+    if options.trace is not None:
+        write_trace_record(options.trace, run_dir)
     rundir.write_env(
         run_dir,
         {

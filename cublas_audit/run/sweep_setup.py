@@ -32,6 +32,7 @@ from cublas_audit.resources import package_view
 from cublas_audit.run import probe_process
 from cublas_audit.run.sweep import Progress, SweepConfig, run
 from cublas_audit.table import rundir
+from cublas_audit.table.trace_record import TraceRecord, write_trace_record
 from cublas_audit.table.validation import check_env
 from cublas_audit.version import __version__
 
@@ -74,6 +75,8 @@ class SweepOptions:
     device: int | None = None
     # `--shard I/N`: which part of which whole plan `cases` is (recorded for merge).
     part: PlanPart | None = None
+    # `--torch-trace`: the trace's record of the whole plan (trace.json, table.trace_record).
+    trace: TraceRecord | None = None
 
 
 PHASES = ("time", "map", "candidates")
@@ -304,6 +307,8 @@ def start_run(config: SweepConfig, env: environment.Environment, options: SweepO
     write_plan(config.cases, config.run_dir / rundir.PLAN_FILE)
     if options.part is not None:
         write_plan(options.part.whole, config.run_dir / rundir.WHOLE_PLAN_FILE)
+    if options.trace is not None:
+        write_trace_record(options.trace, config.run_dir)
     rundir.write_env(
         config.run_dir,
         {

@@ -18,6 +18,7 @@ from cublas_audit.table.atlas_files import ATLAS_REPORT, check_whole, is_atlas, 
 from cublas_audit.table.candidates_table import read_candidates
 from cublas_audit.table.dispatch import TableSource, row_number
 from cublas_audit.table.rundir import CANDIDATES_FILE, ENV_FILE, PLAN_FILE, TABLE_FILE, read_env
+from cublas_audit.table.trace_record import TraceRecord, read_trace_record
 from cublas_audit.table.validation import check_against_plan, check_env, read_table
 
 
@@ -32,6 +33,8 @@ class Dataset:
     env: dict[str, Any] = field(default_factory=dict)
     # The run's cuBLASLt candidate audit (candidates.csv), when it has one.
     candidates: pd.DataFrame | None = None
+    # A trace audit's record of the trace (trace.json: each problem's share of its GEMM time).
+    trace: TraceRecord | None = None
 
 
 # ----- inputs -----------------------------------------------------------------------------------
@@ -139,7 +142,8 @@ def _dataset(path: Path, frame: pd.DataFrame, env: dict[str, Any]) -> Dataset:
     title = f"{label}: {name}" if name and name != label else label
     found = path / CANDIDATES_FILE if path.is_dir() else None
     audited = read_candidates(found) if found and found.exists() else None
-    return Dataset(title, label, path, frame, env, audited)
+    trace = read_trace_record(path) if path.is_dir() else None
+    return Dataset(title, label, path, frame, env, audited, trace)
 
 
 def require_one_gpu(frame: pd.DataFrame, path: Path) -> None:

@@ -68,6 +68,12 @@ def gemms(trace: Trace) -> GemmAccount:
     raise AuditError(f"{trace.path}: none of its {count} has the dims of a matrix product")
 
 
+def profiler_steps(trace: Trace) -> int:
+    """The steps the trace holds (torch.profiler's ProfilerStep#N markers, with a schedule), 1
+    where it has none: the trace is then one step."""
+    return max(1, len(trace.steps))
+
+
 def problems(trace: Trace) -> pd.DataFrame:
     """One row per distinct problem (op, mode, shape, strides, bias, beta): both terms, calls,
     GPU time of its own kernels (total, mean, share of all GEMM time in the trace, that of GEMM

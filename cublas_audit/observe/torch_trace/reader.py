@@ -38,6 +38,7 @@ _CATEGORIES = {
     "gpu_memset": "memset", "memset": "memset",
 }  # fmt: skip
 _CHUNK_CHARS = 1 << 23
+_STEP = "ProfilerStep#"
 
 
 class CpuOp(NamedTuple):
@@ -82,6 +83,8 @@ class Trace:
     launches: list[Launch] = field(default_factory=list)
     activities: dict[int, list[GpuActivity]] = field(default_factory=dict)
     event_count: int = 0
+    # torch.profiler's step markers (ProfilerStep#N, with a schedule): what "per step" divides by
+    steps: set[str] = field(default_factory=set)
 
     @property
     def sm_count(self) -> int | None:
@@ -251,6 +254,9 @@ class _Collector:
             return
         category = event.get("cat")
         kind = _CATEGORIES.get(category.lower()) if isinstance(category, str) else None
+        name = event.get("name")
+        if isinstance(name, str) and name.startswith(_STEP) and category != "gpu_user_annotation":
+            self.trace.steps.add(name)
         start = event.get("ts")
         if kind is None or not isinstance(start, int | float):
             return
