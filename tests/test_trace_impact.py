@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import shutil
 from collections import defaultdict
 from dataclasses import replace
 from pathlib import Path
@@ -38,7 +37,7 @@ from cublas_audit.table.trace_record import (
     run_record,
     write_trace_record,
 )
-from tests.conftest import FIXTURES, REPORTS
+from tests.conftest import FIXTURES, REPO, REPORTS
 
 TRACES = FIXTURES / "torch_traces"
 RUNS = REPORTS / "h100" / "traces"
@@ -143,8 +142,15 @@ def test_the_record_round_trips_and_a_broken_one_is_one_line(tmp_path: Path) -> 
         read_trace_record(tmp_path)
 
 
+def test_the_recorded_runs_keep_what_their_traces_give() -> None:
+    for run, trace in ((VIT_RUN, VIT), (DECODE_RUN, DECODE)):
+        kept = read_trace_record(run)
+        assert kept is not None and kept.trace == str(trace.relative_to(REPO))
+        assert kept == replace(record_of(run, trace), trace=kept.trace)
+
+
 def test_without_a_trace_the_gain_per_call_sits_beside_the_ratio() -> None:
-    audited = audit_dataset(load_run(VIT_RUN))
+    audited = audit_dataset(replace(load_run(VIT_RUN), trace=None))  # the run without trace.json
     candidates = pd.read_csv(VIT_RUN / rundir.CANDIDATES_FILE)
     found = {f.evidence[0]["case_id"]: f for f in audited.findings}
     finding = found["cublasLt.fp16.2304x12608x768.b1.tn"]
@@ -228,17 +234,14 @@ def test_the_trace_report_opens_with_its_verdict() -> None:
     assert "No cuBLASLt candidate audit" in lines[4]
 
 
-def test_report_weighs_runs_by_a_trace_given_or_kept(tmp_path: Path) -> None:
+def test_report_weighs_runs_by_a_trace_given_or_kept() -> None:
     given = runner.invoke(app, ["report", str(DECODE_RUN), "--torch-trace", str(DECODE)])
     assert given.exit_code == 0, given.output
     verdict = next(line for line in given.output.splitlines() if line.startswith("**Verdict"))
     assert verdict.startswith("**Verdict: healthy.** 5 problems, 806 us of GEMM kernels")
     # the LM head's 1.09x (8 x 32000 x 4096) is a screen under the bar: 88.1 % within noise
     assert "88.1 % of that time runs a default within noise" in verdict
-    run = tmp_path / "decode"
-    shutil.copytree(DECODE_RUN, run)
-    write_trace_record(record_of(DECODE_RUN, DECODE), run)
-    kept = runner.invoke(app, ["report", str(run), "--format", "md"])
+    kept = runner.invoke(app, ["report", str(DECODE_RUN), "--format", "md"])  # its trace.json
     assert verdict in kept.output.splitlines()
     table = runner.invoke(app, ["report", str(DECODE_RUN / "dispatch.csv"), "--torch-trace",
                                 str(DECODE)])  # fmt: skip
@@ -264,10 +267,7 @@ def test_fixes_are_only_for_calls_the_model_makes(tmp_path: Path) -> None:
     assert "is the bias-free form of aten\\:\\:linear" in listed
     assert "2 measured fixes not proposed" in result.output
     # a run that kept its trace.json needs no --torch-trace
-    run = tmp_path / "vit"
-    shutil.copytree(VIT_RUN, run)
-    write_trace_record(record_of(VIT_RUN, VIT), run)
-    kept = runner.invoke(app, ["fix", str(run), "--out", str(tmp_path / "kept")])
+    kept = runner.invoke(app, ["fix", str(VIT_RUN), "--out", str(tmp_path / "kept")])
     assert kept.exit_code == 0, kept.output
     assert json.loads((tmp_path / "kept" / "fix.json").read_text())["fixes"] == []
     assert "2 measured fixes not proposed" in kept.output
