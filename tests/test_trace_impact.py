@@ -312,3 +312,20 @@ def test_a_trace_sweep_writes_its_record_at_plan_time(
     assert kept is not None
     assert kept == replace(run_record(out, read_trace(VIT)), trace=kept.trace)
     assert kept.trace == str(VIT)
+
+
+def test_a_merged_trace_audit_keeps_the_record(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`--shard I/N` parts of the ViT audit, each with the whole plan's trace.json (what the sweep
+    writes into every part), merge into one run that keeps it."""
+    from cublas_audit.jobs import merge as merge_job
+    from tests.test_merge import split
+
+    shards = split(VIT_RUN, 2, tmp_path)
+    for shard in shards:
+        (shard / TRACE_FILE).write_bytes((VIT_RUN / TRACE_FILE).read_bytes())
+    monkeypatch.setattr(merge_job, "write_run_report", lambda out: out / rundir.REPORT_FILE)
+    out = tmp_path / "merged"
+    merge_job.run(merge_job.MergeJob(shards, out, command=["merge"]))
+    assert read_trace_record(out) == read_trace_record(VIT_RUN)
