@@ -33,7 +33,8 @@ def fix_command(
     torch_trace: Path | None = typer.Option(
         None,
         metavar="FILE",
-        help="The PyTorch trace the runs audited: each fix names its op and share of GEMM time.",
+        help="The PyTorch trace the runs audited (a trace sweep keeps it as trace.json): fixes "
+        "only for the model's calls, each naming its op and share of GEMM time.",
     ),
     threshold: Thresholds = None,
 ) -> None:

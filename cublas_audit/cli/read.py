@@ -45,8 +45,9 @@ def report_command(
     torch_trace: Path | None = typer.Option(
         None,
         metavar="FILE",
-        help="Audit the GEMMs of a PyTorch profiler trace instead (kernels and durations as "
-        "recorded; findings weighted by their share of the trace's GEMM time).",
+        help="Alone: audit the GEMMs of a PyTorch profiler trace (kernels and durations as "
+        "recorded). With runs: weigh their findings by the trace they were planned from (a "
+        "trace sweep keeps it as trace.json). Either way the report opens with the verdict.",
     ),
 ) -> None:
     """Findings, dispatch and efficiency tables, stalls and reproduce scripts, per GPU."""
