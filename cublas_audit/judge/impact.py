@@ -49,9 +49,36 @@ def weigh(
     record: TraceRecord | None,
     thresholds: Thresholds | None = None,
 ) -> list[Finding]:
-    """The findings with what each is worth (module docstring), in `order`."""
+    """The findings with what each is worth (module docstring), in `order`. The table is read
+    once into plain lookups: a dense map has tens of thousands of findings, and a row read one at
+    a time costs a millisecond."""
     bar = (thresholds or Thresholds()).trace_worth_pct / 100
-    return sorted((_weighed(f, rows, record, bar) for f in findings), key=order)
+    if record is None and not any(proven_gain(f) for f in findings):
+        return sorted(findings, key=order)  # nothing to weigh
+    looked = _Rows.of(rows)
+    return sorted((_weighed(f, looked, record, bar) for f in findings), key=order)
+
+
+@dataclass(frozen=True)
+class _Rows:
+    """Each judged row's case id and time (its kernels' where traced, else its call's)."""
+
+    case_ids: dict[int, str]
+    times_ms: dict[int, float]
+
+    @classmethod
+    def of(cls, rows: pd.DataFrame) -> _Rows:
+        labels = [int(label) for label in rows.index]
+        ids = rows["case_id"].astype(str) if "case_id" in rows.columns else None
+        took = pd.Series(float("nan"), index=rows.index)
+        for column in ("time_ms", "kernel_time_ms"):  # the kernels' where traced win
+            if column in rows.columns:
+                values = pd.to_numeric(rows[column], errors="coerce").astype(float)
+                took = values.where(values.notna(), took)
+        return cls(
+            dict(zip(labels, ids, strict=True)) if ids is not None else {},
+            {label: float(t) for label, t in zip(labels, took, strict=True) if t == t},
+        )
 
 
 def proven_gain(finding: Finding) -> float:
@@ -63,9 +90,7 @@ def proven_gain(finding: Finding) -> float:
     return float(finding.effect)
 
 
-def _weighed(
-    finding: Finding, rows: pd.DataFrame, record: TraceRecord | None, bar: float
-) -> Finding:
+def _weighed(finding: Finding, rows: _Rows, record: TraceRecord | None, bar: float) -> Finding:
     gain = proven_gain(finding)
     impact: dict[str, Any] = {"ratio": round(1 / (1 - gain), 4)} if gain else {}
     call_ms = _call_ms(finding, rows) if gain else None
@@ -74,6 +99,8 @@ def _weighed(
         impact["saved_us_per_call"] = round(1e3 * call_ms * gain, 3)
         words = f" Gain: {impact['ratio']:.2f}x, {us_text(impact['saved_us_per_call'])} us a call."
     if record is None:
+        if not impact:
+            return finding
         return replace(finding, impact=impact, message=_said(finding.message, words))
     judged = _judged_case(finding, rows)
     ids = list(dict.fromkeys([*case_ids(finding, rows), *([judged] if judged else [])]))
@@ -152,30 +179,24 @@ def pct_text(share: float) -> str:
     return f"{100 * share:.3g} %"
 
 
-def case_ids(finding: Finding, rows: pd.DataFrame) -> list[str]:
+def case_ids(finding: Finding, rows: _Rows) -> list[str]:
     """The case ids a finding concerns: its rows' in the judged table, and the cases its evidence
     names (a candidate audit's problem may have no row of its own)."""
-    found = [
-        str(rows.at[label, "case_id"])
-        for label in finding.rows
-        if label in rows.index and "case_id" in rows.columns
-    ]
+    found = [rows.case_ids[label] for label in finding.rows if label in rows.case_ids]
     found += [str(item["case_id"]) for item in finding.evidence if item.get("case_id")]
     return list(dict.fromkeys(found))
 
 
-def _judged_case(finding: Finding, rows: pd.DataFrame) -> str:
+def _judged_case(finding: Finding, rows: _Rows) -> str:
     """The call whose time the finding's gain is of: a candidate audit's default, else the
     judged (slow) row, the last of its rows."""
     for item in finding.evidence:
         if item.get("role") == "default" and item.get("case_id"):
             return str(item["case_id"])
-    if finding.rows and finding.rows[-1] in rows.index and "case_id" in rows.columns:
-        return str(rows.at[finding.rows[-1], "case_id"])
-    return ""
+    return rows.case_ids.get(finding.rows[-1], "") if finding.rows else ""
 
 
-def _call_ms(finding: Finding, rows: pd.DataFrame) -> float | None:
+def _call_ms(finding: Finding, rows: _Rows) -> float | None:
     """The judged call's time: a candidate audit's default on its basis (the confirmation
     round's, whose ratio is the claim), else the row's kernels' time (CUPTI) where traced, else
     the call's."""
@@ -185,14 +206,7 @@ def _call_ms(finding: Finding, rows: pd.DataFrame) -> float | None:
             names = ("kernel_confirm_ms", "kernel_ms") if kernel else ("confirm_time_ms", "time_ms")
             took = next((item[n] for n in names if item.get(n) is not None), None)
             return float(took) if took is not None else None
-    if not finding.rows or finding.rows[-1] not in rows.index:
-        return None
-    row = rows.loc[finding.rows[-1]]
-    for column in ("kernel_time_ms", "time_ms"):
-        value = plain(row.get(column))
-        if value is not None:
-            return float(value)
-    return None
+    return rows.times_ms.get(finding.rows[-1]) if finding.rows else None
 
 
 # ----- the verdict ------------------------------------------------------------------------------
