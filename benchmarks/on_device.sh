@@ -50,6 +50,7 @@
 #               (the traces copied to tests/fixtures/torch_traces/)
 #   torch-smoke verify --torch's child on this machine's torch (benchmarks/torch_check_smoke.py)
 #   rerun-gate  two cold default batched sweeps back to back, diffed with --fail-on regression
+#   torch214    PyTorch 2.14.1 from parts in $TP, then fix + verify --torch of the committed maps
 #   odd-sizes   bf16 2073^3, both APIs, with candidates, into reports/<label>/checks/<ts>-2073
 #   no-ncu      `sweep --batched` with no ncu to be found (a user and mount namespace hides
 #               /usr/local/cuda/bin and /opt/nvidia/nsight-compute; PATH without them)
@@ -360,6 +361,37 @@ read_table(Path(sys.argv[1])).to_parquet(sys.argv[2], compression="zstd")' \
         done
         step rerun-diff 60 $py -m cublas_audit diff "reports/$label/checks/$stamp-rerun-a" \
             "reports/$label/checks/$stamp-rerun-b" --fail-on regression
+        ;;
+    torch214)
+        # PyTorch 2.14.1 carried in parts into $TP (default /tmp/tp: part-*, torch214.sha256;
+        # ../shared/DESIGN.md has the recipe), made importable in /tmp/t214 beside the image's
+        # CUDA libraries, then the committed maps' pins through `fix --torch-version 2.14.1` and
+        # `verify --torch`: every pin run by an unchanged torch.mm through the TunableOp file.
+        tp=${TP:-/tmp/tp}
+        if [[ ! -e /tmp/t214/torch/__init__.py ]]; then
+            (cd "$tp" && cat part-* >/tmp/torch214.tar.xz && cd /tmp && sha256sum -c "$tp/torch214.sha256") ||
+                { echo "torch214: the parts do not reassemble"; continue; }
+            mkdir -p /tmp/t214 && xz -dc /tmp/torch214.tar.xz | tar xf - -C /tmp/t214 && rm /tmp/torch214.tar.xz
+            mkdir -p /tmp/t214/torch/bin && printf '#!/bin/sh\nexit 0\n' >/tmp/t214/torch/bin/torch_shm_manager
+            chmod +x /tmp/t214/torch/bin/torch_shm_manager
+            image=$($py -c 'import os, torch; print(os.path.dirname(os.path.dirname(torch.__file__)))')
+            ln -sfn "$image/nvidia" /tmp/t214/nvidia
+            nccl=$(find "$image/nvidia/" -name 'libnccl.so*' | head -1)
+            missing=$(comm -23 <(nm -D --undefined-only /tmp/t214/torch/lib/libtorch_cuda.so | grep -o 'nccl[A-Za-z0-9_]*' | sort -u) \
+                <(nm -D --defined-only "$nccl" | grep -o 'nccl[A-Za-z0-9_]*' | sort -u))
+            for sym in $missing; do echo "int $sym(void) { return 5; }"; done >/tmp/ncclstub.c
+            gcc -shared -fPIC -o /tmp/ncclstub.so /tmp/ncclstub.c && echo "nccl stub: $(echo $missing | wc -w) symbols"
+        fi
+        libs=$(ls -d /tmp/t214/nvidia/*/lib | paste -sd:)
+        export LD_LIBRARY_PATH="$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" LD_PRELOAD=/tmp/ncclstub.so
+        export PYTHONPATH="/tmp/t214:$PYTHONPATH"
+        $py -c 'import torch; print("torch", torch.__version__, torch.cuda.get_device_name())'
+        fixes="$out/fixes214"
+        step fix214 120 $py -m cublas_audit fix "reports/$label/maps/20261125-092546-fp32-random" \
+            "reports/$label/maps/20261125-092546-bf16-random" --torch-version 2.14.1 --out "$fixes"
+        step verify214 400 $py -m cublas_audit verify "$fixes/fix.json" --torch
+        cp "$fixes/verify.json" "$out/verify214.json" 2>/dev/null
+        cp "$fixes/fix.json" "$out/fix214.json" 2>/dev/null
         ;;
     *) echo "unknown step $what" ;;
     esac

@@ -127,3 +127,23 @@ def test_bias_and_layouts_map_to_the_calls_a_model_makes() -> None:
     tn = replace(with_bias, problem=replace(with_bias.problem, transa="t", lda=pin.problem.k))
     assert torch_call(tn) == "F.linear with bias"
     assert not runnable(replace(pin, problem=replace(pin.problem, beta=0.5)))
+
+
+def test_the_rounds_alternate_processes_and_each_side_keeps_every_rounds_time() -> None:
+    from cublas_audit.run.torch_check import _runs
+
+    seen = recorded()["fp32.192x256x64.b1.nn"]
+
+    def found(which: str, scale: float) -> dict[str, dict[str, object]]:
+        side = seen[which]
+        record = {"kernels": list(side["kernels"]), "ms": float(side["kernel_ms"]) * scale}  # type: ignore[index]
+        return {"fp32.192x256x64.b1.nn": {**record, "error": 1e-6, "correct": True}}
+
+    rounds = [
+        (found("pinned_eager", 1.0), found("torch", 1.0)),
+        (found("pinned_eager", 1.02), found("torch", 0.98)),
+    ]
+    pinned, plain = _runs("fp32.192x256x64.b1.nn", rounds)
+    assert pinned.ms == pytest.approx((0.00326, 0.00326 * 1.02))
+    assert plain.ms == pytest.approx((0.00624, 0.00624 * 0.98))
+    assert pinned.kernels[0].startswith("sm80_xmma") and plain.kernels[0].startswith("void cutlass")

@@ -1,9 +1,9 @@
 """A fix as the user's framework runs it (`verify --torch`), judged by the rule the cuBLASLt leg
 uses: it holds only beyond the interleaved noise floor and the threshold, in every round.
 
-The measuring half (run.torch_check) runs the pin's problem as PyTorch issues it, in one process,
-with TunableOp reading the fix's file and with TunableOp off, in alternating blocks of calls,
-operands cold; it returns what each side launched and its kernel time per round. This module
+The measuring half (run.torch_check) runs the pin's problem as PyTorch issues it, in processes
+that alternate between TunableOp reading the fix's file and no TunableOp, operands cold; it returns
+what each side launched and its kernel time per round. This module
 decides what that means:
 
 - `not applied`: TunableOp did not run the pin. torch 2.14 launched no kernel at all when the pin

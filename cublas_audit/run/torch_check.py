@@ -2,10 +2,10 @@
 
 Each carried pin's problem is issued as PyTorch issues it (cuBLAS nn: `torch.mm(x, w)`, with a
 bias `torch.addmm(b, x, w)`; tn: `F.linear(x, w)` and `F.linear(x, w, b)`: the calls a model
-makes), in one child process with the environment `fix` wrote beside the file (TunableOp on, no
-tuning, its workspace), in alternating blocks of CALLS calls with TunableOp on and off
-(`torch.cuda.tunable.enable`), ROUNDS times, L2 flushed before every call as in the model
-(device.l2; `--warm` leaves it). Per side: the kernels torch.profiler saw, their time per call in
+makes), in child processes that alternate ROUNDS times: one with the environment `fix` wrote
+beside the file (TunableOp on, no tuning, its workspace), one without it; each times a block of
+CALLS calls per fix, L2 flushed before every call as in the model (device.l2; `--warm` leaves
+it). Per side: the kernels torch.profiler saw, their time per call in
 each round, and the result against a float64 product into a NaN-filled output, so that a pin
 TunableOp skipped is seen. judge.framework decides what that means.
 
@@ -87,32 +87,43 @@ def check(
     *,
     cold: bool = True,
 ) -> list[FrameworkChecked]:
-    """Each runnable pin through torch with and without the TunableOp file, judged."""
+    """Each runnable pin through torch with and without the TunableOp file, judged. The sides
+    alternate by process (with, without, with, without): TunableOp keeps the solution it found
+    for a problem for the life of the process, whatever `torch.cuda.tunable.enable` says later
+    (measured with torch 2.14.1 on the H100), so one process cannot time both."""
     chosen = [fix for fix in fixes.pins() if runnable(fix)]
     if not chosen:
         return []
-    sides = _child(fix_file, [f.id for f in chosen], environment, cold)
+    ids = [f.id for f in chosen]
+    rounds = [
+        (_child(fix_file, ids, environment, cold), _child(fix_file, ids, {}, cold))
+        for _ in range(ROUNDS)
+    ]
     return [
-        judge_framework(fix, torch_call(fix), *_runs(sides[fix.id]), threshold) for fix in chosen
+        judge_framework(fix, torch_call(fix), *_runs(fix.id, rounds), threshold) for fix in chosen
     ]
 
 
-def _runs(found: dict[str, Any]) -> tuple[FrameworkRun, FrameworkRun]:
-    """The child's record of one fix as (with the file, without it)."""
-    return tuple(  # type: ignore[return-value]
-        FrameworkRun(
-            kernels=tuple(side["kernels"]),
-            ms=tuple(float(ms) for ms in side["ms"]),
-            error=side["error"],
-            correct=bool(side["correct"]),
+Found = dict[str, dict[str, Any]]
+
+
+def _runs(fix_id: str, rounds: list[tuple[Found, Found]]) -> tuple[FrameworkRun, FrameworkRun]:
+    """One fix's sides over the rounds, as (with the file, without it): the first round's kernels
+    and result, every round's time."""
+
+    def side(index: int) -> FrameworkRun:
+        first = rounds[0][index][fix_id]
+        return FrameworkRun(
+            kernels=tuple(first["kernels"]),
+            ms=tuple(float(found[index][fix_id]["ms"]) for found in rounds),
+            error=first["error"],
+            correct=bool(first["correct"]),
         )
-        for side in (found["pinned"], found["plain"])
-    )
+
+    return side(0), side(1)
 
 
-def _child(
-    fix_file: Path, ids: list[str], extra: dict[str, str], cold: bool
-) -> dict[str, dict[str, Any]]:
+def _child(fix_file: Path, ids: list[str], extra: dict[str, str], cold: bool) -> Found:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTORCH_TUNABLEOP")}
     argv = [sys.executable, "-m", "cublas_audit.run.torch_check", str(fix_file), *ids]
     argv += [] if cold else ["--warm"]
@@ -120,16 +131,17 @@ def _child(
     if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]
         raise RuntimeError(f"the torch check's process failed: {last}")
-    found: dict[str, dict[str, Any]] = json.loads(done.stdout.strip().splitlines()[-1])
+    found: Found = json.loads(done.stdout.strip().splitlines()[-1])
     return found
 
 
 def _measure(fix: Fix, cold: bool) -> dict[str, Any]:  # pragma: no cover - on a GPU
-    """Both sides of one fix: correctness first (into NaN), then ROUNDS of a block with TunableOp
-    on and a block with it off, each block CALLS calls, each call after an L2 flush (`cold`)."""
+    """One side of one fix, as this process's TunableOp setting runs it: the result into a
+    NaN-filled output against float64, then CALLS calls under the profiler, each after an L2
+    flush (`cold`), the block starting with the clocks free (device.clocks.cool_down)."""
     import torch
 
-    from cublas_audit.device import l2
+    from cublas_audit.device import clocks, l2
 
     p = fix.problem
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[p.mode]
@@ -137,7 +149,7 @@ def _measure(fix: Fix, cold: bool) -> dict[str, Any]:  # pragma: no cover - on a
     w = torch.randn(*((p.k, p.m) if p.layout == "nn" else (p.m, p.k)), device="cuda", dtype=dtype)
     b = torch.randn(p.m, device="cuda", dtype=dtype) if p.bias else None
     operand = w if p.layout == "nn" else w.t()  # F.linear(x, w[, b]) is addmm(b, x, w.t())
-    out = torch.empty(p.n, p.m, device="cuda", dtype=dtype)
+    out = torch.full((p.n, p.m), float("nan"), device="cuda", dtype=dtype)
 
     def call() -> None:  # into `out`: a call that computes nothing leaves its NaN
         if b is None:
@@ -145,24 +157,19 @@ def _measure(fix: Fix, cold: bool) -> dict[str, Any]:  # pragma: no cover - on a
         else:
             torch.addmm(b, x, operand, out=out)
 
+    call()
     exact = x.double() @ operand.double() + (b.double() if b is not None else 0.0)
+    error = float((out.double() - exact).norm() / exact.norm())
     tolerance = 1e-4 if p.mode == "fp32" else 1e-2
-    found: dict[str, Any] = {}
-    for side, enabled in (("pinned", True), ("plain", False)):
-        torch.cuda.tunable.enable(enabled)
-        out.fill_(float("nan"))
-        call()
-        error = float((out.double() - exact).norm() / exact.norm())
-        found[side] = {"error": error, "correct": bool(error == error and error <= tolerance)}
-        found[side]["ms"] = []
-    for _ in range(ROUNDS):
-        for side, enabled in (("pinned", True), ("plain", False)):
-            torch.cuda.tunable.enable(enabled)
-            kernels, ms = _block(call, l2.flush if cold else None)
-            found[side]["ms"].append(ms)
-            found[side]["kernels"] = kernels
-    torch.cuda.tunable.enable(True)
-    return found
+    torch.cuda.synchronize()
+    clocks.cool_down()
+    kernels, ms = _block(call, l2.flush if cold else None)
+    return {
+        "kernels": kernels,
+        "ms": ms,
+        "error": error,
+        "correct": bool(error == error and error <= tolerance),
+    }
 
 
 def _block(call: Any, flush: Any) -> tuple[list[str], float]:  # pragma: no cover - on a GPU
