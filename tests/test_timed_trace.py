@@ -296,3 +296,21 @@ def test_calls_are_given_to_their_contenders_in_order_and_a_lost_marker_fails() 
     assert [[k.name for k in call] for call in traced["batched"].calls] == [[gemm]]
     with pytest.raises(RuntimeError, match="CUPTI saw 3 of 4 marked calls"):
         assign_calls([PRIME, "call", "batched", "call"], [r for r in records if r.start_ns != 20])
+
+
+def test_a_calls_memset_is_its_time_but_no_kernel_of_its_own() -> None:
+    """cuBLASLt zeroes the output before some pinned nvjet kernels: torch.profiler counted that
+    Memset (reports/h100/fixes/20261127-105300-torch2.14.1, bf16 5888x832x4480), so the tool's
+    kernel time counts it too, while the call's kernels stay the GEMM's."""
+    from cublas_audit.device.kernel_trace import MEMSET, TracedCalls
+
+    gemm = "nvjet_sm90_tst_128x128_64x6_2x1_v_bz_coopA_NNT"
+    call = (
+        KernelLaunch(MEMSET, 0, 4_000, (0, 0, 0), (0, 0, 0), 0),
+        KernelLaunch(gemm, 5_000, 105_000, (46, 7, 1), (384, 1, 1), 168),
+    )
+    traced = TracedCalls((call, call))
+    assert traced.timing().samples_ms == pytest.approx((0.104, 0.104))  # 4 us memset + 100 us GEMM
+    assert traced.kernel_names == gemm
+    assert traced.launch_columns()["traced_launches"] == 1
+    assert traced.launch_columns()["traced_ctas"] == 46 * 7

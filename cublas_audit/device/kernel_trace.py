@@ -32,6 +32,11 @@ from cublas_audit.device import clocks, l2, timing
 from cublas_audit.device.timing import Timing
 
 BUFFER_BYTES = 8 * 1024 * 1024
+# A device memset a call makes (cuBLASLt zeroes the output of some split-K and stream-K pins
+# first): recorded with the call's kernels, its time the call's, no kernel of its own. PyTorch's
+# profiler counts it; the tool's kernel time left it out and so over-stated those pins by 5-13 %
+# against torch (reports/h100/fixes/20261127-105300-torch2.14.1).
+MEMSET = "Memset"
 # Traced calls per contender: at least this many, else about as many as the event timing made.
 MIN_REPS = 10
 
@@ -63,8 +68,8 @@ class TracedCalls:
     calls: tuple[tuple[KernelLaunch, ...], ...]
 
     def timing(self) -> Timing:
-        """Kernel-only time per call: the sum of its kernels' durations (gaps between them are
-        the host's share, which the event time already measures)."""
+        """Kernel-only time per call: the sum of its kernels' and memsets' durations (gaps
+        between them are the host's share, which the event time already measures)."""
         return Timing(tuple(sum(k.duration_ms for k in call) for call in self.calls if call))
 
     def columns(self, prefix: str) -> dict[str, Any]:
@@ -78,8 +83,9 @@ class TracedCalls:
     @property
     def first_call(self) -> tuple[KernelLaunch, ...]:
         """The kernels of the first call that launched any (every call of one launcher runs the
-        same ones)."""
-        return next((call for call in self.calls if call), ())
+        same ones); its memsets are no kernels."""
+        first = next((call for call in self.calls if call), ())
+        return tuple(k for k in first if k.name != MEMSET)
 
     @property
     def kernel_names(self) -> str:
@@ -347,6 +353,7 @@ class _Tracer:
 
         self.cupti = cupti
         self.records: list[KernelLaunch] = []
+        self.memsets = False
         cupti.activity_register_callbacks(self._buffer_requested, self._buffer_completed)
 
     def _buffer_requested(self) -> tuple[int, int]:
@@ -354,6 +361,7 @@ class _Tracer:
 
     def _buffer_completed(self, activities: list[Any]) -> None:
         kernel = self.cupti.ActivityKind.CONCURRENT_KERNEL
+        memset = self.cupti.ActivityKind.MEMSET
         self.records.extend(
             KernelLaunch(
                 name=str(a.name),
@@ -363,8 +371,10 @@ class _Tracer:
                 block=(int(a.block_x), int(a.block_y), int(a.block_z)),
                 registers=int(a.registers_per_thread),
             )
-            for a in activities
             if a.kind == kernel
+            else KernelLaunch(MEMSET, int(a.start), int(a.end), (0, 0, 0), (0, 0, 0), 0)
+            for a in activities
+            if a.kind in (kernel, memset)
         )
 
     def recording(self) -> _Recording:
@@ -374,10 +384,15 @@ class _Tracer:
         taken, self.records = self.records, []
         return taken
 
-    def enable(self) -> None:
-        """Drops what was recorded before and records kernels from now on."""
+    def enable(self, *, memsets: bool = False) -> None:
+        """Drops what was recorded before and records kernels from now on, and device memsets
+        with `memsets` (a judging timing; never the map's engine, whose checks poison outputs
+        with memsets between its calls)."""
         self.take()
         self.cupti.activity_enable(self.cupti.ActivityKind.CONCURRENT_KERNEL)
+        self.memsets = memsets
+        if memsets:
+            self.cupti.activity_enable(self.cupti.ActivityKind.MEMSET)
 
     def flushed(self) -> list[KernelLaunch]:
         """The records of every kernel finished so far (forced flush), taken."""
@@ -387,6 +402,9 @@ class _Tracer:
     def disable(self) -> None:
         self.cupti.activity_flush_all(1)  # every record of the calls made, before disabling
         self.cupti.activity_disable(self.cupti.ActivityKind.CONCURRENT_KERNEL)
+        if self.memsets:
+            self.cupti.activity_disable(self.cupti.ActivityKind.MEMSET)
+            self.memsets = False
 
 
 class _Recording:
@@ -394,7 +412,7 @@ class _Recording:
         self.tracer = tracer
 
     def __enter__(self) -> None:
-        self.tracer.enable()
+        self.tracer.enable(memsets=True)  # a judging recording: a call's memsets are its time
 
     def __exit__(self, *exc: object) -> None:
         self.tracer.disable()
