@@ -166,6 +166,7 @@ def _finding(first: pd.Series, default: pd.Series, best: pd.Series) -> dict[str,
         # (table.fix_file.Fix.claimed says why not the screen's)
         "effect": round(1 - 1 / confirm, 4),
         "observations": [],  # judge.grouping: a heuristic's ranking explains no other finding
+        "impact": {},  # judge.impact weighs it (the time it saves a call; a trace's share)
     }
 
 
