@@ -101,7 +101,7 @@ def test_the_problems_are_audited_once_each_on_their_gpu_and_merged(
         rows = merged[merged["case_id"].isin(by_gpu[gpu.uuid])]
         assert rows["device_index"].eq(gpu.index).all() and rows["gpu_uuid"].eq(gpu.uuid).all()
     report = result.report.read_text()
-    assert "fp32 256x256x256 batch 8" in report and "confirms 1.17x" in report
+    assert "fp32 256x256x256 batch 8" in report and "takes 1.17x" in report
     assert report.count("\n### better-candidate: ") == 1  # that one case, and no other
     env = rundir.read_env(result.run_dir)
     assert env["phase"] == "candidates" and env["candidate_threshold"] == pytest.approx(0.10)
