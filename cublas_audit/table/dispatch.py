@@ -228,11 +228,31 @@ def coerce(frame: pd.DataFrame, parsed: Mapping[str, pd.Series] | None = None) -
         if column not in out.columns:
             continue
         if kind == "str":
-            out[column] = out[column].astype("string")
+            text = out[column]
+            out[column] = text.astype("string") if column in PER_ROW_TEXT else shared_text(text)
         else:
             numbers = parsed[column] if column in parsed else pd.to_numeric(out[column])
             out[column] = numbers.astype(_NUMERIC_DTYPES[kind])
     return out
+
+
+# Text columns whose every row holds its own value: stored as pyarrow keeps text, every other
+# text column as `shared_text`.
+PER_ROW_TEXT = ("case_id",)
+
+
+def shared_text(values: pd.Series) -> pd.Series:
+    """Text as the "string" dtype, each distinct value one Python string that every row holding
+    it points to (pandas' python storage): 8 bytes a row, where pyarrow's storage keeps each
+    row's characters (a kernel list of 250 characters: 145 MB of a 1,000,000-row table, for its
+    28 distinct values)."""
+    if values.dtype == pd.StringDtype("python"):
+        return values  # held so already (validation.typed_csv reads known text columns so)
+    text = values if isinstance(values.dtype, pd.StringDtype) else values.astype("string")
+    codes, distinct = pd.factorize(text)
+    objects = np.array([*distinct, pd.NA], dtype=object)  # a missing value's code, -1: the last
+    shared = pd.array(objects[codes], dtype=pd.StringDtype("python"))
+    return pd.Series(shared, index=values.index, name=values.name)
 
 
 def validate(frame: pd.DataFrame, source: TableSource) -> pd.DataFrame:
@@ -284,6 +304,11 @@ def _blank_cells(values: pd.Series) -> pd.Series:
     by one: a regex over every cell took 10 s of a 262,144-row map table's read."""
     if not (pd.api.types.is_string_dtype(values) or values.dtype == object):
         return pd.Series(False, index=values.index)
+    if isinstance(values.dtype, pd.StringDtype) and values.dtype.storage == "python":
+        # shared_text's (and validation.typed_csv's): each distinct value tested once
+        codes, distinct = pd.factorize(values)
+        blanks = np.array([not value.strip() for value in distinct] + [False], dtype=bool)
+        return pd.Series(blanks[codes], index=values.index)
     first = values.str[:1]
     blank_starts = [c for c in first.dropna().unique() if isinstance(c, str) and not c.strip()]
     maybe = first.isin(blank_starts).to_numpy(dtype=bool)
@@ -325,7 +350,9 @@ def check_values(
 
 def _check_numeric(frame: pd.DataFrame, column: str, kind: str, source: TableSource) -> pd.Series:
     values = frame[column]
-    parsed = pd.to_numeric(values, errors="coerce")
+    # a column read as numbers (validation.typed_csv) is one: parsing it again copied it
+    numeric = pd.api.types.is_numeric_dtype(values)
+    parsed = values if numeric else pd.to_numeric(values, errors="coerce")
     # Blank cells are missing by now (blank_as_missing): anything else that does not parse is bad.
     bad = frame.index[parsed.isna() & values.notna()]
     if kind == "int":  # whole, and within int64 (the nullable integer column holds it)

@@ -132,8 +132,10 @@ def _load(path: Path) -> list[Dataset]:
         frame, env = run.frame, run.env
     else:
         frame, env = read_table(path), {}
-    labels = frame["gpu_label"].fillna("").unique()
-    return [_dataset(path, frame[frame["gpu_label"].fillna("") == label], env) for label in labels]
+    labels = frame["gpu_label"].fillna("")
+    if labels.nunique() == 1:  # one GPU: the table itself, not a filtered copy of every column
+        return [_dataset(path, frame, env)]
+    return [_dataset(path, frame[labels == label], env) for label in labels.unique()]
 
 
 def _dataset(path: Path, frame: pd.DataFrame, env: dict[str, Any]) -> Dataset:
