@@ -24,7 +24,12 @@ from cublas_audit.judge.thresholds import Thresholds
 from cublas_audit.observe.kernels import normalize
 from cublas_audit.planning.cases import LOOP_ROUTINE, Case
 from cublas_audit.planning.modes import pipe_name
-from cublas_audit.table.dispatch import LAYOUT_DEFAULTS, main_launches, with_layout_defaults
+from cublas_audit.table.dispatch import (
+    LAYOUT_DEFAULTS,
+    main_launches,
+    unshared,
+    with_layout_defaults,
+)
 from cublas_audit.table.dispatch import plain as table_plain
 
 # One dispatcher decision: the sizes of a series are what the heuristic chooses a kernel over.
@@ -57,21 +62,11 @@ def prepare(frame: pd.DataFrame) -> pd.DataFrame:
     the full name wherever there is one: a table's own kernel_short column, possibly stale, is
     used only for rows without a name."""
     rows = with_layout_defaults(main_launches(frame))
-    names = rows["kernel"].fillna("").astype(str)
-    if "traced_kernels" in rows.columns:
-        # Without ncu (--no-profile, no counter permission) CUPTI still named the kernels: the
-        # first one a call launched is its GEMM (a split-K reduction comes after it).
-        traced = rows["traced_kernels"].fillna("").astype(str)
-        # split each distinct list once: a map repeats a few dozen over 262,144 rows
-        first = {listed: listed.split(" + ", 1)[0] for listed in traced.unique()}
-        names = names.where(names != "", traced.map(first))
-    # Normalize each distinct name once: a 10,000-row table holds a few dozen kernels.
-    infos = {name: normalize(name) for name in names.unique() if name}
-    for column, attr in (("kernel_short", "short"), ("family", "family")):
-        derived = names.map(lambda name, a=attr: getattr(infos[name], a) if name else pd.NA)
+    named = _named_kernels(rows)
+    for column in ("kernel_short", "family"):
         known = rows[column] if column in rows.columns else pd.Series(pd.NA, index=rows.index)
-        rows[column] = derived.astype("string").fillna(known.astype("string"))
-    rows["kernel_name"] = names.where(names != "").astype("string")
+        rows[column] = named[column].fillna(known.astype("string"))
+    rows["kernel_name"] = named["kernel_name"]
     if "routine" not in rows.columns:
         rows["routine"] = pd.Series("", index=rows.index, dtype="string")
     rows["routine"] = rows["routine"].fillna("")
@@ -82,6 +77,43 @@ def prepare(frame: pd.DataFrame) -> pd.DataFrame:
     rows["is_loop"] = rows["routine"] == LOOP_ROUTINE
     rows["tflops_shown"] = _tflops(rows)
     return rows
+
+
+def _named_kernels(rows: pd.DataFrame) -> dict[str, pd.Series]:
+    """Each row's kernel_name (the full name, or the first traced kernel's), kernel_short and
+    family (NA where it names none), worked out once per distinct pair of its `kernel` and
+    `traced_kernels` cells (a dense map repeats a few dozen over 1,000,000 rows) and held as
+    table.dispatch.shared_text holds text: a row of each points to its pair's strings."""
+    kernel_codes, kernels = pd.factorize(rows["kernel"])  # a missing cell's code: -1
+    traced_codes, traced = np.full(len(rows), -1, dtype=np.intp), pd.Index([])
+    if "traced_kernels" in rows.columns:
+        traced_codes, traced = pd.factorize(rows["traced_kernels"])
+    width = len(traced) + 1
+    pair_codes, pairs = pd.factorize((kernel_codes + 1) * width + traced_codes + 1)
+    names = [
+        _name_of(kernels, traced, int(pair) // width - 1, int(pair) % width - 1) for pair in pairs
+    ]
+    infos = {name: normalize(name) for name in set(names) if name}
+
+    def column(values: list[Any]) -> pd.Series:
+        shared = np.array(values, dtype=object)[pair_codes]
+        return pd.Series(pd.array(shared, dtype=pd.StringDtype("python")), index=rows.index)
+
+    return {
+        "kernel_name": column([name or pd.NA for name in names]),
+        "kernel_short": column([infos[name].short if name else pd.NA for name in names]),
+        "family": column([infos[name].family if name else pd.NA for name in names]),
+    }
+
+
+def _name_of(kernels: Any, traced: Any, kernel: int, listed: int) -> str:
+    """The kernel a row names ('' where none): its full name, else (no ncu: --no-profile, no
+    counter permission) the first kernel CUPTI traced its call launching, its GEMM (a split-K
+    reduction comes after it). Codes of -1: the cell is missing."""
+    name = "" if kernel < 0 else str(kernels[kernel])
+    if name == "" and listed >= 0:
+        name = str(traced[listed]).split(" + ", 1)[0]
+    return name
 
 
 def _tflops(rows: pd.DataFrame) -> pd.Series:
@@ -168,12 +200,29 @@ def judged_columns(rows: pd.DataFrame) -> pd.DataFrame:
 def measured(rows: pd.DataFrame, column: str) -> pd.DataFrame:
     """The rows whose time in `column` is a measurement: a zero or negative time (a kernel a
     trace recorded with no duration) measured nothing, so no rule divides by it."""
-    return rows[rows[column].astype(float).to_numpy() > 0]
+    return kept(rows, rows[column].astype(float).to_numpy() > 0)
 
 
 def dispatched(rows: pd.DataFrame) -> pd.DataFrame:
     """Profiled cuBLAS calls: rows with a kernel, loops excluded (they only carry a time)."""
-    return rows[~rows["is_loop"] & rows["kernel_short"].notna()]
+    return kept(rows, ~rows["is_loop"] & rows["kernel_short"].notna())
+
+
+def kept(rows: pd.DataFrame, mask: pd.Series | np.ndarray) -> pd.DataFrame:
+    """rows[mask], without a copy of every column where the mask keeps every row (a dense map's
+    rules filter 1,000,000 rows several times, and mostly keep them all)."""
+    keep = np.asarray(mask, dtype=bool)
+    return unshared(rows) if keep.all() else rows[keep]
+
+
+def one_series(rows: pd.DataFrame, by: list[str]) -> Iterator[pd.DataFrame]:
+    """The groups of rows.groupby(by, dropna=False, sort=False): the rows themselves where they
+    are one group (a map's problems mostly are; a group is a copy of every column)."""
+    if len(rows) and all(rows[c].nunique(dropna=False) == 1 for c in by):
+        yield unshared(rows)
+        return
+    for _, group in rows.groupby(by, dropna=False, sort=False):
+        yield group
 
 
 def by_kernel(rows: pd.DataFrame) -> Iterator[pd.DataFrame]:
@@ -186,11 +235,14 @@ def by_kernel(rows: pd.DataFrame) -> Iterator[pd.DataFrame]:
 def kernel_runs(rows: pd.DataFrame, min_range: float = 1.0) -> Iterator[pd.DataFrame]:
     """Per series, the maximal runs of consecutive sizes that dispatch the same kernel, spanning
     at least `min_range` in linear size (a dense map has thousands of one-size runs)."""
-    for _, series in rows.groupby(SERIES, sort=True):
+    # The runs are found on the columns they are made of, and only the wide ones are taken
+    # whole (rows at their positions): a series sorted whole was a copy of every column.
+    narrow = rows[[*SERIES, "size", "kernel_short"]].assign(_at=np.arange(len(rows)))
+    for _, series in narrow.groupby(SERIES, sort=True):
         series = series.sort_values("size")
         kernels = series["kernel_short"].astype(object)
         run_id = (kernels != kernels.shift()).cumsum()
         sizes = series["size"].groupby(run_id)
         wide = sizes.transform("max") / sizes.transform("min") >= min_range
         for _, run in series[wide].groupby(run_id[wide], sort=False):
-            yield run
+            yield rows.iloc[run["_at"].to_numpy()]

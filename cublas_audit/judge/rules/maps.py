@@ -14,7 +14,7 @@ from cublas_audit.judge import noise
 from cublas_audit.judge.dominance import fastest_dominating
 from cublas_audit.judge.finding import Finding, of_rows
 from cublas_audit.judge.noise import NoiseModel
-from cublas_audit.judge.rules.frame import RuleContext, measured
+from cublas_audit.judge.rules.frame import RuleContext, kept, measured, one_series
 from cublas_audit.judge.timed_rows import (
     TIMES,
     column,
@@ -56,7 +56,7 @@ def size_inversion(ctx: RuleContext) -> list[Finding]:
     margin = ctx.thresholds.inversion_margin_pct / 100
     rows = _kernel_timed(ctx.rows)
     found = []
-    for _, series in rows.groupby(MAP_SERIES, dropna=False, sort=False):
+    for series in one_series(rows, MAP_SERIES):
         if len(series) < 2:
             continue
         on = judged_time(series)
@@ -106,8 +106,9 @@ def _inversions(
 ) -> list[Finding]:
     """The findings of the inversions (positions in the series: the slower, smaller problem
     and the faster, larger one)."""
-    shape, kernel = _column_list(series, "shape"), _column_list(series, "kernel_short")
-    m, n, k = (_column_list(series, d) for d in ("m", "n", "k"))
+    at = np.union1d(slow, fast)
+    shape, kernel = _column_list(series, "shape", at), _column_list(series, "kernel_short", at)
+    m, n, k = (_column_list(series, d, at) for d in ("m", "n", "k"))
     messages, works = [], []
     for i, j in zip(slow, fast, strict=True):
         messages.append(
@@ -128,13 +129,14 @@ def dispatch_cliff(ctx: RuleContext) -> list[Finding]:
     t = ctx.thresholds
     rows = _kernel_timed(ctx.rows)
     found = []
-    for _, series in rows.groupby(MAP_SERIES, dropna=False, sort=False):
+    for series in one_series(rows, MAP_SERIES):
         on = judged_time(series)
         dims = series[["m", "n", "k"]].astype(np.int64).to_numpy()
         flops = 2.0 * dims.prod(axis=1).astype(float) * series["batch"].astype(float).to_numpy()
         times = series[column(on)].astype(float).to_numpy()
         rate = flops / times
-        kernels = series["kernel_short"].fillna("").astype(str).to_numpy()
+        # a code per distinct name: 1,000,000 names as Python strings only to compare them
+        kernels = pd.factorize(series["kernel_short"].fillna("").astype(str))[0]
         before, after = _neighbours(dims)
         drop = 1 - rate[after] / rate[before]
         cliff = (kernels[after] != kernels[before]) & (drop * 100 >= t.cliff_drop_pct)
@@ -165,7 +167,8 @@ def _cliffs(
 ) -> list[Finding]:
     """The findings of the cliffs (positions in the series: the neighbour before, the one
     after, and the share of throughput lost between them)."""
-    shape, kernel = _column_list(series, "shape"), _column_list(series, "kernel_short")
+    at = np.union1d(before, after)
+    shape, kernel = _column_list(series, "shape", at), _column_list(series, "kernel_short", at)
     messages, works = [], []
     for b, a, lost in zip(before, after, drop, strict=True):
         messages.append(
@@ -202,16 +205,17 @@ def _tiered(
     return tiers
 
 
-def _column_list(series: pd.DataFrame, name: str) -> list[Any]:
-    """A column's values as Python objects (what a row's cell reads as), for positions."""
-    return series[name].tolist()
+def _column_list(series: pd.DataFrame, name: str, at: np.ndarray) -> dict[int, Any]:
+    """A column's values at the positions `at` as Python objects (what a row's cell reads as),
+    by position: the whole column as objects was 5 lists of 1,000,000 for a dense map."""
+    return dict(zip(at.tolist(), series[name].iloc[at].tolist(), strict=True))
 
 
 def _kernel_timed(rows: pd.DataFrame) -> pd.DataFrame:
     """The rows with a measured kernel time (above zero: the rules divide by it)."""
     if "kernel_time_ms" not in rows.columns:
         return rows.iloc[0:0]
-    return measured(rows[~rows["is_loop"]], "kernel_time_ms")
+    return measured(kept(rows, ~rows["is_loop"]), "kernel_time_ms")
 
 
 def _neighbours(dims: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
