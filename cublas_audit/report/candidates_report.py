@@ -13,7 +13,7 @@ import pandas as pd
 from cublas_audit.files import write_text_atomic
 from cublas_audit.judge.candidates import LAYOUT_UNKNOWN, RULE, CandidateVerdicts, problem_name
 from cublas_audit.report.lt_repro import repro
-from cublas_audit.report.markdown import md_fence, md_table, md_text
+from cublas_audit.report.markdown import LISTED_MAX, cut_line, md_fence, md_table, md_text
 from cublas_audit.table import rundir
 from cublas_audit.table.dispatch import plain
 
@@ -64,11 +64,16 @@ def render_markdown(verdicts: CandidateVerdicts, level: int = 2) -> str:
         "",
         BASIS_NOTE if known else VERSION_1_NOTE,
         "",
-        _summary_table(verdicts.summary, known),
+        _summary_table(verdicts.summary.head(LISTED_MAX), known),
     ]
-    for finding in verdicts.flagged:
+    cut = len(verdicts.summary) - LISTED_MAX
+    lines += ["", cut_line(cut, "cases", "candidates.csv holds every case")] if cut > 0 else []
+    for finding in verdicts.flagged[:LISTED_MAX]:
         rows = frame[frame["case_id"] == finding["evidence"][0]["case_id"]]
         lines += ["", *_flagged_section(finding, rows, level + 1)]
+    cut = len(verdicts.flagged) - LISTED_MAX
+    said = "`report --format json` lists every one"
+    lines += ["", cut_line(cut, "flagged cases", said)] if cut > 0 else []
     return "\n".join(lines) + "\n"
 
 

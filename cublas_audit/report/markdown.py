@@ -16,6 +16,9 @@ from tabulate import tabulate
 from cublas_audit.table.dispatch import plain
 
 SHORT_NAME_MAX = 40
+# At most this many rows in one table, or items in one list, of a Markdown report: its size is
+# bounded whatever its input's (a 1,000,000-row table's report.md was 285 MB). JSON stays whole.
+LISTED_MAX = 200
 
 # Markdown's punctuation that can start emphasis, code, links, HTML, tables, headings or
 # strikethrough; a backslash escapes each on GitHub.
@@ -85,6 +88,12 @@ def md_number(value: object, digits: int) -> str:
 
 def md_table(headers: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
     return tabulate(list(rows), headers=list(headers), tablefmt="github", disable_numparse=True)
+
+
+def cut_line(cut: int, what: str, where: str) -> str:
+    """The line under a table or list cut to LISTED_MAX: how many `what` were cut, and `where`
+    every one of them is; empty where nothing was cut."""
+    return f"... and {cut:,} more {what} ({where})." if cut > 0 else ""
 
 
 def template(name: str) -> jinja2.Template:

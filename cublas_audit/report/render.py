@@ -25,15 +25,21 @@ from cublas_audit.judge.roofline import L2_RESIDENT, Machine
 from cublas_audit.judge.rules.frame import CALL_KIND
 from cublas_audit.planning.modes import pipe_name
 from cublas_audit.report import candidates_report, repro
-from cublas_audit.report.markdown import md_code, md_number, md_table, md_text, shorten, template
+from cublas_audit.report.markdown import (
+    LISTED_MAX,
+    cut_line,
+    md_code,
+    md_number,
+    md_table,
+    md_text,
+    shorten,
+    template,
+)
 from cublas_audit.report.plots import plot
-from cublas_audit.report.torch_trace_report import verdict_markdown
+from cublas_audit.report.stalls import stall_tables
 from cublas_audit.report.torch_trace_report import verdict_markdown
 from cublas_audit.table.inputs import Dataset, first_value
 from cublas_audit.table.rundir import PLOTS_DIR, env_value, operands_of
-
-STALLS_SHOWN = 8
-
 
 # ----- report -----------------------------------------------------------------------------------
 
@@ -51,6 +57,7 @@ def render_report(audited: Sequence[Audited], plots: Path | None = None) -> str:
     return template("report.md.j2").render(
         inputs=[md_code(_shown(path), in_table=False) for path in _unique_paths(datasets)],
         counts=counts,
+        cut=_cut_summary([s["cut"] for s in sections]),
         side_by_side=side_by_side(audited) if len(audited) > 1 else [],
         sections=sections,
         kernel_names=_kernel_names(audited),
@@ -80,17 +87,31 @@ def _shown(path: Path) -> Path:
 def _section(judged: Audited, plots: Path | None) -> dict[str, Any]:
     dataset, found, rows = judged.dataset, judged.findings, judged.rows
     flags = _flags(found)
+    listed = {s: [f for f in found if f.severity == s] for s in SEVERITIES}
+    highs = listed["high"]
+    stalls, stalls_cut = stall_tables(rows, found)
+    dispatch = _dispatch_tables(rows, flags)
+    efficiency, efficiency_cut = _efficiency_table(rows)
     return {
         "title": md_text(dataset.title),
         "verdict": verdict_markdown(judged.trace) if judged.trace else "",  # a trace audit's
-        "verdict": verdict_markdown(judged.trace) if judged.trace else "",  # a trace audit's
         "env": md_table(["", ""], [*env_rows(dataset), *roofline_rows(judged.machine)]),
-        "findings": {s: [_finding_view(f) for f in found if f.severity == s] for s in SEVERITIES},
-        "dispatch": _dispatch_tables(rows, flags),
-        "efficiency": _efficiency_table(rows),
-        "stalls": _stall_tables(rows, found),
+        "findings": {s: [_finding_view(f) for f in listed[s][:LISTED_MAX]] for s in SEVERITIES},
+        "findings_cut": {
+            s: cut_line(len(listed[s]) - LISTED_MAX, f"{s} findings", JSON_HOLDS)
+            for s in SEVERITIES
+        },
+        "dispatch": [block for block, _ in dispatch],
+        "efficiency": efficiency,
+        "stalls": stalls,
+        "stalls_cut": cut_line(stalls_cut, "flagged cases' stall breakdowns", JSON_HOLDS),
         "command": _command(dataset.env),
-        "scripts": [repro.script(f) for f in found if f.severity == "high"],
+        "scripts": [repro.script(f) for f in highs[:LISTED_MAX]],
+        "scripts_cut": cut_line(len(highs) - LISTED_MAX, "high findings' scripts", JSON_HOLDS),
+        "cut": {
+            "findings": sum(max(len(f) - LISTED_MAX, 0) for f in listed.values()),
+            "rows": sum(cut for _, cut in dispatch) + efficiency_cut,
+        },
         "candidates": _candidates_section(judged),
         "unjudged": [_unjudged(need) for need in judged.unjudged],
         "plot": plot(dataset.title, rows, plots) if plots is not None else None,
@@ -226,10 +247,14 @@ def _kernel_cell(row: Mapping[Hashable, Any]) -> str:
     return "—" if kernel is None else md_code(shorten(str(kernel)))
 
 
-def _dispatch_tables(rows: pd.DataFrame, flags: Mapping[int, list[str]]) -> list[dict[str, str]]:
+def _dispatch_tables(
+    rows: pd.DataFrame, flags: Mapping[int, list[str]]
+) -> list[tuple[dict[str, str], int]]:
+    """A table per call kind, its first LISTED_MAX sizes, and how many rows were cut."""
     tables = []
-    for key, group in rows.groupby(CALL_KIND, sort=True):
+    for key, group in _cells(rows).groupby(CALL_KIND, sort=True):
         group = group.sort_values(["size", "shape"])
+        cut, group = len(group) - LISTED_MAX, group.head(LISTED_MAX)
         pipe = _pipe_header(str(key[2]))
         body = [
             (
@@ -243,9 +268,27 @@ def _dispatch_tables(rows: pd.DataFrame, flags: Mapping[int, list[str]]) -> list
             for index, record in zip(group.index, _records(group), strict=True)
         ]
         headers = ["size", "kernel", pipe, "TFLOP/s", "of its bound", "findings"]
-        table = md_table(headers, body)
-        tables.append({"heading": _heading(key), "table": table})
+        table = _with_cut(md_table(headers, body), cut, "sizes")
+        tables.append(({"heading": _heading(key), "table": table}, max(cut, 0)))
     return tables
+
+
+# Where every finding of a list cut to LISTED_MAX is.
+JSON_HOLDS = "`--format json` lists every finding"
+
+
+def _cells(rows: pd.DataFrame) -> pd.DataFrame:
+    """The columns the tables are made of: their rows sorted and cut without a copy of every
+    column of the judged table."""
+    wanted = [*CALL_KIND, "size", *_CELL_COLUMNS, "ref_fma_pct"]
+    return rows[[c for c in dict.fromkeys(wanted) if c in rows.columns]]
+
+
+def _with_cut(table: str, cut: int, what: str, order: str = "size") -> str:
+    """A table and, where it was cut to LISTED_MAX rows, what was cut and where all are."""
+    holds = f"the first {LISTED_MAX} by {order} are shown; the dispatch table holds every row"
+    line = cut_line(cut, what, holds)
+    return f"{table}\n\n{line}" if line else table
 
 
 def _bound_cell(record: Mapping[Hashable, Any]) -> str:
@@ -258,12 +301,15 @@ def _bound_cell(record: Mapping[Hashable, Any]) -> str:
     return "" if pct is None or side is None else f"{pct:.0f} % ({side})"
 
 
-def _efficiency_table(rows: pd.DataFrame) -> str:
+def _efficiency_table(rows: pd.DataFrame) -> tuple[str, int]:
+    """The reference against cuBLAS, its first LISTED_MAX rows, and how many were cut."""
     if "ref_time_ms" not in rows.columns:
-        return ""
-    timed = rows.dropna(subset=["time_ms", "ref_time_ms"]).sort_values([*CALL_KIND, "size"])
+        return "", 0
+    timed = _cells(rows).dropna(subset=["time_ms", "ref_time_ms"])
+    timed = timed.sort_values([*CALL_KIND, "size"])
     if timed.empty:
-        return ""
+        return "", 0
+    cut, timed = len(timed) - LISTED_MAX, timed.head(LISTED_MAX)
     ref_fma = timed["ref_fma_pct"] if "ref_fma_pct" in timed.columns else [None] * len(timed)
     body = [
         (
@@ -284,7 +330,8 @@ def _efficiency_table(rows: pd.DataFrame) -> str:
         )
     ]
     headers = ["call", "size", "cuBLAS kernel", "cuBLAS ms", "reference ms", "reference eff"]
-    return md_table([*headers, "cuBLAS FMA %", "reference FMA %"], body)
+    table = md_table([*headers, "cuBLAS FMA %", "reference FMA %"], body)
+    return _with_cut(table, cut, "rows", "call and size"), max(cut, 0)
 
 
 def side_by_side(audited: Sequence[Audited]) -> list[dict[str, str]]:
@@ -305,13 +352,15 @@ def side_by_side(audited: Sequence[Audited]) -> list[dict[str, str]]:
         headers = ["size"]
         for name, _ in present:
             headers += [f"{md_text(name)} kernel", _pipe_header(str(key[2]))]
+        cut, merged = len(merged) - LISTED_MAX, merged.head(LISTED_MAX)
         body = [
             [shape, *values]
             for (_, shape), values in zip(
                 merged.index, merged.fillna("").values.tolist(), strict=True
             )
         ]
-        tables.append({"heading": _heading(key), "table": md_table(headers, body)})
+        table = _with_cut(md_table(headers, body), cut, "sizes")
+        tables.append({"heading": _heading(key), "table": table})
     return tables
 
 
@@ -339,56 +388,6 @@ def _candidates_section(judged: Audited) -> str:
     return candidates_report.render_markdown(judged.candidates, level=3).rstrip()
 
 
-# ----- stall breakdown --------------------------------------------------------------------------
-
-
-def _stall_tables(rows: pd.DataFrame, found: Sequence[Finding]) -> list[dict[str, str]]:
-    """Each flagged case (its largest size) beside the best-utilized unflagged case of its mode."""
-    stalls = [c for c in rows.columns if c.startswith("stall_")]
-    if not stalls:
-        return []
-    measured = rows.dropna(subset=[*stalls[:1], "util"])
-    flagged_rows = {row for f in found for row in every_row(f)}
-    healthy_pool = measured[~measured.index.isin(list(flagged_rows))]
-    tables = []
-    for finding in found:
-        flagged = measured[measured.index.isin(finding.rows)]
-        healthy = healthy_pool[healthy_pool["mode"] == finding.mode]
-        if flagged.empty or healthy.empty:
-            continue
-        case = flagged.sort_values("size").iloc[-1]
-        good = healthy.sort_values("util", kind="stable").iloc[-1]
-        tables.append(
-            {
-                "heading": md_text(f"{finding.rule}: {_case_name(case)}"),
-                "table": _stall_table(case, good, stalls),
-            }
-        )
-    return tables
-
-
-def _case_name(row: pd.Series) -> str:
-    return f"{row['kernel_short']} at {row['shape']}, batch {row['batch']}"
-
-
-def _stall_table(flagged: pd.Series, healthy: pd.Series, stalls: Sequence[str]) -> str:
-    pair = pd.DataFrame({"flagged": flagged[list(stalls)], "healthy": healthy[list(stalls)]})
-    pair = pair.astype("Float64").fillna(0.0).astype(float)  # an unmeasured reason (NA) is 0
-    top = pair.loc[pair.max(axis=1).sort_values(ascending=False).index[:STALLS_SHOWN]]
-    body = [
-        (md_text(str(reason).removeprefix("stall_")), f"{flagged_pct:.1f}", f"{healthy_pct:.1f}")
-        for reason, flagged_pct, healthy_pct in top.itertuples(name=None)
-    ]
-    utilization = (md_number(flagged["util"], 0), md_number(healthy["util"], 0))
-    body.insert(0, ("pipe utilization %", *utilization))
-    headers = [
-        "stall reason (% of issue-active cycles)",
-        f"flagged: {md_text(_case_name(flagged))}",
-        f"healthy: {md_text(_case_name(healthy))}",
-    ]
-    return md_table(headers, body)
-
-
 # ----- kernel names and plots -------------------------------------------------------------------
 
 
@@ -396,7 +395,8 @@ def _kernel_names(audited: Sequence[Audited]) -> str:
     """Each full kernel name once, next to the short name the tables use."""
     pairs: dict[str, str] = {}
     for judged in audited:
-        rows = judged.rows.dropna(subset=["kernel"])
+        # each pair once, in the order of its first row (a map repeats a few dozen)
+        rows = judged.rows[["kernel_short", "kernel"]].dropna(subset=["kernel"]).drop_duplicates()
         for short, full in zip(rows["kernel_short"], rows["kernel"], strict=True):
             if str(full) != str(short):
                 pairs.setdefault(str(full), str(short))
@@ -404,3 +404,17 @@ def _kernel_names(audited: Sequence[Audited]) -> str:
         return ""
     body = sorted((md_code(shorten(short)), md_code(full)) for full, short in pairs.items())
     return md_table(["short", "full name as ncu prints it"], body)
+
+
+def _cut_summary(cuts: Sequence[Mapping[str, int]]) -> str:
+    """What the Markdown leaves out of a large table's report, said once at its top."""
+    findings, rows = (sum(cut[what] for cut in cuts) for what in ("findings", "rows"))
+    if not findings and not rows:
+        return ""
+    counted = ((findings, "findings"), (rows, "table rows"))
+    left_out = " and ".join(f"{count:,} {what}" for count, what in counted if count)
+    return (
+        f"This report lists at most {LISTED_MAX} findings of each severity and {LISTED_MAX} rows "
+        f"of each table: {left_out} are not shown. `cublas-audit report --format json` lists "
+        "every finding; the dispatch table itself holds every row."
+    )
