@@ -8,6 +8,7 @@ import os
 import pickle
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Sequence
@@ -17,7 +18,13 @@ from typing import Any
 
 import pytest
 
-from cublas_audit.judge.noise import NoiseModel
+# Bytecode is cached even where PYTHONDONTWRITEBYTECODE is set (as on the shared development
+# machine): without it every run, and under pytest-xdist every worker, rewrote the assertions of
+# every test module again (6 s of CPU a process) and every probe child compiled the package anew.
+# The caches land in __pycache__/ folders, which git ignores.
+sys.dont_write_bytecode = False
+
+from cublas_audit.judge.noise import NoiseModel  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "tests" / "fixtures"
