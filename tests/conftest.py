@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import settings
 
 # Bytecode is cached even where PYTHONDONTWRITEBYTECODE is set (as on the shared development
 # machine): without it every run, and under pytest-xdist every worker, rewrote the assertions of
@@ -25,6 +26,13 @@ import pytest
 sys.dont_write_bytecode = False
 
 from cublas_audit.judge.noise import NoiseModel  # noqa: E402
+
+# Property tests run a few examples in the everyday command (each example runs the CLI) and at
+# length in CI's second step: `pytest -q -m "heavy or hypothesis" --hypothesis-profile=thorough`
+# (a profile named on the command line wins over the one loaded here).
+settings.register_profile("quick", max_examples=5)
+settings.register_profile("thorough", max_examples=50)
+settings.load_profile("quick")
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "tests" / "fixtures"

@@ -60,8 +60,7 @@ def corrupted(draw: st.DrawFn) -> bytes:
     return text
 
 
-@settings(
-    max_examples=15,  # each example runs the CLI twice; CI runs the whole suite in under 60 s
+@settings(  # as many examples as the profile says (tests/conftest.py): each runs the CLI twice
     derandomize=True,  # the same examples on every run: CI never fails by the luck of a draw
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
