@@ -11,7 +11,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -131,6 +131,40 @@ def background_result(request: pytest.FixtureRequest) -> Any:
         shared = os.environ.get("PYTEST_XDIST_WORKER")
         started[name].set_result(_once_for_all_workers(name, work) if shared else work())
     return started[name].result()
+
+
+def once_per_session(name: str, work: Callable[[], Any]) -> Any:
+    """work() once for the whole test session: under pytest-xdist the first worker to ask does it
+    and the others wait for its result (a Path it returns moved under the run's shared directory,
+    which the controller removes at the end)."""
+    return _once_for_all_workers(name, work) if os.environ.get("PYTEST_XDIST_WORKER") else work()
+
+
+def atlas_made_by_the_command(run: Path, out: Path) -> Path:
+    """The map's atlas, made by `cublas-audit atlas`: its directory."""
+    from typer.testing import CliRunner
+
+    from cublas_audit.cli import app
+
+    result = CliRunner().invoke(app, ["atlas", str(run), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    (made,) = [path for path in out.iterdir() if path.is_dir()]
+    return made
+
+
+@pytest.fixture(scope="session")
+def fp32_atlas(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The atlas of the recorded H100 FP32 map of 3,000 random problems, made by the command once
+    for the session (3 s of CPU): tests/test_atlas.py and test_atlas_interrupt.py read it, and a
+    test that changes it works on a copy."""
+    fp32 = REPORTS / "h100" / "maps" / "20261125-092546-fp32-random"
+
+    def work() -> Path:
+        out = tmp_path_factory.mktemp("fp32-atlas")
+        atlas_made_by_the_command(fp32, out)
+        return out
+
+    return Path(once_per_session("fp32_atlas", work)) / "fp32"
 
 
 def _shared_root(controller_pid: int) -> Path:

@@ -22,7 +22,7 @@ from cublas_audit.report.map_plots import _nearest_k_slices
 from cublas_audit.table import rundir
 from cublas_audit.table.atlas_files import ATLAS_REPORT, GRID_FILE, KERNELS_FILE
 from cublas_audit.table.inputs import load_one_gpu
-from tests.conftest import REPORTS
+from tests.conftest import REPORTS, atlas_made_by_the_command
 
 MAPS = REPORTS / "h100" / "maps"
 FP32 = MAPS / "20261125-092546-fp32-random"
@@ -31,22 +31,14 @@ SWEEP = REPORTS / "h100" / "20261123-094558-batched"
 runner = CliRunner()
 
 
-def made_by_the_command(run: Path, out: Path) -> Path:
-    """The map's atlas, made by `cublas-audit atlas`: its directory."""
-    result = runner.invoke(app, ["atlas", str(run), "--out", str(out)])
-    assert result.exit_code == 0, result.output
-    (made,) = [path for path in out.iterdir() if path.is_dir()]
-    return made
-
-
 @pytest.fixture(scope="module")
-def fp32(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return made_by_the_command(FP32, tmp_path_factory.mktemp("atlas"))
+def fp32(fp32_atlas: Path) -> Path:
+    return fp32_atlas  # made once for the session (tests/conftest.py)
 
 
 @pytest.fixture(scope="module")
 def bf16(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return made_by_the_command(BF16, tmp_path_factory.mktemp("atlas"))
+    return atlas_made_by_the_command(BF16, tmp_path_factory.mktemp("atlas"))
 
 
 def dispatched(run: Path) -> pd.DataFrame:

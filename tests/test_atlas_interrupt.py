@@ -25,11 +25,8 @@ def interrupted(*_: object, **__: object) -> None:
 
 
 @pytest.fixture(scope="module")
-def whole(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("atlas")
-    result = runner.invoke(app, ["atlas", str(FP32), "--out", str(out)])
-    assert result.exit_code == 0, result.output
-    return out / "fp32"
+def whole(fp32_atlas: Path) -> Path:
+    return fp32_atlas  # made once for the session (tests/conftest.py); copied before a change
 
 
 def refused(path: Path) -> None:
