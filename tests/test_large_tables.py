@@ -15,10 +15,11 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from rich.console import Console
 
 from cublas_audit.errors import AuditError
 from cublas_audit.judge.audited import audit_all
-from cublas_audit.report import candidates_report, render
+from cublas_audit.report import candidates_report, render, terminal
 from cublas_audit.table.dispatch import PER_ROW_TEXT, TableSource, validate
 from cublas_audit.table.inputs import load_inputs
 from cublas_audit.table.validation import read_table, typed_csv
@@ -124,3 +125,15 @@ def test_the_efficiency_and_candidates_tables_are_cut_too(monkeypatch: pytest.Mo
         "dispatch table holds every row)." in efficiency
     )
     assert f"... and {cases - 1} more cases (candidates.csv holds every case)." in text
+
+
+def test_the_terminal_view_is_cut_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    audited = audit_all(load_inputs([MAP]))
+    rows, found = len(audited[0].rows), len(audited[0].findings)
+    monkeypatch.setattr(terminal, "LISTED_MAX", 5)
+    console = Console(record=True, width=200)
+    terminal.show(audited, console)
+    shown = console.export_text()
+    assert shown.count("│ medium") == 5  # a findings table row each
+    assert f"... and {found - 5} more findings (`--format json` lists every one)." in shown
+    assert f"... and {rows - 5} more sizes (the dispatch" in shown  # a caption: wrapped

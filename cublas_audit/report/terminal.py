@@ -10,6 +10,7 @@ reaches the terminal written out, as Markdown gets it (markdown.visible).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import islice
 
 import pandas as pd
 from rich.console import Console, Group
@@ -19,7 +20,7 @@ from rich.text import Text
 from cublas_audit.judge.audited import Audited
 from cublas_audit.judge.finding import SEVERITIES, Finding
 from cublas_audit.judge.grouping import observed, where
-from cublas_audit.report.markdown import shorten, visible
+from cublas_audit.report.markdown import LISTED_MAX, cut_line, shorten, visible
 from cublas_audit.report.summary import kernel_pipe, pipe_heading, pipe_util
 from cublas_audit.table.dispatch import plain
 from cublas_audit.table.inputs import Dataset
@@ -37,17 +38,42 @@ def show(audited: Sequence[Audited], console: Console | None = None) -> None:
     console = console or Console()
     datasets = [judged.dataset for judged in audited]
     found = [judged.findings for judged in audited]
+    listed, cut = _listed(found)
     if console.width >= WIDE:
-        console.print(findings_table(datasets, found))
+        console.print(findings_table(datasets, listed, counted=found))
     else:  # a table's columns would split words: one finding a paragraph instead
-        console.print(findings_list(datasets, found))
+        console.print(findings_list(datasets, listed, counted=found))
+    if cut:
+        console.print(safe_text(cut_line(cut, "findings", "`--format json` lists every one")))
     for judged in audited:
         for table in dispatch_grids(judged.dataset, judged.rows):
             console.print(table)
 
 
-def findings_table(datasets: Sequence[Dataset], found: Sequence[list[Finding]]) -> Table:
-    table = Table(title=_counts_title(found), title_justify="left", show_lines=True, expand=True)
+def _listed(found: Sequence[list[Finding]]) -> tuple[list[list[Finding]], int]:
+    """Each input's findings, at most LISTED_MAX of each severity over all of them (a dense
+    map has tens of thousands), and how many were left out."""
+    taken = dict.fromkeys(SEVERITIES, 0)
+    listed = []
+    for group in found:
+        kept = []
+        for finding in group:
+            if taken[finding.severity] < LISTED_MAX:
+                taken[finding.severity] += 1
+                kept.append(finding)
+        listed.append(kept)
+    cut = sum(len(group) for group in found) - sum(len(group) for group in listed)
+    return listed, cut
+
+
+def findings_table(
+    datasets: Sequence[Dataset],
+    found: Sequence[list[Finding]],
+    counted: Sequence[list[Finding]] | None = None,
+) -> Table:
+    """The findings, a row each; the title counts `counted` (the findings before a cut)."""
+    title = _counts_title(found if counted is None else counted)
+    table = Table(title=title, title_justify="left", show_lines=True, expand=True)
     pairs = [(d, f) for d, group in zip(datasets, found, strict=True) for f in group]
     rows = [
         (f.severity, dataset.gpu_label, f.rule, where(f), _what(f))
@@ -60,10 +86,14 @@ def findings_table(datasets: Sequence[Dataset], found: Sequence[list[Finding]]) 
     return table
 
 
-def findings_list(datasets: Sequence[Dataset], found: Sequence[list[Finding]]) -> Group:
+def findings_list(
+    datasets: Sequence[Dataset],
+    found: Sequence[list[Finding]],
+    counted: Sequence[list[Finding]] | None = None,
+) -> Group:
     """The findings for a narrow terminal: a heading line and the message, wrapped at spaces."""
     pairs = [(d, f) for d, group in zip(datasets, found, strict=True) for f in group]
-    parts: list[Text] = [Text(_counts_title(found))]
+    parts: list[Text] = [Text(_counts_title(found if counted is None else counted))]
     for dataset, f in sorted(pairs, key=lambda pair: SEVERITIES.index(pair[1].severity)):
         head = safe_text(f.severity, SEVERITY_STYLE[f.severity])
         head.append_text(safe_text(f" · {dataset.gpu_label} · {f.rule} · {where(f)}"))
@@ -96,20 +126,28 @@ def dispatch_grids(dataset: Dataset, rows: pd.DataFrame) -> list[Table]:
     rows = rows[~rows["is_loop"]]
     tables = []
     for (api, routine, mode), group in rows.groupby(GRID_KEY, sort=True):
-        pipes = {index: _pipe(row) for index, row in group.iterrows()}
-        with_kernel = {pipes[i] for i in group.index[group["kernel_short"].notna()]}
+        # a row's pipe is its kernel's: the heading's from each distinct kernel's first row
+        named = group[group["kernel_short"].notna()]
+        kernels = named.drop_duplicates([c for c in PIPE_OF if c in named.columns])
+        with_kernel = {_pipe(row) for _, row in kernels.iterrows()}
         heading = pipe_heading(with_kernel or {kernel_pipe(None, mode)})
         title = f"{dataset.title} · {api} {routine} {mode} (kernel, {heading}, TFLOP/s)"
-        table = Table(title=safe_text(title), title_justify="left")
+        sizes = group.groupby(["size", "shape"], sort=True)
+        cut = cut_line(sizes.ngroups - LISTED_MAX, "sizes", "the dispatch table holds every row")
+        table = Table(title=safe_text(title), title_justify="left", caption=cut or None)
         batches = sorted(group["batch"].unique())
         table.add_column("size")
         for batch in batches:
             table.add_column(f"batch {batch}", overflow="fold")
-        for (_size, shape), cells in group.groupby(["size", "shape"], sort=True):
-            by_batch = {row["batch"]: cell(row, pipes[i]) for i, row in cells.iterrows()}
+        for (_size, shape), cells in islice(sizes, LISTED_MAX):  # the first, smallest sizes
+            by_batch = {row["batch"]: cell(row, _pipe(row)) for _, row in cells.iterrows()}
             table.add_row(safe_text(shape), *(safe_text(by_batch.get(b, "")) for b in batches))
         tables.append(table)
     return tables
+
+
+# The columns a row's pipe is read from (`_pipe`).
+PIPE_OF = ("kernel_name", "kernel_short", "mode")
 
 
 def _pipe(row: pd.Series) -> str:
