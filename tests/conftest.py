@@ -152,16 +152,26 @@ def atlas_made_by_the_command(run: Path, out: Path) -> Path:
     return made
 
 
+def without_pictures(*_: object, **__: object) -> list[Any]:
+    """report.map_plots.draw for tests of a map's tables and text: it draws nothing."""
+    return []
+
+
 @pytest.fixture(scope="session")
 def fp32_atlas(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The atlas of the recorded H100 FP32 map of 3,000 random problems, made by the command once
-    for the session (3 s of CPU): tests/test_atlas.py and test_atlas_interrupt.py read it, and a
-    test that changes it works on a copy."""
+    for the session, without its pictures: tests/test_atlas.py and test_atlas_interrupt.py read
+    its tables and text, and a test that changes it works on a copy."""
+    from cublas_audit.report import map_plots
+
     fp32 = REPORTS / "h100" / "maps" / "20261125-092546-fp32-random"
 
     def work() -> Path:
         out = tmp_path_factory.mktemp("fp32-atlas")
-        atlas_made_by_the_command(fp32, out)
+        with pytest.MonkeyPatch.context() as patch:
+            # the pictures are the BF16 atlas's (tests/test_atlas.py); here they cost 3 s of CPU
+            patch.setattr(map_plots, "draw", without_pictures)
+            atlas_made_by_the_command(fp32, out)
         return out
 
     return Path(once_per_session("fp32_atlas", work)) / "fp32"

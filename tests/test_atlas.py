@@ -18,11 +18,12 @@ from typer.testing import CliRunner
 from cublas_audit.cli import app
 from cublas_audit.jobs.atlas import AtlasJob
 from cublas_audit.jobs.atlas import run as atlas
+from cublas_audit.report import map_plots
 from cublas_audit.report.map_plots import _nearest_k_slices
 from cublas_audit.table import rundir
 from cublas_audit.table.atlas_files import ATLAS_REPORT, GRID_FILE, KERNELS_FILE
 from cublas_audit.table.inputs import load_one_gpu
-from tests.conftest import REPORTS, atlas_made_by_the_command
+from tests.conftest import REPORTS, atlas_made_by_the_command, without_pictures
 
 MAPS = REPORTS / "h100" / "maps"
 FP32 = MAPS / "20261125-092546-fp32-random"
@@ -104,7 +105,10 @@ def test_a_kernels_throughput_checked_by_hand(bf16: Path) -> None:
     assert kept["kernel_time_ms"].item() == 0.02166  # 0.021664 to 4 significant digits
 
 
-def test_the_gzip_is_byte_identical_on_rerun(fp32: Path, tmp_path: Path) -> None:
+def test_the_gzip_is_byte_identical_on_rerun(
+    fp32: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(map_plots, "draw", without_pictures)  # the tables alone are compared
     atlas(AtlasJob([FP32], tmp_path), lambda *_: None)
     for name in (GRID_FILE, KERNELS_FILE, rundir.FINDINGS_FILE):
         assert (tmp_path / "fp32" / name).read_bytes() == (fp32 / name).read_bytes()
@@ -136,7 +140,9 @@ def test_atlas_md_names_the_gpu_what_is_left_out_and_how_to_regenerate(bf16: Pat
     assert pictures and all((bf16 / picture).is_file() for picture in pictures)
 
 
-def test_a_kernel_name_with_a_pipe_is_escaped(tmp_path: Path) -> None:
+def test_a_kernel_name_with_a_pipe_is_escaped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The BF16 map's most chosen kernel renamed with a `|` (as a foreign name could hold one):
     the short name keeps it, so it reaches atlas.md's kernel table, escaped inside its code span;
     every row of that table keeps its cells."""
@@ -148,6 +154,7 @@ def test_a_kernel_name_with_a_pipe_is_escaped(tmp_path: Path) -> None:
         shutil.copy(BF16 / name, run / name)
     text = (BF16 / rundir.TABLE_FILE).read_text()
     (run / rundir.TABLE_FILE).write_text(text.replace(real, hostile))
+    monkeypatch.setattr(map_plots, "draw", without_pictures)  # atlas.md's tables are checked
     atlas(AtlasJob([run], tmp_path / "out"), lambda *_: None)
     written = (tmp_path / "out" / "bf16" / ATLAS_REPORT).read_text()
     assert "| 0    | `nvjet\\|sm90_tst_192x192_64x3_2x1_v_bz_co…`" in written
