@@ -19,13 +19,14 @@ article's published tables and TFLOP/s worked out by hand.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
 import re
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -157,7 +158,17 @@ def regenerate_ptxas() -> None:
     _write(build.PTXAS_RECORD, json.dumps(record, indent=1) + "\n")
 
 
-def _names_only() -> None:
+def render_into(out: Path) -> None:
+    """The tests' background job: render_bundled(out) from the repository as the working
+    directory, the pictures as empty files under their names (the tests compare the Markdown and
+    the pictures' names, not their pixels); the process's directory and functions restored after,
+    so that a test worker can do it in its own process."""
+    with contextlib.chdir(REPO), _names_only():
+        render_bundled(out)
+
+
+@contextlib.contextmanager
+def _names_only() -> Iterator[None]:
     """Pictures written as empty files under their real names (report.plots.picture_name):
     drawing and encoding them is most of the render's time, and no test reads a pixel."""
     from matplotlib import pyplot as plt
@@ -170,15 +181,19 @@ def _names_only() -> None:
         (where / plots.picture_name(title)).write_bytes(b"")
         return f"{PLOTS_DIR}/{plots.picture_name(title)}"
 
+    saved = plots.save_figure, map_plots.save_figure
     plots.save_figure = save  # type: ignore[assignment]
     map_plots.save_figure = save  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        plots.save_figure, map_plots.save_figure = saved
 
 
 def main(argv: Sequence[str]) -> None:
     os.chdir(REPO)
     if argv[:1] == ["render-into"] and len(argv) == 2:  # the tests' background job
-        _names_only()  # the tests compare the Markdown and the pictures' names, not their pixels
-        render_bundled(Path(argv[1]))
+        render_into(Path(argv[1]))
         return
     which = set(argv) or {"markdown", "ptxas"}
     if which - {"markdown", "ptxas"}:

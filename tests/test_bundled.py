@@ -14,6 +14,7 @@ column, and TFLOP/s and time changes worked out by hand from the recorded times.
 from __future__ import annotations
 
 import csv
+import os
 import shutil
 import sys
 import tempfile
@@ -42,7 +43,7 @@ from tests.conftest import (
     run_process,
     table_under,
 )
-from tests.regenerate_golden import AUDIT, DIFFS, RUNS, diff_sides
+from tests.regenerate_golden import AUDIT, DIFFS, RUNS, diff_sides, render_into
 
 H100 = REPORTS / "h100" / "20261123-145452-batched"
 # The H100 run of the bundled H100-vs-H200 diff (reports/diffs/h100-vs-h200-batched.md).
@@ -138,11 +139,15 @@ HAND_TIME_CHANGES = {
 def background_work() -> Path:
     """Every committed file under reports/ rendered afresh, by tests/regenerate_golden.py in
     another process (conftest starts it when the tests are collected): a directory laid out as
-    the repository."""
+    the repository. Under pytest-xdist the worker that asks waits for it anyway, so it renders
+    in its own process, without another interpreter's start and imports."""
     out = Path(tempfile.mkdtemp(prefix="cublas-audit-bundled-"))
     script = REPO / "tests" / "regenerate_golden.py"
     try:
-        run_process([sys.executable, str(script), "render-into", str(out)])
+        if os.environ.get("PYTEST_XDIST_WORKER"):
+            render_into(out)
+        else:
+            run_process([sys.executable, str(script), "render-into", str(out)])
     except BaseException:
         shutil.rmtree(out, ignore_errors=True)
         raise
