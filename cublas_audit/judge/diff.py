@@ -141,13 +141,17 @@ def compare(
         model = model.for_maps()
     key = _case_key(a.frame, b.frame)
     left, right = _sided(a, key), _sided(b, key)
-    merged = left.merge(right, on=key, how="outer", suffixes=("_a", "_b"), indicator=True)
+    # Joined on the key led by the order cases are listed in (size: of m, n and k, the same on
+    # both sides, so it matches nothing the key does not): an outer merge sorts by its keys, and
+    # its rows come out listed, with no sorted copy of them to make.
+    on = [*LISTED_BY, *(c for c in key if c not in LISTED_BY)]
+    merged = left.merge(right, on=on, how="outer", suffixes=("_a", "_b"), indicator=True)
     # Columns outside the key come in pairs: one value per case for the shared ones.
     shared = [c for c in ("shape", "size", "routine", "launches") if c not in key]
-    merged = merged.assign(**{c: merged[f"{c}_a"].fillna(merged[f"{c}_b"]) for c in shared}).drop(
-        columns=[f"{c}_{side}" for c in shared for side in "ab"]
-    )
-    parts = _sorted_parts(merged, ["api", "mode", "batch", "size", "m", "n", "k"])
+    pairs = {c: merged[f"{c}_a"].fillna(merged[f"{c}_b"]) for c in shared if c not in on}
+    merged = merged.assign(**{c: merged.pop(c) if c in on else pairs[c] for c in shared})
+    merged = merged.drop(columns=[f"{c}_{side}" for c in pairs for side in "ab"])
+    parts = _sorted_parts(merged, LISTED_BY)
     both = parts["both"]
     return Diff(
         a=str(a.path),
@@ -161,6 +165,10 @@ def compare(
     )
 
 
+# The order cases are listed in (stable: the key's order after it).
+LISTED_BY = ["api", "mode", "batch", "size", "m", "n", "k"]
+
+
 def _sorted_parts(merged: pd.DataFrame, by: list[str]) -> dict[str, pd.DataFrame]:
     """The merge's rows on both sides and on each side only, each sorted by `by` (stable), as
     `merged.sort_values(by)[merged["_merge"] == part]` makes them; taken a column at a time and
@@ -170,11 +178,13 @@ def _sorted_parts(merged: pd.DataFrame, by: list[str]) -> dict[str, pd.DataFrame
     order = merged[by].assign(_at=at).sort_values(by, kind="stable")["_at"].to_numpy()
     side = merged["_merge"].to_numpy()[order]
     wanted = {part: order[side == part] for part in ("both", "left_only", "right_only")}
+    # a part of every row, in order, is the merge's columns themselves
+    whole = {part for part, rows in wanted.items() if np.array_equal(rows, at)}
     columns: dict[str, dict[str, pd.Series]] = {part: {} for part in wanted}
     for name in list(merged.columns):
         column = merged.pop(name)
         for part, rows in wanted.items():
-            columns[part][name] = column.take(rows)
+            columns[part][name] = column if part in whole else column.take(rows)
     return {
         part: pd.DataFrame(columns[part], index=merged.index[rows], copy=False)
         for part, rows in wanted.items()
@@ -228,14 +238,18 @@ def _judge(both: pd.DataFrame, t: Thresholds, model: NoiseModel) -> pd.DataFrame
     time_pct = (out["time_ms_b"] / out["time_ms_a"] - 1) * 100
     util_pts = out["util_b"] - out["util_a"]
     out = out.assign(time_delta_pct=time_pct, util_delta=util_pts)
-    by_util = np.select(
-        [
-            (util_pts < -t.diff_util_noise_pts).fillna(False),
-            (util_pts > t.diff_util_noise_pts).fillna(False),
-        ],
-        ["regression", "improvement"],
-        "same",
-    ).tolist()
+    # the three words as three objects every row points to (as text, 1,000,000 copies)
+    words = np.array(["same", "regression", "improvement"], dtype=object)
+    by_util = words[
+        np.select(
+            [
+                (util_pts < -t.diff_util_noise_pts).fillna(False),
+                (util_pts > t.diff_util_noise_pts).fillna(False),
+            ],
+            [1, 2],
+            0,
+        )
+    ]
     judged = _judged_rows(out, t, model)
     verdict = pd.Series(
         [combined or util for combined, util in zip(judged["verdict"], by_util, strict=True)],
@@ -284,9 +298,8 @@ def _judged_times(out: pd.DataFrame, by_kernels: Sequence[bool]) -> dict[str, pd
     """The time each verdict judged, so that a row shows it: `judged_on` ('kernel' where the
     kernels' time decided, else 'call'), `judged_ms_a` and `judged_ms_b` (that time's medians)."""
     kernels = pd.Series(by_kernels, index=out.index, dtype=bool)
-    columns: dict[str, pd.Series] = {
-        "judged_on": pd.Series(np.where(kernels, "kernel", "call"), index=out.index, dtype=object)
-    }
+    on = np.array(["call", "kernel"], dtype=object)[kernels.to_numpy(dtype=int)]  # 2 strings
+    columns: dict[str, pd.Series] = {"judged_on": pd.Series(on, index=out.index, dtype=object)}
     for side in "ab":
         call = out[timed_rows.column("call", suffix=f"_{side}")].astype("Float64")
         kernel = out.get(timed_rows.column("kernel", suffix=f"_{side}"))

@@ -21,7 +21,7 @@ def plot(title: str, rows: pd.DataFrame, plots: Path) -> str | None:
     matplotlib.use("Agg")  # files only: no display on CPU machines and CI
     from matplotlib import pyplot as plt
 
-    rows = rows.sort_values("size")
+    rows = rows[[c for c in PLOTTED if c in rows.columns]].sort_values("size")  # not every column
     if rows["tflops_shown"].isna().all() and rows["util"].isna().all():
         return None
     figure, (speed, util) = plt.subplots(1, 2, figsize=(11, 4))
@@ -43,6 +43,10 @@ def plot(title: str, rows: pd.DataFrame, plots: Path) -> str | None:
     speed.legend(fontsize="small")
     figure.suptitle(f"{title} (dashed: reference kernel)")
     return save_figure(figure, title, plots, dpi=90, tight=True)
+
+
+# The columns the pictures are drawn from.
+PLOTTED = (*CALL_KIND, "size", "tflops_shown", "util", "m", "n", "k", "ref_time_ms", "ref_fma_pct")
 
 
 def picture_name(title: str) -> str:
