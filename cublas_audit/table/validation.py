@@ -304,7 +304,9 @@ def typed_csv(path: Path) -> pd.DataFrame | None:
             if pa.types.is_dictionary(column.type)
             else column.to_pandas(types_mapper=numbers.get)  # other text: pandas' "str" dtype
         )
-    return pd.DataFrame(columns, copy=False)
+    frame = pd.DataFrame(columns, copy=False)
+    pa.default_memory_pool().release_unused()  # the parsed table's pages, back to the system
+    return frame
 
 
 def _shared_strings(column: Any) -> pd.Series:
