@@ -146,6 +146,7 @@ def compare(
     # its rows come out listed, with no sorted copy of them to make.
     on = [*LISTED_BY, *(c for c in key if c not in LISTED_BY)]
     merged = left.merge(right, on=on, how="outer", suffixes=("_a", "_b"), indicator=True)
+    del left, right  # their derived columns (kernel names, shapes, layout) are the merge's now
     # Columns outside the key come in pairs: one value per case for the shared ones.
     shared = [c for c in ("shape", "size", "routine", "launches") if c not in key]
     pairs = {c: merged[f"{c}_a"].fillna(merged[f"{c}_b"]) for c in shared if c not in on}
@@ -274,24 +275,29 @@ _JUDGED_PREFIXES = (*(f"{time}_" for time in TIMES.values()), "sm_clock_mhz_")
 _CHUNK_ROWS = 10_000
 
 
-def _judged_rows(out: pd.DataFrame, t: Thresholds, model: NoiseModel) -> dict[str, list[Any]]:
+def _judged_rows(out: pd.DataFrame, t: Thresholds, model: NoiseModel) -> dict[str, Any]:
     """Each matched case judged on its kernels' time and its call's time (`_judge_time`), as
     lists a row each: the verdict the two make (`_combine`), each one's word, whether the
     kernels' was judged, the evidence and the clock note. Read a chunk of rows at a time, of
     only the columns judged: the records of every column of a 1,000,000-case diff took 4 GB."""
     read = [c for c in out.columns if c in _JUDGED_COLUMNS or c.startswith(_JUDGED_PREFIXES)]
-    names = ("verdict", "kernel_verdict", "call_verdict", "by_kernels", "evidence", "note")
+    names = ("verdict", "kernel_verdict", "call_verdict", "by_kernels", "note")
     lists: dict[str, list[Any]] = {name: [] for name in names}
+    # a chunk's evidence stored as pandas stores text once the chunk is judged: a Python
+    # string a case is 180 MB of a 1,000,000-case diff
+    evidence: list[pd.Series] = []
     for start in range(0, len(out), _CHUNK_ROWS):
+        said = []
         for row in cell_records(out[read].iloc[start : start + _CHUNK_ROWS]):
             kernel, call = (_judge_time(row, t, model, kind) for kind in ("kernel", "call"))
             lists["verdict"].append(_combine(kernel, call))
             lists["kernel_verdict"].append(_VERDICT_WORDS[kernel.verdict] if kernel else None)
             lists["call_verdict"].append(_VERDICT_WORDS[call.verdict] if call else None)
             lists["by_kernels"].append(kernel is not None)
-            lists["evidence"].append(_evidence(kernel, call))
+            said.append(_evidence(kernel, call))
             lists["note"].append(_clock_note(row))
-    return lists
+        evidence.append(pd.Series(said))
+    return {**lists, "evidence": pd.concat(evidence, ignore_index=True).array if evidence else []}
 
 
 def _judged_times(out: pd.DataFrame, by_kernels: Sequence[bool]) -> dict[str, pd.Series]:
