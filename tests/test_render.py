@@ -24,7 +24,7 @@ from cublas_audit.errors import AuditError
 from cublas_audit.jobs.reports import write_run_report
 from cublas_audit.judge.audited import audit_all
 from cublas_audit.judge.thresholds import Thresholds
-from cublas_audit.report.markdown import md_code, md_text, shorten
+from cublas_audit.report.markdown import md_code, md_text, shorten, template
 from cublas_audit.report.render import render_report
 from cublas_audit.table.dispatch import write_table
 from cublas_audit.table.inputs import load_inputs
@@ -132,6 +132,11 @@ def test_github_escaping() -> None:
     assert md_code("k<x|y>") == r"`k<x\|y>`"
     assert md_code("k|y", in_table=False) == "`k|y`"
     assert shorten("x" * 50) == "x" * 39 + "…"
+
+
+def test_a_template_is_compiled_once_per_process() -> None:
+    """A fix renders the C template once per pin (23 of the random maps): compiled once."""
+    assert template("lt_pin.c.j2") is template("lt_pin.c.j2")
 
 
 def test_run_directory_mixing_gpus_is_refused(tmp_path: Path) -> None:
