@@ -6,7 +6,8 @@ Runs run.torch_check.check on every runnable pin of FIX.json, bypassing the torc
 (skip_reason), and writes each verdict. With a torch older than 2.14 TunableOp cannot run the
 pins on CUDA, so every pinned side runs torch's own kernel and reads `not applied`: what this
 proves is the child itself (the calls, the L2 flush kept out of the kernels, the alternating
-processes with and without TunableOp, the float64 check) on a real GPU. With torch 2.14+ it is `verify --torch`'s leg.
+processes with and without TunableOp, the float64 check) on a real GPU. With torch 2.14+ it is
+`verify --torch`'s leg.
 """
 
 from __future__ import annotations
