@@ -20,8 +20,9 @@ from rich.console import Console
 from cublas_audit.errors import AuditError
 from cublas_audit.judge.audited import audit_all
 from cublas_audit.report import candidates_report, render, terminal
-from cublas_audit.table.dispatch import PER_ROW_TEXT, TableSource, validate
+from cublas_audit.table.dispatch import TableSource, validate
 from cublas_audit.table.inputs import load_inputs
+from cublas_audit.table.text import PER_ROW_TEXT
 from cublas_audit.table.validation import read_table, typed_csv
 from tests.conftest import FIXTURES, REPORTS
 

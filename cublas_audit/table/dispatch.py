@@ -21,6 +21,7 @@ from cublas_audit.errors import AuditError
 from cublas_audit.files import write_csv_atomic
 from cublas_audit.observe.ncu_export import STALL_REASONS
 from cublas_audit.planning.modes import MODE_NAMES as MODES
+from cublas_audit.table.text import PER_ROW_TEXT, blank_cells, shared_text
 
 if TYPE_CHECKING:
     from cublas_audit.planning.cases import Case
@@ -236,25 +237,6 @@ def coerce(frame: pd.DataFrame, parsed: Mapping[str, pd.Series] | None = None) -
     return out
 
 
-# Text columns whose every row holds its own value: stored as pyarrow keeps text, every other
-# text column as `shared_text`.
-PER_ROW_TEXT = ("case_id",)
-
-
-def shared_text(values: pd.Series) -> pd.Series:
-    """Text as the "string" dtype, each distinct value one Python string that every row holding
-    it points to (pandas' python storage): 8 bytes a row, where pyarrow's storage keeps each
-    row's characters (a kernel list of 250 characters: 145 MB of a 1,000,000-row table, for its
-    28 distinct values)."""
-    if values.dtype == pd.StringDtype("python"):
-        return values  # held so already (validation.typed_csv reads known text columns so)
-    text = values if isinstance(values.dtype, pd.StringDtype) else values.astype("string")
-    codes, distinct = pd.factorize(text)
-    objects = np.array([*distinct, pd.NA], dtype=object)  # a missing value's code, -1: the last
-    shared = pd.array(objects[codes], dtype=pd.StringDtype("python"))
-    return pd.Series(shared, index=values.index, name=values.name)
-
-
 def validate(frame: pd.DataFrame, source: TableSource) -> pd.DataFrame:
     """Checks a raw table against the schema and returns it typed, or raises a one-line error."""
     missing = [c for c in REQUIRED_COLUMNS if c not in frame.columns]
@@ -292,29 +274,10 @@ def blank_as_missing(frame: pd.DataFrame) -> pd.DataFrame:
     """Text cells holding only white space are missing values, as empty ones are."""
     out = unshared(frame)
     for column in out.columns:
-        blank = _blank_cells(out[column])
+        blank = blank_cells(out[column])
         if blank.any():
             out[column] = out[column].mask(blank)
     return out
-
-
-def _blank_cells(values: pd.Series) -> pd.Series:
-    """True at the text cells that are empty or only white space (str.isspace's, as a regex's
-    \\s). Only cells whose first character is blank can be, so only those few are tested one
-    by one: a regex over every cell took 10 s of a 262,144-row map table's read."""
-    if not (pd.api.types.is_string_dtype(values) or values.dtype == object):
-        return pd.Series(False, index=values.index)
-    if isinstance(values.dtype, pd.StringDtype) and values.dtype.storage == "python":
-        # shared_text's (and validation.typed_csv's): each distinct value tested once
-        codes, distinct = pd.factorize(values)
-        blanks = np.array([not value.strip() for value in distinct] + [False], dtype=bool)
-        return pd.Series(blanks[codes], index=values.index)
-    first = values.str[:1]
-    blank_starts = [c for c in first.dropna().unique() if isinstance(c, str) and not c.strip()]
-    maybe = first.isin(blank_starts).to_numpy(dtype=bool)
-    blank = np.zeros(len(values), dtype=bool)
-    blank[maybe] = [isinstance(v, str) and not v.strip() for v in values[maybe]]
-    return pd.Series(blank, index=values.index)
 
 
 def check_numeric_columns(

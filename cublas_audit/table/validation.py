@@ -25,7 +25,6 @@ from cublas_audit.planning.cases import APIS
 from cublas_audit.table.dispatch import (
     ALL_COLUMNS,
     CASE_KEY,
-    PER_ROW_TEXT,
     SCHEMA_VERSION,
     TIMED,
     TableSource,
@@ -37,6 +36,7 @@ from cublas_audit.table.dispatch import (
     validate,
 )
 from cublas_audit.table.rundir import TABLE_FILE
+from cublas_audit.table.text import PER_ROW_TEXT
 
 # cuBLAS takes m, n, k and the batch count as 32-bit ints.
 MAX_DIMENSION = 2**31 - 1
@@ -310,7 +310,7 @@ def typed_csv(path: Path) -> pd.DataFrame | None:
 
 
 def _shared_strings(column: Any) -> pd.Series:
-    """A dictionary-encoded text column (a pyarrow ChunkedArray) as dispatch.shared_text holds
+    """A dictionary-encoded text column (a pyarrow ChunkedArray) as text.shared_text holds
     text, its rows' characters never written out one by one."""
     import pyarrow as pa
 

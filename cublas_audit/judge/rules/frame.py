@@ -83,7 +83,7 @@ def _named_kernels(rows: pd.DataFrame) -> dict[str, pd.Series]:
     """Each row's kernel_name (the full name, or the first traced kernel's), kernel_short and
     family (NA where it names none), worked out once per distinct pair of its `kernel` and
     `traced_kernels` cells (a dense map repeats a few dozen over 1,000,000 rows) and held as
-    table.dispatch.shared_text holds text: a row of each points to its pair's strings."""
+    table.text.shared_text holds text: a row of each points to its pair's strings."""
     kernel_codes, kernels = pd.factorize(rows["kernel"])  # a missing cell's code: -1
     traced_codes, traced = np.full(len(rows), -1, dtype=np.intp), pd.Index([])
     if "traced_kernels" in rows.columns:
