@@ -8,11 +8,13 @@ import pandas as pd
 import pytest
 
 from cublas_audit.errors import AuditError
+from cublas_audit.table import candidates_table
 from cublas_audit.table import dispatch as table
+from cublas_audit.table.candidates_table import read_candidates
 from cublas_audit.table.rundir import TABLE_FILE
 from cublas_audit.table.validation import read_table
 
-from .conftest import FIXTURES
+from .conftest import FIXTURES, REPORTS
 
 RUN = FIXTURES / "h100-batched-cublas"
 
@@ -84,3 +86,24 @@ def test_csv_and_parquet_round_trip(tmp_path: Path) -> None:
         table.write_table(frame, tmp_path / name)
         again = read_table(tmp_path / name)
         pd.testing.assert_frame_equal(again, frame, check_exact=False, rtol=1e-5)
+
+
+def test_a_table_unchanged_since_it_was_read_is_parsed_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """dispatch.csv and candidates.csv are parsed once per process while unchanged (a multi-GPU
+    candidates run read each shard's candidates.csv three times); each caller gets its own copy,
+    and a changed file is parsed again."""
+    recorded = REPORTS / "h100" / "20261123-145452-batched" / "candidates.csv"
+    path = tmp_path / "candidates.csv"
+    path.write_bytes(recorded.read_bytes())
+    first = read_candidates(path)
+    first.loc[first.index[0], "time_ms"] = 1e9  # the caller's copy, not what was read
+    with monkeypatch.context() as patch:
+        patch.setattr(candidates_table, "validate", lambda *_: pytest.fail("parsed again"))
+        again = read_candidates(path)
+        assert again.loc[again.index[0], "time_ms"] != 1e9
+    with pytest.raises(AuditError, match="missing required column"):
+        read_table(path)  # the same file read as a dispatch table: parsed as one, and refused
+    path.write_bytes(recorded.read_bytes() + recorded.read_bytes().splitlines(True)[1])
+    assert len(read_candidates(path)) == len(again) + 1

@@ -42,6 +42,7 @@ from cublas_audit.table.validation import (
     Range,
     check_ranges,
     check_schema_version,
+    read_once,
 )
 
 # 2: the problem's layout columns (transa .. workspace_limit_bytes), the kernel-only times and
@@ -223,12 +224,17 @@ def _check_problems(frame: pd.DataFrame, source: TableSource) -> None:
 
 
 def read_candidates(path: Path) -> pd.DataFrame:
-    """candidates.csv from a file or a run directory."""
+    """candidates.csv from a file or a run directory (once per process while the file is
+    unchanged: validation.read_once)."""
     path = Path(path)
     if path.is_dir():
         path = path / CANDIDATES_FILE
     if not path.exists():
         raise AuditError(f"{path}: no such file")
+    return read_once(path, _parsed)
+
+
+def _parsed(path: Path) -> pd.DataFrame:
     try:
         raw = pd.read_csv(path, dtype=str, keep_default_na=False, na_values=[""])
     except (ValueError, OSError, pd.errors.ParserError) as exc:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import csv
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -221,24 +221,31 @@ def check_env(env: Mapping[str, object], path: Path) -> None:
 
 
 def read_table(path: Path) -> pd.DataFrame:
-    """Reads a dispatch table from a CSV or Parquet file, or from a run directory. A file read
-    before, unchanged since (same size and modification time), is not parsed and checked again:
-    a sweep's report, its --fix and a second report in one process read it once."""
+    """Reads a dispatch table from a CSV or Parquet file, or from a run directory (once per
+    process while the file is unchanged: read_once)."""
     path = Path(path)
     if path.is_dir():
         path = path / TABLE_FILE
     if not path.exists():
         raise AuditError(f"{path}: no such file")
+    return read_once(path, _parsed)
+
+
+def read_once(path: Path, parse: Callable[[Path], pd.DataFrame]) -> pd.DataFrame:
+    """parse(path), unless the same parser read the file before and it is unchanged since (same
+    size and modification time): a table is parsed and checked once per process (a sweep's
+    report, its --fix and a second report read dispatch.csv once; a multi-GPU candidates run read
+    each shard's candidates.csv three times)."""
     stat = path.stat()
-    key = (str(path.resolve()), stat.st_mtime_ns, stat.st_size)
+    key = (parse, str(path.resolve()), stat.st_mtime_ns, stat.st_size)
     if key not in _READ:
         if len(_READ) >= _READ_KEPT:
             _READ.pop(next(iter(_READ)))  # the oldest: a long session reads many runs once
-        _READ[key] = _parsed(path)
+        _READ[key] = parse(path)
     return unshared(_READ[key])  # callers may change their frame; the cached one stays as read
 
 
-_READ: dict[tuple[str, int, int], pd.DataFrame] = {}
+_READ: dict[tuple[Callable[[Path], pd.DataFrame], str, int, int], pd.DataFrame] = {}
 _READ_KEPT = 32
 
 
