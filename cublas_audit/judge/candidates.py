@@ -20,6 +20,7 @@ from cublas_audit.judge.timed_rows import ratio_verdict
 from cublas_audit.judge.verdicts import Verdict
 from cublas_audit.table.candidates_table import PROBLEM_LAYOUT, basis_ms, problem_case
 from cublas_audit.table.dispatch import plain
+from cublas_audit.vocabulary import Severity
 
 RULE = "better-candidate"
 DEFAULT_LIMIT = 32
@@ -138,7 +139,7 @@ def _finding(first: pd.Series, default: pd.Series, best: pd.Series) -> dict[str,
     confirm = float(first["confirm_left_on_table"])
     return {
         "rule": RULE,
-        "severity": "medium",
+        "severity": Severity.medium,
         "gpu_label": plain(first["gpu_label"]) or "",
         "api": "cublasLt",
         "routine": "cublasLtMatmul",

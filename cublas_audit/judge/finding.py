@@ -15,8 +15,9 @@ import pandas as pd
 
 from cublas_audit.table.dispatch import cell_records
 from cublas_audit.table.dispatch import plain as table_plain
+from cublas_audit.vocabulary import Severity, Verdict
 
-SEVERITIES = ("high", "medium", "info")
+SEVERITIES = tuple(Severity)
 EVIDENCE_DIGITS = 4
 EVIDENCE_COLUMNS = (
     "m",
@@ -39,7 +40,7 @@ EVIDENCE_COLUMNS = (
 @dataclass(frozen=True)
 class Finding:
     rule: str
-    severity: str
+    severity: Severity
     gpu_label: str
     api: str
     routine: str
@@ -64,6 +65,10 @@ class Finding:
     # What the finding is worth (judge.impact): the time its fix saves a call; with a PyTorch
     # trace, the model's side (called or not, calls and time a step, share of its GEMM time).
     impact: dict[str, Any] = field(default_factory=dict)
+    # The timing verdict the rule's claim rests on: `slower` (beyond the noise floor), `unsure`
+    # (within it: an info finding the sweep re-measures, a map's follow-up decides); None where
+    # the rule judged no timing comparison (counters, a kernel's name).
+    verdict: Verdict | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The record as `dataclasses.asdict` makes it, without its deep copy of every value
@@ -82,7 +87,7 @@ def order(finding: Finding) -> tuple[int, float, str, str, str, str, int, str]:
     share of time a measured alternative gives back, `effect`, largest first; an observation
     without a measured alternative has none), then by GPU, rule and call."""
     return (
-        SEVERITIES.index(finding.severity),
+        finding.severity.rank,
         -finding.effect,
         finding.gpu_label,
         finding.rule,
@@ -93,7 +98,14 @@ def order(finding: Finding) -> tuple[int, float, str, str, str, str, int, str]:
     )
 
 
-def of_group(rule: str, severity: str, group: pd.DataFrame, message: str, work: str) -> Finding:
+def of_group(
+    rule: str,
+    severity: Severity,
+    group: pd.DataFrame,
+    message: str,
+    work: str,
+    verdict: Verdict | None = None,
+) -> Finding:
     """A finding on the rows of `group` (prepared rows of one call: its first names the call)."""
     first = group.iloc[0]
     return Finding(
@@ -111,17 +123,19 @@ def of_group(rule: str, severity: str, group: pd.DataFrame, message: str, work: 
         kernel_name="" if pd.isna(first["kernel"]) else str(first["kernel"]),
         rows=[int(i) for i in group.index],
         evidence=evidence(group),
+        verdict=verdict,
     )
 
 
 def of_rows(
     rule: str,
-    severity: str,
+    severity: Severity,
     rows: pd.DataFrame,
     messages: Sequence[str],
     works: Sequence[str],
     compared: Iterable[Hashable],
     effects: Iterable[float],
+    verdict: Verdict | None = None,
 ) -> list[Finding]:
     """A finding on each row of `rows` alone, compared with the row `compared` names, as
     `with_compared(of_group(...))` makes it: the columns read once for all (a dense map has tens
@@ -147,6 +161,7 @@ def of_rows(
             evidence=[proof],
             compared=[int(cast(int, other))],
             effect=round(float(effect), 4),
+            verdict=verdict,
         )
         for record, label, proof, message, work, other, effect in zip(
             records, rows.index, proofs, messages, works, compared, effects, strict=True

@@ -30,6 +30,7 @@ from cublas_audit.planning.cases import Case
 from cublas_audit.table.candidates_table import problem_case
 from cublas_audit.table.dispatch import plain
 from cublas_audit.table.fix_file import Fix, FixSet, Pin, Problem, Stamp, Timed
+from cublas_audit.vocabulary import Severity
 
 FIXED_BY_SHAPE = {"unaligned-operand": "pad", "layout-penalty": "layout"}
 
@@ -100,7 +101,9 @@ def shape_fixes(
         for grouped in findings
         for finding in members(grouped)  # each call of one cause (judge.grouping), its own fix
         # proven by its rule: a trace's small share makes a finding info, not its fix unproven
-        if finding.rule in FIXED_BY_SHAPE and _rule_severity(finding) != "info" and finding.compared
+        if finding.rule in FIXED_BY_SHAPE
+        and _rule_severity(finding) is not Severity.info
+        and finding.compared
     ]
 
 

@@ -37,6 +37,7 @@ from cublas_audit.judge.verdicts import Verdict
 from cublas_audit.table.dispatch import plain
 from cublas_audit.table.fix_file import Fix, FixSet
 from cublas_audit.table.trace_record import TracedProblem, TraceRecord
+from cublas_audit.vocabulary import Severity
 
 # Rules whose `effect` is the share of the call's time a measured alternative of the same
 # problem gives back (a cliff's is a throughput drop between sizes: no time of this call).
@@ -85,7 +86,7 @@ def proven_gain(finding: Finding) -> float:
     """The share of its call's time the finding's measured alternative gives back; 0 where
     nothing faster was measured (or the rule's own severity is info: not beyond noise)."""
     severity = finding.impact.get("rule_severity", finding.severity)
-    if finding.rule not in GAIN_RULES or severity == "info" or not finding.effect > 0:
+    if finding.rule not in GAIN_RULES or severity == Severity.info or not finding.effect > 0:
         return 0.0
     return float(finding.effect)
 
@@ -123,9 +124,9 @@ def _weighed(finding: Finding, rows: _Rows, record: TraceRecord | None, bar: flo
         if gain and target is None:
             words += f" Its measured gain is of {judged}, {record.why_not(judged)}."
     severity = finding.severity
-    if impact["worth"] < bar and severity != "info":
+    if impact["worth"] < bar and severity != Severity.info:
         impact["rule_severity"] = severity
-        severity = "info"
+        severity = Severity.info
         if called:
             words += f" Worth under {pct_text(bar)} of the trace's GEMM time: info."
     return replace(finding, severity=severity, impact=impact, message=_said(finding.message, words))
@@ -277,7 +278,7 @@ def trace_verdict(
         ),
         no_audit=sum(v.share for v in judged if v.gap is None),
         gain_us=sum(gains.values()),
-        worth=sum(f.severity != "info" for f in findings),
+        worth=sum(f.severity != Severity.info for f in findings),
         bar=limits.trace_worth_pct / 100,
         candidate_bar=candidates.threshold
         if candidates is not None

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -19,6 +20,7 @@ from cublas_audit.judge.thresholds import Thresholds
 from cublas_audit.table.inputs import Dataset
 from cublas_audit.table.json_records import record
 from cublas_audit.table.rundir import FINDINGS_FILE
+from cublas_audit.vocabulary import Verdict
 
 MAP_RULES = ("size-inversion", "dispatch-cliff")
 
@@ -41,9 +43,19 @@ def recorded_findings(run_dir: Path) -> list[Finding] | None:
         data = json.loads(path.read_text())
         if not isinstance(data, list):
             raise ValueError("expected a list of findings")
-        return [record(Finding, item, f"finding {i + 1}") for i, item in enumerate(data)]
+        return [
+            record(Finding, _with_verdict(item), f"finding {i + 1}") for i, item in enumerate(data)
+        ]
     except (OSError, ValueError) as exc:
         raise AuditError(f"{path}: not the map's findings ({exc})") from exc
+
+
+def _with_verdict(item: Any) -> Any:
+    """A finding as findings.json holds it; one written before findings carried their verdict
+    has it from its tier, as the map rules gave them: `info` within the map's rerun noise."""
+    if not isinstance(item, dict) or "verdict" in item or item.get("rule") not in MAP_RULES:
+        return item
+    return {**item, "verdict": Verdict.unsure if item.get("severity") == "info" else Verdict.slower}
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ from cublas_audit.judge import diff
 from cublas_audit.judge.finding import Finding
 from cublas_audit.judge.thresholds import Thresholds
 from cublas_audit.table.inputs import Dataset
+from cublas_audit.vocabulary import Severity
 
 RULE = "unit-mismatch"
 
@@ -62,7 +63,7 @@ def _kernel_mismatch(base: Dataset, unit: Dataset, row: pd.Series) -> Finding:
     )
     return Finding(
         rule=RULE,
-        severity="high",
+        severity=Severity.high,
         gpu_label=unit.gpu_label,
         kernel=str(row["kernel_short_b"]),
         message=message,
@@ -88,7 +89,7 @@ def _slower(base: Dataset, unit: Dataset, row: pd.Series, verdict: str) -> Findi
     )
     return Finding(
         rule=RULE,
-        severity="medium",
+        severity=Severity.medium,
         gpu_label=slow.gpu_label,
         kernel=str(row.get("kernel_short_b") or ""),
         message=message,

@@ -30,21 +30,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import Any
 
 from cublas_audit.table.dispatch import plain
+from cublas_audit.vocabulary import Verdict as Verdict  # the comparison's words, re-exported
 
 Z_99 = 2.576
 # The standard error of a median is sqrt(pi / 2) ~ 1.2533 times that of a mean; sigma ~ IQR / 1.349.
 MEDIAN_SE = 1.2533 / 1.349
-
-
-class Verdict(StrEnum):
-    faster = "faster"
-    slower = "slower"
-    same = "same"
-    unsure = "unsure"
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ from cublas_audit.table.rundir import (
     PLOTS_DIR,
     REPORT_FILE,
 )
+from cublas_audit.vocabulary import Verdict
 
 FINDINGS_SHOWN = 40  # per rule; findings.json has them all
 KERNELS_SHOWN = 25
@@ -158,8 +159,8 @@ def _findings(rows: pd.DataFrame, found: Sequence[Finding], thresholds: Threshol
 
 
 def within_noise(found: Sequence[Finding], lead: str) -> str:
-    """How many findings are within the map's rerun noise (`info`), after `lead`; '' if none."""
-    count = sum(f.severity == "info" for f in found)
+    """How many findings are within the map's rerun noise (`unsure`), after `lead`; '' if none."""
+    count = sum(f.verdict is Verdict.unsure for f in found)
     return (
         f"{lead}{count} within the map's rerun noise, for the follow-up to decide" if count else ""
     )

@@ -40,6 +40,7 @@ from cublas_audit.report.stalls import stall_tables
 from cublas_audit.report.torch_trace_report import verdict_markdown
 from cublas_audit.table.inputs import Dataset, first_value
 from cublas_audit.table.rundir import PLOTS_DIR, env_value, operands_of
+from cublas_audit.vocabulary import Severity
 
 # ----- report -----------------------------------------------------------------------------------
 
@@ -88,7 +89,7 @@ def _section(judged: Audited, plots: Path | None) -> dict[str, Any]:
     dataset, found, rows = judged.dataset, judged.findings, judged.rows
     flags = _flags(found)
     listed = {s: [f for f in found if f.severity == s] for s in SEVERITIES}
-    highs = listed["high"]
+    highs = listed[Severity.high]
     stalls, stalls_cut = stall_tables(rows, found)
     dispatch = _dispatch_tables(rows, flags)
     efficiency, efficiency_cut = _efficiency_table(rows)

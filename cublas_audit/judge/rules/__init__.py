@@ -25,6 +25,7 @@ from cublas_audit.judge.rules.occupancy import underfilled_grid
 from cublas_audit.judge.rules.timing import batched_slower_than_loop, reference_faster
 from cublas_audit.judge.rules.utilization import legacy_kernel, low_utilization, no_escalation
 from cublas_audit.judge.thresholds import Thresholds
+from cublas_audit.vocabulary import Verdict
 
 __all__ = ["RULES", "audit", "prepare", "rule_name", "unsure_case_ids"]
 
@@ -81,7 +82,7 @@ def unsure_case_ids(frame: pd.DataFrame, thresholds: Thresholds | None = None) -
     prepared = prepare(frame)
     wanted: list[str] = []
     for finding in audit(frame, thresholds):
-        if finding.rule not in TIMING_RULES or finding.severity != "info":
+        if finding.rule not in TIMING_RULES or finding.verdict is not Verdict.unsure:
             continue
         for row in finding.rows:
             case_id = str(prepared.at[row, "case_id"])

@@ -31,6 +31,7 @@ from cublas_audit.judge.verdicts import Verdict
 from cublas_audit.observe.kernels import normalize
 from cublas_audit.planning.cases import ALIGN_BYTES, misaligned_strides
 from cublas_audit.planning.modes import MODES
+from cublas_audit.vocabulary import Severity
 
 SAME_PROBLEM = ["gpu_label", "api", "routine", "mode", "batch", "broadcast", "beta"]
 
@@ -231,15 +232,15 @@ def _finding(
             f"{said}: cuBLAS dispatches {kernel} at {row['shape']}. Not measured with the cause "
             "removed: run the problem with the dimension rounded up (zero-padded) beside it."
         )
-        return of_group("unaligned-operand", "info", group, message, _work(None, row))
+        return of_group("unaligned-operand", Severity.info, group, message, _work(None, row))
     measured = [_measured(variant, row) for variant in variants]
     effects = "; ".join(m.words for m in measured)
     message = f"{said}: cuBLAS dispatches {kernel} at {row['shape']}; {effects}."
     faster = [m for m in measured if m.faster]
     if not faster:
-        return of_group("unaligned-operand", "info", group, message, _work(None, row))
+        return of_group("unaligned-operand", Severity.info, group, message, _work(None, row))
     best = max(faster, key=lambda m: m.ratio)  # the proof: the most the call gains
-    severity = "high" if best.ratio >= high_ratio else "medium"
+    severity = Severity.high if best.ratio >= high_ratio else Severity.medium
     finding = of_group("unaligned-operand", severity, group, message, _work(best.variant, row))
     # the share of the call's time the fix gives back (what the report ranks proof by), and the
     # row that proves it (what `fix` turns into a shape change)

@@ -11,6 +11,7 @@ from cublas_audit.judge.finding import Finding, of_group, with_compared
 from cublas_audit.judge.rules.frame import RuleContext, measured
 from cublas_audit.judge.timed_rows import column, judged_time, pair_verdict, time_words
 from cublas_audit.judge.verdicts import Verdict
+from cublas_audit.vocabulary import Severity
 
 
 def layout_penalty(ctx: RuleContext) -> list[Finding]:
@@ -44,7 +45,11 @@ def layout_penalty(ctx: RuleContext) -> list[Finding]:
                 f"Store the operands as layout {best['transa']}{best['transb']} expects (transpose "
                 "once, outside the hot loop), or take that layout's algorithm through cuBLASLt."
             )
-            severity = "high" if row["ratio"] >= t.high_ratio * t.layout_penalty_ratio else "medium"
+            severity = (
+                Severity.high
+                if row["ratio"] >= t.high_ratio * t.layout_penalty_ratio
+                else Severity.medium
+            )
             finding = of_group("layout-penalty", severity, slow.loc[[index]], message, work)
             # the measured layout is the proof and the fix: `fix` reads it as `compared`
             found.append(with_compared(finding, best.name, 1 - 1 / float(row["ratio"])))
@@ -87,7 +92,7 @@ def broadcast_slower_than_folded(ctx: RuleContext) -> list[Finding]:
         work = (
             "Fold the batch into one GEMM: reshape [batch, M, K] @ [K, N] to [batch*M, K] @ [K, N]."
         )
-        severity = "high" if ratio >= t.high_ratio else "medium"
+        severity = Severity.high if ratio >= t.high_ratio else Severity.medium
         found.append(
             of_group("broadcast-slower-than-folded", severity, rows.loc[[index]], message, work)
         )

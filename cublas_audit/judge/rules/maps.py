@@ -25,6 +25,7 @@ from cublas_audit.judge.timed_rows import (
 )
 from cublas_audit.judge.verdicts import Verdict
 from cublas_audit.table.dispatch import cell_records
+from cublas_audit.vocabulary import Severity
 
 # A map's problems move between runs more than a sweep's cases (judge.noise, map kinds): a finding
 # beyond the sweep's floors but within the map's is `info`, and the follow-up decides.
@@ -194,14 +195,17 @@ def _tiered(
 ) -> list[Finding]:
     """The findings (positions in the series: the row found, the row compared): `medium` where
     `sure` (None: all), else `info` and said to be within the map's rerun noise."""
+    # without a noise model nothing was judged against a floor: no verdict to carry
+    confirmed = Verdict.slower if sure is not None else None
     sure = np.ones(len(found), dtype=bool) if sure is None else sure
     tiers = []
-    for severity, chosen in (("medium", sure), ("info", ~sure)):
-        said = [m + (WITHIN_MAP_NOISE if severity == "info" else "") for m, c in
+    for severity, chosen in ((Severity.medium, sure), (Severity.info, ~sure)):
+        said = [m + (WITHIN_MAP_NOISE if severity is Severity.info else "") for m, c in
                 zip(messages, chosen, strict=True) if c]  # fmt: skip
         kept = [w for w, c in zip(works, chosen, strict=True) if c]
         rows, against = series.iloc[found[chosen]], series.index[compared[chosen]]
-        tiers += of_rows(rule, severity, rows, said, kept, against, effects[chosen])
+        verdict = Verdict.unsure if severity is Severity.info else confirmed
+        tiers += of_rows(rule, severity, rows, said, kept, against, effects[chosen], verdict)
     return tiers
 
 

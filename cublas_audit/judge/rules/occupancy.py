@@ -13,6 +13,7 @@ from cublas_audit.judge.finding import Finding, of_group, size_list
 from cublas_audit.judge.rules.frame import RuleContext, by_kernel, dispatched
 from cublas_audit.judge.timed_rows import column, judged_time
 from cublas_audit.planning.modes import mode as mode_spec
+from cublas_audit.vocabulary import Severity
 
 
 def underfilled_grid(ctx: RuleContext) -> list[Finding]:
@@ -47,7 +48,7 @@ def underfilled_grid(ctx: RuleContext) -> list[Finding]:
             "Pose the problem so that it fills the GPU (a single call instead of a batch of one, "
             "the transposed layout), or split K across calls and add the partial results."
         )
-        found.append(of_group("underfilled-grid", "high", group, message, work))
+        found.append(of_group("underfilled-grid", Severity.high, group, message, work))
     return found
 
 

@@ -19,6 +19,7 @@ from cublas_audit.judge.timed_rows import (
     time_words,
 )
 from cublas_audit.judge.verdicts import Verdict
+from cublas_audit.vocabulary import Severity
 
 
 def reference_faster(ctx: RuleContext) -> list[Finding]:
@@ -44,8 +45,10 @@ def reference_faster(ctx: RuleContext) -> list[Finding]:
             "cuBLAS leaves speed on the table here: a hand-written kernel such as the bundled "
             "reference, or a cuBLASLt candidate with a larger tile, is faster for these shapes."
         )
-        severity = "high" if ratio >= t.high_ratio else "medium"
-        found.append(of_group("reference-faster", severity, group, message, workaround))
+        severity = Severity.high if ratio >= t.high_ratio else Severity.medium
+        found.append(
+            of_group("reference-faster", severity, group, message, workaround, Verdict.slower)
+        )
     return found
 
 
@@ -79,8 +82,12 @@ def batched_slower_than_loop(ctx: RuleContext) -> list[Finding]:
             f"single calls at {size_list(group)}, {_compared_time(group)}."
         )
         workaround = "Call the single GEMM in a loop for these shapes until the dispatch is fixed."
-        severity = "high" if float(group["ratio"].max()) >= t.high_ratio else "medium"
-        found.append(of_group("batched-slower-than-loop", severity, group, message, workaround))
+        severity = Severity.high if float(group["ratio"].max()) >= t.high_ratio else Severity.medium
+        found.append(
+            of_group(
+                "batched-slower-than-loop", severity, group, message, workaround, Verdict.slower
+            )
+        )
     return found
 
 
@@ -148,5 +155,5 @@ def _unsure(rows: pd.DataFrame, rule: str, claim: str) -> list[Finding]:
             "(the noise model in docs/report.md); a rerun or a longer measurement would tell."
         )
         workaround = "None needed on this evidence."
-        found.append(of_group(rule, "info", group, message, workaround))
+        found.append(of_group(rule, Severity.info, group, message, workaround, Verdict.unsure))
     return found

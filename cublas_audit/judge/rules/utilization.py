@@ -21,6 +21,7 @@ from cublas_audit.judge.rules.causes import named_causes
 from cublas_audit.judge.rules.frame import RuleContext, by_kernel, dispatched, kernel_runs
 from cublas_audit.observe.kernels import LEGACY_FAMILIES
 from cublas_audit.planning.modes import pipe_name
+from cublas_audit.vocabulary import Severity
 
 
 def no_escalation(ctx: RuleContext) -> list[Finding]:
@@ -46,7 +47,7 @@ def no_escalation(ctx: RuleContext) -> list[Finding]:
             "heuristic candidate of a larger tile, or TF32 / BF16x compute where the precision "
             "allows; send NVIDIA the reproduce script below."
         )
-        found.append(of_group("no-escalation", "high", run, message, workaround))
+        found.append(of_group("no-escalation", Severity.high, run, message, workaround))
     return found
 
 
@@ -71,7 +72,7 @@ def legacy_kernel(ctx: RuleContext) -> list[Finding]:
             "Reshape or re-batch the problem so it leaves the legacy path, or call cuBLASLt and "
             "take a heuristic candidate of a current family."
         )
-        found.append(of_group("legacy-kernel", "medium", group, message, workaround))
+        found.append(of_group("legacy-kernel", Severity.medium, group, message, workaround))
     return found
 
 
@@ -109,7 +110,7 @@ def _slow_memory_bound(rows: pd.DataFrame, ctx: RuleContext) -> list[Finding]:
             "Compare a cuBLASLt heuristic candidate or a batched form of the call; a GEMV that "
             "streams the matrix once should move most of the GPU's bandwidth."
         )
-        found.append(of_group("low-utilization", "medium", group, message, workaround))
+        found.append(of_group("low-utilization", Severity.medium, group, message, workaround))
     return found
 
 
@@ -129,7 +130,7 @@ def _low_utilization_finding(
         "Compare with the call that reaches the best utilization: a different batch split, a loop "
         "of single calls, or a cuBLASLt heuristic candidate may dispatch the better kernel."
     )
-    return of_group("low-utilization", "medium", group, message, workaround)
+    return of_group("low-utilization", Severity.medium, group, message, workaround)
 
 
 def _causes(group: pd.DataFrame) -> str:
