@@ -12,6 +12,8 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import pytest
+
 from cublas_audit.judge import diff
 from cublas_audit.judge.thresholds import Thresholds
 from cublas_audit.table.dispatch import write_table
@@ -83,6 +85,9 @@ def test_fail_on_any_includes_a_slower_call_over_unchanged_kernels() -> None:
     assert not result.has_regression and result.kernel_changes.empty
     assert result.fails("host") and result.fails("any")
     assert not result.fails("regression") and not result.fails("kernel-change")
+    # a word that is no gate is refused, not read as `any` (which this diff fails)
+    with pytest.raises(ValueError, match="is not a valid Gate"):
+        result.fails("regresion")
 
 
 def _h200(tmp_path: Path) -> Path:

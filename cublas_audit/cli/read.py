@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import sys
-from enum import StrEnum
 from pathlib import Path
 
 import typer
@@ -13,13 +12,7 @@ from cublas_audit.cli import options as opt
 from cublas_audit.cli.exit_codes import exit_codes
 from cublas_audit.cli.options import Thresholds
 from cublas_audit.errors import AuditError
-
-
-class FailOn(StrEnum):
-    regression = "regression"
-    kernel_change = "kernel-change"
-    host = "host"
-    any = "any"
+from cublas_audit.vocabulary import Gate
 
 
 @exit_codes
@@ -63,7 +56,7 @@ def diff_command(
     a: Path = typer.Argument(..., metavar="RUN_A", help="Baseline: a run directory or a table."),
     b: Path = typer.Argument(..., metavar="RUN_B", help="Compared: a run directory or a table."),
     format: opt.FormatOption = opt.Format.md,
-    fail_on: FailOn | None = typer.Option(
+    fail_on: Gate | None = typer.Option(
         None,
         "--fail-on",
         metavar="regression|kernel-change|host|any",
@@ -91,7 +84,7 @@ def diff_command(
             f"--fail-on {fail_on.value}: {a} and {b} share no case (api, routine, mode, shape, "
             "batch), so nothing was compared"
         )
-    if fail_on is not None and result.fails(fail_on.value):
+    if fail_on is not None and result.fails(fail_on):
         raise typer.Exit(1)
 
 

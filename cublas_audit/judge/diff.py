@@ -21,6 +21,7 @@ from cublas_audit.judge.rules import prepare
 from cublas_audit.judge.thresholds import Thresholds
 from cublas_audit.judge.timed_rows import TIMES, between_runs, floor_kind, judge_sides, on_kernels
 from cublas_audit.judge.verdicts import Judgement, Verdict, detectable_slowdown
+from cublas_audit.vocabulary import Gate
 from cublas_audit.table.dispatch import CASE_KEY, TableSource, cell_records
 from cublas_audit.table.inputs import Dataset
 from cublas_audit.table.rundir import env_value, operands_of
@@ -117,14 +118,15 @@ class Diff:
     def has_regression(self) -> bool:
         return not self.rows("regression").empty
 
-    def fails(self, gate: str) -> bool:
+    def fails(self, gate: Gate | str) -> bool:
         """The diff gate: `regression` (a confident slowdown of the dispatched kernels, or of the
         call where kernels were not traced, or a call that broke), `kernel-change`, `host` (a call
-        slower over unchanged kernels), or `any` of them."""
+        slower over unchanged kernels), or `any` of them. A gate it does not know is refused."""
+        gate = Gate(gate)  # a ValueError for a word that is no gate, never read as `any`
         regression, changed = self.has_regression, not self.kernel_changes.empty
         host = not self.host_slower.empty
-        gates = {"regression": regression, "kernel-change": changed, "host": host}
-        return gates.get(gate, regression or changed or host)
+        gates = {Gate.regression: regression, Gate.kernel_change: changed, Gate.host: host}
+        return gates[gate] if gate is not Gate.any else regression or changed or host
 
 
 def _full_name(matched: pd.DataFrame, side: str) -> pd.Series:
