@@ -21,10 +21,10 @@ from cublas_audit.judge.rules import prepare
 from cublas_audit.judge.thresholds import Thresholds
 from cublas_audit.judge.timed_rows import TIMES, between_runs, floor_kind, judge_sides, on_kernels
 from cublas_audit.judge.verdicts import Judgement, Verdict, detectable_slowdown
-from cublas_audit.vocabulary import Gate
 from cublas_audit.table.dispatch import CASE_KEY, TableSource, cell_records
 from cublas_audit.table.inputs import Dataset
 from cublas_audit.table.rundir import env_value, operands_of
+from cublas_audit.vocabulary import Gate
 
 # env.json keys the header compares; env.json may lack any of them (a bare table has none).
 ENV_KEYS = (
