@@ -9,8 +9,11 @@ from dataclasses import replace
 from functools import cache
 from pathlib import Path
 
+import pandas as pd
+
 from cublas_audit.judge.candidates import judge_candidates
 from cublas_audit.judge.finding import Finding
+from cublas_audit.judge.noise import NoiseModel
 from cublas_audit.judge.roofline import machine_of, with_roofline
 from cublas_audit.judge.rules import audit, prepare
 from cublas_audit.judge.thresholds import Thresholds
@@ -26,9 +29,18 @@ def path_of(run: str) -> Path:
 
 
 @cache
-def dataset(run: str) -> Dataset:
-    (data,) = load_inputs([path_of(run)])
+def dataset(run: str, gpu_label: str = "") -> Dataset:
+    """A run directory's one GPU, or a table's GPU of this label (a published table has several)."""
+    found = [d for d in load_inputs([path_of(run)]) if gpu_label in ("", d.gpu_label)]
+    (data,) = found
     return data
+
+
+def joined(*runs: str) -> Dataset:
+    """Several runs' tables as one (with the first's record): companions measured apart."""
+    first = dataset(runs[0])
+    frame = pd.concat([dataset(run).frame for run in runs], ignore_index=True)
+    return replace(first, frame=frame)
 
 
 def sliced(run: str, case_ids: Iterable[str]) -> Dataset:
@@ -41,19 +53,22 @@ def sliced(run: str, case_ids: Iterable[str]) -> Dataset:
     return replace(data, frame=frame)
 
 
-def judged(data: Dataset, rule: str, **thresholds: float) -> list[Finding]:
+def judged(
+    data: Dataset, rule: str, model: NoiseModel | None = None, **thresholds: float
+) -> list[Finding]:
     """One rule's findings on a dataset, judged as judge.audited judges a run: its candidate
-    audit, its GPU's roofline (env.json, else the table's columns)."""
+    audit, its GPU's roofline (env.json, else the table's columns); the shipped noise model
+    unless another is given."""
     t = Thresholds(**thresholds)  # type: ignore[arg-type]
     verdicts = None
     if data.candidates is not None:
         verdicts = judge_candidates(data.candidates, t.candidate_gap_pct / 100)
     machine = machine_of(data.env, data.frame)
     rows = with_roofline(prepare(data.frame), machine)
-    return audit(data.frame, t, verdicts, rules=[rule], prepared=rows, machine=machine)
+    return audit(data.frame, t, verdicts, [rule], rows, machine, model)
 
 
-def case_ids(data: Dataset, finding: Finding) -> list[str]:
-    """The case ids of a finding's judged rows."""
-    rows = with_roofline(prepare(data.frame), machine_of(data.env, data.frame))
-    return [str(rows.at[row, "case_id"]) for row in finding.rows]
+def case_ids(data: Dataset, finding: Finding, which: str = "rows") -> list[str]:
+    """The case ids of a finding's judged rows (or of the rows it was `compared` with)."""
+    rows = prepare(data.frame)
+    return [str(rows.at[row, "case_id"]) for row in getattr(finding, which)]
