@@ -9,9 +9,10 @@ import re
 import pytest
 
 from cublas_audit.judge import candidates, fixes, grouping, impact, map_audit, units
-from cublas_audit.judge.rules import RULES
+from cublas_audit.judge.rules import RULES, audit
 from cublas_audit.judge.rules.registry import GROUPS, REGISTRY, checks, name_of, spec
 from tests.conftest import REPO, REPORTS
+from tests.rules.recorded import dataset
 
 DOCS = REPO / "docs" / "report.md"
 
@@ -78,6 +79,15 @@ def test_selected_by_id_or_name_and_an_unknown_one_refused() -> None:
     for unknown in ("size_inversion", "CA999", ""):
         with pytest.raises(ValueError, match="no rule"):
             checks([unknown])
+
+
+def test_audit_selects_by_id_as_by_name() -> None:
+    shard = dataset("h100/checks/20261125-101230-shards/shard-2").frame
+    by_name = audit(shard, rules=map_audit.MAP_RULES)
+    assert [f.rule for f in by_name] == ["dispatch-cliff", "size-inversion"]
+    assert audit(shard, rules=["CA601", "CA602"]) == by_name
+    with pytest.raises(ValueError, match="no rule 'size_inversion'"):
+        audit(shard, rules=["size_inversion"])  # a misspelt name once ran no rule at all
 
 
 def test_every_rule_name_the_judge_uses_is_registered() -> None:

@@ -1,9 +1,9 @@
 """Rules over a dispatch table -> `Finding` records: what is wrong, where, evidence, workaround.
 
 Every rule is a plain function of a `RuleContext` (rules/frame.py: the prepared table, the
-thresholds, the run's cuBLASLt candidate audit), registered below in the order the docs list
-them; a module per rule family beside this one. Every timing claim goes through
-judge.timed_rows.
+thresholds, the run's cuBLASLt candidate audit), registered with its stable id, group and public
+name in rules/registry.py, in the order the docs list them; a module per rule family beside
+this one. Every timing claim goes through judge.timed_rows.
 """
 
 from __future__ import annotations
@@ -16,33 +16,15 @@ from cublas_audit.judge.candidates import CandidateVerdicts
 from cublas_audit.judge.finding import Finding, order
 from cublas_audit.judge.noise import NoiseModel
 from cublas_audit.judge.roofline import Machine, with_roofline
-from cublas_audit.judge.rules.candidates import better_candidate
-from cublas_audit.judge.rules.causes import unaligned_operand
 from cublas_audit.judge.rules.frame import Rule, RuleContext, judged_columns, prepare
-from cublas_audit.judge.rules.layout import broadcast_slower_than_folded, layout_penalty
-from cublas_audit.judge.rules.maps import dispatch_cliff, size_inversion
-from cublas_audit.judge.rules.occupancy import underfilled_grid
-from cublas_audit.judge.rules.timing import batched_slower_than_loop, reference_faster
-from cublas_audit.judge.rules.utilization import legacy_kernel, low_utilization, no_escalation
+from cublas_audit.judge.rules.registry import REGISTRY, checks, name_of, spec
 from cublas_audit.judge.thresholds import Thresholds
 from cublas_audit.vocabulary import Verdict
 
 __all__ = ["RULES", "audit", "prepare", "rule_name", "unsure_case_ids"]
 
-RULES: list[Rule] = [
-    no_escalation,
-    legacy_kernel,
-    low_utilization,
-    reference_faster,
-    batched_slower_than_loop,
-    better_candidate,
-    layout_penalty,
-    broadcast_slower_than_folded,
-    unaligned_operand,
-    underfilled_grid,
-    size_inversion,
-    dispatch_cliff,
-]
+# Every check audit runs, in registry order (judge.rules.registry is the one list of them).
+RULES: list[Rule] = [entry.check for entry in REGISTRY if entry.check is not None]
 
 
 def audit(
@@ -61,18 +43,20 @@ def audit(
     context = RuleContext(
         judged_columns(rows), thresholds or Thresholds(), candidates, machine, model
     )
-    chosen = [rule for rule in RULES if rules is None or rule_name(rule) in rules]
+    # by id or public name; an unknown one is a ValueError, never a rule silently not run
+    chosen = [entry.check for entry in checks(rules) if entry.check is not None]
     found = [finding for rule in chosen for finding in rule(context)]
     return sorted(found, key=order)
 
 
 def rule_name(rule: Rule) -> str:
-    """A rule's name in findings and docs: its function's, dashed (size-inversion)."""
-    return rule.__name__.replace("_", "-")
+    """A rule's public name in findings and docs (size-inversion): the registry's, never its
+    function's."""
+    return name_of(rule)
 
 
 # The rules whose verdict compares two timed calls: an unsure one is worth measuring again.
-TIMING_RULES = (rule_name(reference_faster), rule_name(batched_slower_than_loop))
+TIMING_RULES = (spec("CA301").name, spec("CA302").name)
 
 
 def unsure_case_ids(frame: pd.DataFrame, thresholds: Thresholds | None = None) -> list[str]:
@@ -87,6 +71,6 @@ def unsure_case_ids(frame: pd.DataFrame, thresholds: Thresholds | None = None) -
         for row in finding.rows:
             case_id = str(prepared.at[row, "case_id"])
             wanted.append(case_id)
-            if finding.rule == "batched-slower-than-loop":
+            if finding.rule == spec("CA302").name:  # and its loop companion
                 wanted.append("loop." + case_id.split(".", 1)[1])
     return list(dict.fromkeys(wanted))
