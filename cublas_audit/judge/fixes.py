@@ -56,9 +56,17 @@ def fix_set(stamped: Sequence[tuple[Stamp, Sequence[Fix], str]]) -> FixSet:
         raise AuditError(f"the runs were measured on different machines ({names}): fix one each")
     if not stamps:
         raise AuditError("no run to take fixes from")
-    fixes = [fix for _, found, _ in stamped for fix in found]
-    unique = list({fix.id: fix for fix in fixes}.values())  # a problem audited twice: the last
-    return FixSet(stamps.pop(), tuple(unique), tuple(source for _, _, source in stamped))
+    unique: dict[str, Fix] = {}
+    for _, found, source in stamped:
+        ids = [fix.id for fix in found]
+        if len(set(ids)) < len(ids):  # one run's fixes are one per problem (shape_fixes)
+            raise ValueError(f"{source}: fix id {_repeated(ids)!r} made twice from one run")
+        unique.update((fix.id, fix) for fix in found)  # a problem audited twice: the later run
+    return FixSet(stamps.pop(), tuple(unique.values()), tuple(s for _, _, s in stamped))
+
+
+def _repeated(ids: Sequence[str]) -> str:
+    return next(i for i in ids if ids.count(i) > 1)
 
 
 def stamp_of(env: Mapping[str, Any], frame: pd.DataFrame | None = None, label: str = "") -> Stamp:
@@ -96,8 +104,8 @@ def shape_fixes(
 ) -> list[Fix]:
     """A shape change for every cause whose removal was measured faster beyond the noise model
     (the finding's `compared` row is the measured alternative)."""
-    return [
-        _shape_fix(rows, finding, plan, source)
+    proven = [
+        finding
         for grouped in findings
         for finding in members(grouped)  # each call of one cause (judge.grouping), its own fix
         # proven by its rule: a trace's small share makes a finding info, not its fix unproven
@@ -105,6 +113,14 @@ def shape_fixes(
         and _rule_severity(finding) is not Severity.info
         and finding.compared
     ]
+    # The same problem through cuBLAS and cuBLASLt is one fix (one id: verify runs it, and the
+    # fix's snippet calls it, through cuBLASLt): the cuBLASLt call's measurement where the run
+    # made both, in place of whichever came last.
+    kept: dict[str, Fix] = {}
+    for finding in sorted(proven, key=lambda f: f.api == "cublasLt"):
+        fix = _shape_fix(rows, finding, plan, source)
+        kept[fix.id] = fix
+    return list(kept.values())
 
 
 def _rule_severity(finding: Finding) -> str:
