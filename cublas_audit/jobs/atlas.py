@@ -16,7 +16,6 @@ from pathlib import Path
 from cublas_audit.errors import AuditError
 from cublas_audit.files import never_replacing
 from cublas_audit.judge.map_audit import MapAudit, audit_map, recorded_findings
-from cublas_audit.judge.rules import prepare
 from cublas_audit.report.atlas_report import Atlas, atlas_of, write_atlas
 from cublas_audit.report.output import input_files
 from cublas_audit.table import rundir
@@ -72,7 +71,7 @@ def _check_target(target: Path, runs: Sequence[Path]) -> None:
 def _atlases(path: Path, job: AtlasJob) -> list[Atlas]:
     """One atlas a mode of the map run at `path`."""
     judged = judged_map(path)
-    rows = prepare(judged.dataset.frame)
+    rows = judged.rows
     return [
         atlas_of(judged, rows[rows["mode"] == mode], job.command())
         for mode in sorted(rows["mode"].dropna().unique())

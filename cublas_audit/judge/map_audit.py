@@ -15,12 +15,12 @@ from cublas_audit.errors import AuditError
 from cublas_audit.judge import noise
 from cublas_audit.judge.candidates import CandidateVerdicts, judge_candidates
 from cublas_audit.judge.finding import Finding
-from cublas_audit.judge.rules import audit
+from cublas_audit.judge.rules import audit, prepare
 from cublas_audit.judge.thresholds import Thresholds
 from cublas_audit.table.inputs import Dataset
 from cublas_audit.table.json_records import record
 from cublas_audit.table.rundir import FINDINGS_FILE
-from cublas_audit.vocabulary import Verdict
+from cublas_audit.vocabulary import FollowUp, Verdict
 
 MAP_RULES = ("size-inversion", "dispatch-cliff")
 
@@ -58,22 +58,42 @@ def _with_verdict(item: Any) -> Any:
     return {**item, "verdict": Verdict.unsure if item.get("severity") == "info" else Verdict.slower}
 
 
+# A finding's whole identity: its call (mode, api, routine, batch), its rule and its sizes. The
+# follow-up's verdicts are keyed by it: by (rule, sizes) alone, a bf16 finding of a two-mode map
+# read "holds" because the same rule held at the same sizes in fp32.
+FindingKey = tuple[str, str, str, int, str, tuple[str, ...]]
+
+
+def finding_key(finding: Finding) -> FindingKey:
+    f = finding
+    return (f.mode, f.api, f.routine, int(f.batch), f.rule, tuple(f.sizes))
+
+
 @dataclass(frozen=True)
 class FollowUpVerdicts:
-    """The follow-up's run: the findings that hold on its full-length measurement, by (rule,
-    sizes), and its candidate audit as judged."""
+    """The follow-up's run: its prepared rows (by case id), the findings that hold on its
+    full-length measurement (by their whole identity), and its candidate audit as judged."""
 
     dataset: Dataset
-    holds: frozenset[tuple[str, tuple[str, ...]]]
+    rows: pd.DataFrame
+    holds: frozenset[FindingKey]
     candidates: CandidateVerdicts | None
 
 
 @dataclass(frozen=True)
 class MapAudit:
+    """A map judged: its prepared rows (the findings' row labels index them), its findings and,
+    where it was followed up, the follow-up's verdict on each (None: not measured there)."""
+
     dataset: Dataset
+    rows: pd.DataFrame
     findings: list[Finding]
     follow_up: FollowUpVerdicts | None
     thresholds: Thresholds
+    verdicts: tuple[FollowUp | None, ...]
+
+    def with_verdicts(self) -> list[tuple[Finding, FollowUp | None]]:
+        return list(zip(self.findings, self.verdicts, strict=True))
 
 
 def audit_map(
@@ -86,14 +106,32 @@ def audit_map(
     thresholds = thresholds or Thresholds()
     if found is None:
         found = map_findings(dataset.frame, thresholds)
+    rows = prepare(dataset.frame)
     deep = None
     if follow_up is not None:
-        holds = frozenset(
-            (f.rule, tuple(f.sizes)) for f in map_findings(follow_up.frame, thresholds)
-        )
+        holds = frozenset(finding_key(f) for f in map_findings(follow_up.frame, thresholds))
         audited = follow_up.candidates
         verdicts = None
         if audited is not None and not audited.empty:
             verdicts = judge_candidates(audited, thresholds.candidate_gap_pct / 100)
-        deep = FollowUpVerdicts(follow_up, holds, verdicts)
-    return MapAudit(dataset, found, deep, thresholds)
+        deep_rows = prepare(follow_up.frame).set_index("case_id", drop=False)
+        deep = FollowUpVerdicts(follow_up, deep_rows, holds, verdicts)
+    said = tuple(follow_up_verdict(rows, finding, deep) for finding in found)
+    return MapAudit(dataset, rows, found, deep, thresholds, said)
+
+
+def follow_up_verdict(
+    rows: pd.DataFrame, finding: Finding, deep: FollowUpVerdicts | None
+) -> FollowUp | None:
+    """The finding on the follow-up's full-length measurement: it holds there (the follow-up
+    found the same finding of the same call) or is not confirmed; None where the follow-up did not
+    measure all its cases (`rows`: the prepared map its row labels index)."""
+    if deep is None or not all(case_id in deep.rows.index for case_id in case_ids(rows, finding)):
+        return None
+    return FollowUp.holds if finding_key(finding) in deep.holds else FollowUp.not_confirmed
+
+
+def case_ids(rows: pd.DataFrame, finding: Finding) -> list[str]:
+    """The cases of a finding's rows and of those it was compared with (rows: the prepared map
+    its labels index)."""
+    return [str(rows.at[label, "case_id"]) for label in [*finding.rows, *finding.compared]]

@@ -19,16 +19,10 @@ import pandas as pd
 
 from cublas_audit.files import write_text_atomic
 from cublas_audit.judge.finding import Finding
-from cublas_audit.judge.map_audit import FollowUpVerdicts, MapAudit
+from cublas_audit.judge.map_audit import MapAudit
 from cublas_audit.judge.rules.maps import MAP_SERIES
 from cublas_audit.report import map_plots
-from cublas_audit.report.map_report import (
-    HOLDS,
-    finding_series,
-    follow_up_verdict,
-    map_time,
-    within_noise,
-)
+from cublas_audit.report.map_report import finding_series, map_time, within_noise
 from cublas_audit.report.markdown import md_code, md_fence, md_number, md_table, md_text, shorten
 from cublas_audit.report.render import env_rows
 from cublas_audit.table.atlas_files import (
@@ -44,6 +38,7 @@ from cublas_audit.table.atlas_files import (
 )
 from cublas_audit.table.dispatch import json_ready
 from cublas_audit.table.rundir import FINDINGS_FILE, PLOTS_DIR, TABLE_FILE, TIME_RESULTS
+from cublas_audit.vocabulary import FollowUp
 
 ATLAS_K = (64, 512, 2048, 4096)  # the K of the plane pictures' panels (or the nearest present)
 KERNELS_SHOWN = 40  # rows of atlas.md's kernel table; kernels.csv has every kernel
@@ -60,7 +55,7 @@ class Atlas:
     rows: pd.DataFrame  # the map's prepared rows (rules.prepare) of this mode
     grid: Grid
     kernels: pd.DataFrame
-    found: list[tuple[Finding, str | None]]
+    found: list[tuple[Finding, FollowUp | None]]
     command: Sequence[str]  # the atlas's own command line
 
 
@@ -71,19 +66,9 @@ def atlas_of(judged: MapAudit, rows: pd.DataFrame, command: Sequence[str]) -> At
     shorts = dict(zip(named["kernel_name"], named["kernel_short"].astype(str), strict=True))
     kernels = kernel_table(grid.frame, grid.kernels, shorts, map_plots.throughput(rows))
     mode = str(rows["mode"].iloc[0])
-    found = sorted((f for f in judged.findings if f.mode == mode), key=lambda f: -f.effect)
-    verdicts = _with_verdicts(rows, found, judged.follow_up)
-    return Atlas(judged, rows, grid, kernels, verdicts, command)
-
-
-def _with_verdicts(
-    rows: pd.DataFrame, found: Sequence[Finding], deep: FollowUpVerdicts | None
-) -> list[tuple[Finding, str | None]]:
-    """Each finding with the follow-up's verdict on it (None where it did not measure it)."""
-    if deep is None:
-        return [(finding, None) for finding in found]
-    measured = set(deep.dataset.frame["case_id"].dropna())
-    return [(finding, follow_up_verdict(rows, finding, deep, measured)) for finding in found]
+    found = [(f, said) for f, said in judged.with_verdicts() if f.mode == mode]
+    found.sort(key=lambda pair: -pair[0].effect)
+    return Atlas(judged, rows, grid, kernels, found, command)
 
 
 def write_atlas(atlas: Atlas, target: Path) -> list[Path]:
@@ -199,14 +184,14 @@ def _kernel_row(row: Any) -> tuple[str, ...]:
     )
 
 
-def _findings(found: Sequence[tuple[Finding, str | None]]) -> str:
+def _findings(found: Sequence[tuple[Finding, FollowUp | None]]) -> str:
     """How many of each rule and what the follow-up made of them, then the largest ones."""
     if not found:
         return "The map found no size inversion beyond its noise model and no dispatch cliff."
     rules = pd.Series([finding.rule for finding, _ in found]).value_counts()
     counted = ", ".join(f"{count} {md_text(rule)}" for rule, count in rules.items())
     followed = [verdict for _, verdict in found if verdict is not None]
-    held = sum(verdict == HOLDS for verdict in followed)
+    held = sum(verdict is FollowUp.holds for verdict in followed)
     tiers = within_noise([finding for finding, _ in found], " Of them ")
     lines = [f"{len(found)} findings: {counted}.{tiers}" + ("." if tiers else "")]
     if followed:

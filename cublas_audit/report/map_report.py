@@ -6,7 +6,7 @@ each finding it took deep. findings.json beside it holds every finding, not only
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -15,8 +15,7 @@ import pandas as pd
 from cublas_audit.files import write_text_atomic
 from cublas_audit.judge.candidates import LAYOUT_UNKNOWN, CandidateVerdicts
 from cublas_audit.judge.finding import Finding
-from cublas_audit.judge.map_audit import FollowUpVerdicts, MapAudit
-from cublas_audit.judge.rules import prepare
+from cublas_audit.judge.map_audit import FollowUpVerdicts, MapAudit, case_ids
 from cublas_audit.judge.rules.frame import layout_fields
 from cublas_audit.judge.rules.maps import MAP_SERIES
 from cublas_audit.judge.thresholds import Thresholds
@@ -48,7 +47,7 @@ def write_map_report(run_dir: Path, judged: MapAudit) -> Path:
 
 def render(judged: MapAudit, plots: Path | None) -> str:
     dataset, found, thresholds = judged.dataset, judged.findings, judged.thresholds
-    rows = prepare(dataset.frame)
+    rows = judged.rows
     parts = [
         f"# Dispatch map: {md_text(dataset.title)}",
         md_table(["", ""], env_rows(dataset)),
@@ -65,7 +64,7 @@ def render(judged: MapAudit, plots: Path | None) -> str:
         parts += ["## Pictures", *(f"![{md_text(p.caption)}]({p.path})" for p in pictures)]
     parts += ["## Findings", _findings(rows, found, thresholds)]
     if judged.follow_up is not None:
-        parts += ["## Follow-up", _follow_up(rows, found, judged.follow_up)]
+        parts += ["## Follow-up", _follow_up(rows, judged, judged.follow_up)]
     return "\n\n".join(part for part in parts if part) + "\n"
 
 
@@ -183,12 +182,12 @@ _FOLLOW_UP_HEADERS = [
 ]  # fmt: skip
 
 
-def _follow_up(rows: pd.DataFrame, found: Sequence[Finding], verdicts: FollowUpVerdicts) -> str:
+def _follow_up(rows: pd.DataFrame, judged: MapAudit, verdicts: FollowUpVerdicts) -> str:
     """For each finding the follow-up measured: both cases as the map saw them and as the deep
     tier did, whether the finding holds on the full-length measurement, and what cuBLASLt's
     candidates offered."""
     follow_up = verdicts.dataset
-    deep = prepare(follow_up.frame).set_index("case_id", drop=False)
+    deep = verdicts.rows
     offered = _candidates(verdicts.candidates)
     observer = follow_up.env.get("observer") or "not recorded"
     parts = [
@@ -196,8 +195,7 @@ def _follow_up(rows: pd.DataFrame, found: Sequence[Finding], verdicts: FollowUpV
         f"(observer {md_text(observer)}; full-length timing, the reference kernel, cuBLASLt's "
         "candidates; its own report.md has the counters and stalls)."
     ]
-    for finding in found:
-        verdict = follow_up_verdict(rows, finding, verdicts, deep.index)
+    for finding, verdict in judged.with_verdicts():
         if verdict is None:
             continue
         labels = [*finding.rows, *finding.compared]
@@ -210,26 +208,6 @@ def _follow_up(rows: pd.DataFrame, found: Sequence[Finding], verdicts: FollowUpV
         ]
         parts.append(md_table(_FOLLOW_UP_HEADERS, table))
     return "\n\n".join(parts)
-
-
-HOLDS = "holds on the full-length measurement"
-NOT_CONFIRMED = "not confirmed there"
-
-
-def follow_up_verdict(
-    rows: pd.DataFrame, finding: Finding, verdicts: FollowUpVerdicts, measured: Collection[str]
-) -> str | None:
-    """HOLDS or NOT_CONFIRMED: the finding on the follow-up's full-length measurement; None where
-    the follow-up did not measure all its cases (`measured`: the follow-up's case ids)."""
-    if not all(case_id in measured for case_id in case_ids(rows, finding)):
-        return None
-    return HOLDS if (finding.rule, tuple(finding.sizes)) in verdicts.holds else NOT_CONFIRMED
-
-
-def case_ids(rows: pd.DataFrame, finding: Finding) -> list[str]:
-    """The cases of a finding's rows and of those it was compared with (rows: the prepared map
-    its labels index)."""
-    return [str(rows.at[label, "case_id"]) for label in [*finding.rows, *finding.compared]]
 
 
 def _row(frame: pd.DataFrame, label: Any) -> pd.Series:
