@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from cublas_audit.observe import ncu_export as ncu_parse
-from cublas_audit.planning.cases import Case
+from cublas_audit.planning.cases import Case, read_plan
 from cublas_audit.table import assemble, rundir
 from cublas_audit.table import dispatch as table
 
@@ -123,7 +123,7 @@ def one_sweep(
     if done.returncode:  # the sweep said why on stderr
         sys.exit(done.returncode)
     run_env = json.loads((run_dir / rundir.ENV_FILE).read_text())
-    plan = json.loads((run_dir / rundir.PLAN_FILE).read_text())
+    plan = read_plan(run_dir / rundir.PLAN_FILE)
     phases = {name: float(took) for name, took in run_env.get("phase_seconds", {}).items()}
     shares = {name: round(phases.get(name, 0.0) / wall, 3) for name in PHASES}
     shares["other"] = round((wall - sum(phases.values())) / wall, 3)
@@ -139,7 +139,7 @@ def one_sweep(
         "kernel_cache_entries_at_start": cached,
         "kernel_trace": dict(traced),
         "cases": len(plan),
-        "profiled_cases": sum(1 for case in plan if not case.get("loop")),
+        "profiled_cases": sum(1 for case in plan if not case.loop),
     }
     return measured, run_env
 

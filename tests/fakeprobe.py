@@ -103,7 +103,8 @@ if CONFIG["cublas_paths"] == "preloaded":
 elif CONFIG["cublas_paths"] is not None:
     probe = {{**probe, "cublas_paths": CONFIG["cublas_paths"]}}
 done = {{r["case_id"]: r for r in recorded if r.get("event") == "done"}}
-plan = [case["case_id"] for case in json.load(open(args.plan))]
+from cublas_audit.planning.cases import plan_case_ids
+plan = plan_case_ids(args.plan)
 with open(args.results, "a", buffering=1) as out:
     def emit(record):
         out.write(json.dumps(record) + "\\n")

@@ -18,7 +18,7 @@ from typing import Any
 from cublas_audit.errors import AuditError
 from cublas_audit.jobs.measure import SweepResult
 from cublas_audit.jobs.reports import write_candidates_report, write_map_report, write_run_report
-from cublas_audit.planning.cases import write_plan
+from cublas_audit.planning import plan_file
 from cublas_audit.run.sweep_setup import check_new_run_dir
 from cublas_audit.table import candidates_table, merge, rundir
 from cublas_audit.table import dispatch as table
@@ -58,7 +58,7 @@ def write_merged(
     merged = merge.merge(shards, command)
     merged = replace(merged, env={**merged.env, **(record or {})})
     out.mkdir(parents=True, exist_ok=True)
-    write_plan(merged.whole, out / rundir.PLAN_FILE)
+    plan_file.write(merged.plan, out / rundir.PLAN_FILE)
     if merged.table is not None:
         table.write_table(merged.table, out / rundir.TABLE_FILE)
     if merged.candidates is not None:

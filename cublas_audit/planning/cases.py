@@ -9,15 +9,13 @@ The probe child imports this module at start-up: it stays light (no pandas).
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from cublas_audit.errors import AuditError
-from cublas_audit.files import write_text_atomic
 from cublas_audit.planning.modes import mode as mode_of
 
 # Workspace a cuBLASLt call may use, bytes: what the sweep's cuBLASLt cases and every candidate of
@@ -109,13 +107,7 @@ class Case:
 
     @property
     def routine(self) -> str:
-        if self.loop:
-            return LOOP_ROUTINE
-        if self.api == "cublasLt":
-            return "cublasLtMatmul"
-        if self.mode == "fp32":
-            return "cublasSgemmStridedBatched" if self.batched_call else "cublasSgemm"
-        return "cublasGemmStridedBatchedEx" if self.batched_call else "cublasGemmEx"
+        return routine_of(*self.fields())
 
     @property
     def layout(self) -> str:
@@ -124,25 +116,21 @@ class Case:
     @property
     def case_id(self) -> str:
         """`api.mode.MxNxK.bB.layout`, then only the settings that differ from the defaults."""
-        api = "loop" if self.loop else self.api
-        problem = [api, self.mode, f"{self.m}x{self.n}x{self.k}", f"b{self.batch}"]
-        return ".".join([*problem, self.layout, *self._settings()])
+        return case_id_of(*self.fields())
 
     @property
     def variant(self) -> str:
         """How the problem is posed where it is not the default: 'tn lda7 bcast-b', or ''."""
         parts = [self.layout] if self.layout != "nn" else []
-        return " ".join([*parts, *self._settings()])
+        return " ".join([*parts, *_settings(self.fields()[9:], self.batch)])
 
-    def _settings(self) -> list[str]:
-        parts = [f"lda{self.lda}"] if self.lda else []
-        parts += [f"ldb{self.ldb}"] if self.ldb else []
-        parts += [f"bcast-{self.broadcast}"] if self.broadcast else []
-        parts += [f"beta{_number_id(self.beta)}"] if self.beta else []
-        parts += ["strided"] if self.strided and self.batch == 1 else []
-        parts += ["bias"] if self.bias else []
-        parts += [f"ws{self.workspace_mib}m"] if self.workspace_mib >= 0 else []
-        return parts
+    def fields(self) -> tuple[Any, ...]:
+        """The case's fields in their order (what case_id_of and routine_of take)."""
+        return (
+            self.api, self.mode, self.m, self.n, self.k, self.batch, self.transa, self.transb,
+            self.loop, self.lda, self.ldb, self.broadcast, self.beta, self.strided, self.bias,
+            self.workspace_mib,
+        )  # fmt: skip
 
     def workspace_limit(self, default: int = DEFAULT_WORKSPACE_BYTES) -> int:
         """The workspace a cuBLASLt call of this case may use, bytes: its own limit where it has
@@ -186,14 +174,19 @@ class Case:
         return item * (elements + (self.m if self.bias else 0))
 
     def to_json(self) -> dict[str, Any]:
-        return {**asdict(self), "case_id": self.case_id, "routine": self.routine}
+        # (not dataclasses.asdict, which deep-copies every field: 14 of 15 s of 100,000 cases)
+        return {
+            **dict(zip(FIELD_NAMES, self.fields(), strict=True)),
+            "case_id": self.case_id,
+            "routine": self.routine,
+        }
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Case:
         fields = {k: data[k] for k in ("api", "mode", "m", "n", "k", "batch")}
         optional = {
             name: kind(data[name])
-            for name, kind in _OPTIONAL_FIELDS.items()
+            for name, kind in OPTIONAL_FIELDS.items()
             if data.get(name) is not None
         }
         return cls(**fields, **optional)
@@ -204,7 +197,7 @@ LAYOUTS = ("nn", "nt", "tn", "tt")
 BROADCASTS = ("", "a", "b")
 # Case fields beyond the problem, with their types: a plan written before one existed reads as
 # the default.
-_OPTIONAL_FIELDS: dict[str, Any] = {
+OPTIONAL_FIELDS: dict[str, Any] = {
     "transa": str,
     "transb": str,
     "loop": bool,
@@ -218,6 +211,48 @@ _OPTIONAL_FIELDS: dict[str, Any] = {
 }
 
 
+FIELD_NAMES = (
+    "api", "mode", "m", "n", "k", "batch", "transa", "transb", "loop", "lda", "ldb", "broadcast",
+    "beta", "strided", "bias", "workspace_mib",
+)  # fmt: skip
+
+
+def routine_of(api: str, mode: str, m: int, n: int, k: int, batch: int, *rest: Any) -> str:
+    """The routine a case calls, from its fields (Case.fields' order)."""
+    loop, strided = rest[2], rest[7]
+    if loop:
+        return LOOP_ROUTINE
+    if api == "cublasLt":
+        return "cublasLtMatmul"
+    batched_call = batch > 1 or strided
+    if mode == "fp32":
+        return "cublasSgemmStridedBatched" if batched_call else "cublasSgemm"
+    return "cublasGemmStridedBatchedEx" if batched_call else "cublasGemmEx"
+
+
+def case_id_of(
+    api: str, mode: str, m: int, n: int, k: int, batch: int, transa: str, transb: str,
+    loop: bool, *settings: Any,
+) -> str:  # fmt: skip
+    """A case's id from its fields (Case.fields' order), without building the case: what a
+    plan of 262,144 cases is read by."""
+    problem = ["loop" if loop else api, mode, f"{m}x{n}x{k}", f"b{batch}", transa + transb]
+    return ".".join([*problem, *_settings(settings, batch)])
+
+
+def _settings(settings: Sequence[Any], batch: int) -> list[str]:
+    """The id's words of the settings that differ from the defaults (lda .. workspace_mib)."""
+    lda, ldb, broadcast, beta, strided, bias, workspace_mib = settings
+    parts = [f"lda{lda}"] if lda else []
+    parts += [f"ldb{ldb}"] if ldb else []
+    parts += [f"bcast-{broadcast}"] if broadcast else []
+    parts += [f"beta{_number_id(beta)}"] if beta else []
+    parts += ["strided"] if strided and batch == 1 else []
+    parts += ["bias"] if bias else []
+    parts += [f"ws{workspace_mib}m"] if workspace_mib >= 0 else []
+    return parts
+
+
 def _number_id(value: float) -> str:
     """0.5 -> '0p5', -1.0 -> 'm1': a number safe in a case id."""
     text = f"{value:g}".replace("-", "m").replace(".", "p").replace("+", "")
@@ -225,29 +260,29 @@ def _number_id(value: float) -> str:
 
 
 def write_plan(cases: Sequence[Case], path: Path) -> None:
-    write_text_atomic(path, json.dumps([c.to_json() for c in cases], indent=1) + "\n")
+    """plan.json, stated (planning.plan_file): a grid as its axes, else its columns."""
+    from cublas_audit.planning import plan_file  # (it builds on this module)
+
+    plan_file.write(cases, path)
 
 
 def read_plan(path: Path) -> list[Case]:
+    from cublas_audit.planning import plan_file
+
+    stated = plan_file.read(path)
     try:
-        return [Case.from_json(item) for item in json.loads(path.read_text())]
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+        return stated.cases()
+    except (ValueError, TypeError) as exc:
         raise AuditError(f"{path}: not a cublas-audit plan ({exc})") from exc
 
 
 def plan_case_ids(path: Path) -> list[str]:
-    """The case ids of a plan, in its order: what a run's table is checked against. Each entry's
-    id as written (to_json writes every case's own), the case built only for an entry without
-    one: building the 262,144 cases of a full map's plan took 8 s of reading its run."""
-    try:
-        return [_written_case_id(item) for item in json.loads(path.read_text())]
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
-        raise AuditError(f"{path}: not a cublas-audit plan ({exc})") from exc
+    """The case ids of a plan, in its order: what a run's table is checked against. A listed
+    plan's ids as written, a stated plan's from its columns; no case is built (building the
+    262,144 cases of a full map's plan took 8 s of reading its run)."""
+    from cublas_audit.planning import plan_file
 
-
-def _written_case_id(item: dict[str, Any]) -> str:
-    written = item.get("case_id")
-    return written if isinstance(written, str) else Case.from_json(item).case_id
+    return plan_file.read(path).case_ids()
 
 
 def candidate_problems(cases: Iterable[Case]) -> list[Case]:

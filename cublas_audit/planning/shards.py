@@ -11,9 +11,7 @@ Shards are numbered from 1 (1/4 .. 4/4), as a Slurm job array's SLURM_ARRAY_TASK
 
 from __future__ import annotations
 
-import hashlib
 import heapq
-import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -21,6 +19,7 @@ from typing import Any
 
 from cublas_audit.errors import AuditError
 from cublas_audit.planning.cases import Case
+from cublas_audit.planning.plan_file import PlanFile
 
 # A case's cost for balancing: its FLOPs plus what the probe spends on any case (operands, the
 # check, the record): about 6 ms on the H100's map, 5e10 FLOPs of work at its ~50 TFLOP/s x 6
@@ -34,16 +33,22 @@ def shard(cases: Sequence[Case], count: int) -> list[list[Case]]:
     """`count` shards of about equal work (largest cases first onto the least loaded shard),
     each in plan order. Deterministic: ties go to the earlier case and the lower shard, so the
     same plan splits the same way on every machine."""
+    return [[cases[p] for p in part] for part in split([case.flops for case in cases], count)]
+
+
+def split(flops: Sequence[float], count: int) -> list[list[int]]:
+    """The positions of each of `count` shards of a plan whose cases have these FLOPs (what
+    `shard` splits by; a stated plan gives them without building its cases)."""
     loads = [(0.0, i) for i in range(count)]
-    owner: dict[int, int] = {}
-    for position in sorted(range(len(cases)), key=lambda p: -cases[p].flops):
+    owner = [0] * len(flops)
+    for position in sorted(range(len(flops)), key=lambda p: -flops[p]):
         load, index = heapq.heappop(loads)
         owner[position] = index
-        heapq.heappush(loads, (load + work(cases[position]), index))
-    shards: list[list[Case]] = [[] for _ in range(count)]
-    for position, case in enumerate(cases):
-        shards[owner[position]].append(case)
-    return shards
+        heapq.heappush(loads, (load + CASE_FLOPS + flops[position], index))
+    parts: list[list[int]] = [[] for _ in range(count)]
+    for position, index in enumerate(owner):
+        parts[index].append(position)
+    return parts
 
 
 def work(case: Case) -> float:
@@ -80,10 +85,9 @@ class ShardSpec:
 
 
 def fingerprint(plan: Sequence[Case]) -> str:
-    """sha256 of the whole plan's canonical JSON (every case, before sharding): equal exactly for
-    parts of one plan."""
-    canonical = json.dumps([c.to_json() for c in plan], sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(canonical.encode()).hexdigest()
+    """sha256 of the whole plan's statement, canonical (plan_file.PlanFile.fingerprint: every
+    case, before sharding): equal exactly for parts of one plan."""
+    return PlanFile.of(plan).fingerprint()
 
 
 @dataclass(frozen=True)

@@ -8,9 +8,10 @@ Every refusal is one line and comes before anything is written.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -18,8 +19,10 @@ from typing import Any
 import pandas as pd
 
 from cublas_audit.errors import AuditError
-from cublas_audit.planning.cases import Case, candidate_problems, read_plan
-from cublas_audit.planning.shards import ShardSpec, fingerprint
+from cublas_audit.planning import plan_file
+from cublas_audit.planning.cases import Case, candidate_problems
+from cublas_audit.planning.plan_file import PlanFile
+from cublas_audit.planning.shards import ShardSpec, split
 from cublas_audit.table import candidates_table, rundir
 from cublas_audit.table.validation import read_table
 
@@ -57,14 +60,23 @@ PER_SHARD = (
 
 @dataclass(frozen=True)
 class ShardRun:
-    """One shard run directory as recorded: its part, the whole plan, its env.json."""
+    """One shard run directory as recorded: its part, the whole plan, its env.json (the plans as
+    their files state them: a full map's cases are built only where asked for)."""
 
     path: Path
     spec: ShardSpec
     plan_fingerprint: str
     env: dict[str, Any]
-    cases: list[Case]
-    whole: list[Case]
+    plan: PlanFile
+    whole_plan: PlanFile
+
+    @functools.cached_property
+    def cases(self) -> list[Case]:
+        return self.plan.cases()
+
+    @functools.cached_property
+    def whole(self) -> list[Case]:
+        return self.whole_plan.cases()
 
     @property
     def has_table(self) -> bool:
@@ -79,10 +91,14 @@ class ShardRun:
 class Merged:
     """What the merged run directory holds (None: no shard has that table)."""
 
-    whole: list[Case]
+    plan: PlanFile
     table: pd.DataFrame | None
     candidates: pd.DataFrame | None
-    env: dict[str, Any]
+    env: dict[str, Any] = field(default_factory=dict)
+
+    @functools.cached_property
+    def whole(self) -> list[Case]:
+        return self.plan.cases()
 
 
 def check_out(out: Path, runs: Sequence[Path]) -> None:
@@ -109,14 +125,52 @@ def read_shard(path: Path) -> ShardRun:
         spec = ShardSpec.parse(str(env["shard"]))
     except AuditError as exc:
         raise AuditError(f"{path}: its env.json's shard: {exc}") from exc
-    whole = read_plan(path / rundir.WHOLE_PLAN_FILE)
+    whole = _whole_plan((path / rundir.WHOLE_PLAN_FILE).read_bytes(), path)
     recorded = str(env.get("plan_fingerprint"))
-    if fingerprint(whole) != recorded:
-        raise AuditError(f"{path}: its {rundir.WHOLE_PLAN_FILE} is not the plan its env.json names")
-    cases = read_plan(path / rundir.PLAN_FILE)
-    if _ids(cases) != _ids(spec.cases(whole)):
+    if recorded not in whole.fingerprints:
+        if not whole.plan.matches(recorded):
+            raise AuditError(
+                f"{path}: its {rundir.WHOLE_PLAN_FILE} is not the plan its env.json names"
+            )
+        whole.fingerprints.add(recorded)
+    cases = plan_file.read(path / rundir.PLAN_FILE)
+    if cases.case_ids() != whole.part_ids(spec):
         raise AuditError(f"{path}: its {rundir.PLAN_FILE} is not part {spec} of its whole plan")
-    return ShardRun(Path(path), spec, recorded, env, cases, whole)
+    return ShardRun(Path(path), spec, recorded, env, cases, whole.plan)
+
+
+@dataclass(frozen=True)
+class _Whole:
+    """A whole plan as the shards of one run all hold it: read, fingerprinted and split once
+    for them all (a full map's plan took seconds each time)."""
+
+    plan: PlanFile
+    fingerprints: set[str] = field(default_factory=set)
+    parts: dict[int, list[list[int]]] = field(default_factory=dict)
+
+    @functools.cached_property
+    def ids(self) -> list[str]:
+        return self.plan.case_ids()
+
+    def part_ids(self, spec: ShardSpec) -> list[str]:
+        if spec.count not in self.parts:
+            self.parts[spec.count] = split(self.plan.flops(), spec.count)
+        return [self.ids[p] for p in self.parts[spec.count][spec.index - 1]]
+
+
+def _whole_plan(text: bytes, path: Path) -> _Whole:
+    try:
+        return _whole_of(text)
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise AuditError(
+            f"{path / rundir.WHOLE_PLAN_FILE}: not a cublas-audit plan ({exc})"
+        ) from exc
+
+
+@functools.lru_cache(maxsize=2)
+def _whole_of(text: bytes) -> _Whole:
+    """(cached by the file's bytes: the shards of one run hold the same)"""
+    return _Whole(plan_file.from_json(json.loads(text)))
 
 
 def check_shards(shards: Sequence[ShardRun], allow_mixed: bool = False) -> None:
@@ -173,13 +227,13 @@ def _check_each_part_once(shards: Sequence[ShardRun]) -> None:
         parts[shard.spec] = shard.path
     seen: dict[str, Path] = {}  # parts of one plan never overlap: a record edited by hand
     for shard in shards:
-        for case in shard.cases:
-            if case.case_id in seen:
+        for case_id in shard.plan.case_ids():
+            if case_id in seen:
                 raise AuditError(
-                    f"{shard.path}: shard {shard.spec} overlaps {seen[case.case_id]} "
-                    f"(case {case.case_id} is in both)"
+                    f"{shard.path}: shard {shard.spec} overlaps {seen[case_id]} "
+                    f"(case {case_id} is in both)"
                 )
-            seen[case.case_id] = shard.path
+            seen[case_id] = shard.path
     count = shards[0].spec.count
     missing = sorted(set(range(1, count + 1)) - {s.spec.index for s in shards})
     if missing:
@@ -215,17 +269,18 @@ def _check_models_labelled(shards: Sequence[ShardRun]) -> None:
 def merge(shards: Sequence[ShardRun], command: list[str]) -> Merged:
     """The checked shards as one run: the whole plan, its tables in plan order, one env.json."""
     ordered = sorted(shards, key=lambda s: s.spec)
-    whole = ordered[0].whole
+    whole = ordered[0].whole_plan
     tables = [read_table(s.path) for s in ordered if s.has_table]
     found = [candidates_table.read_candidates(s.path) for s in ordered if s.has_candidates]
-    table = in_plan_order(whole, tables) if tables else None
-    candidates = _merged_candidates(whole, found) if found else None
-    return Merged(list(whole), table, candidates, merged_env(ordered, command))
+    table = in_plan_order(whole.case_ids(), tables) if tables else None
+    candidates = _merged_candidates(ordered[0].whole, found) if found else None
+    return Merged(whole, table, candidates, merged_env(ordered, command))
 
 
-def in_plan_order(plan: Sequence[Case], frames: Sequence[pd.DataFrame]) -> pd.DataFrame:
-    """Tables of parts of `plan` as one, its rows in plan order (a case's rows as they were)."""
-    order = {case.case_id: i for i, case in enumerate(plan)}
+def in_plan_order(plan: Sequence[Case | str], frames: Sequence[pd.DataFrame]) -> pd.DataFrame:
+    """Tables of parts of `plan` (its cases, or their ids) as one, its rows in plan order (a
+    case's rows as they were)."""
+    order = {case if isinstance(case, str) else case.case_id: i for i, case in enumerate(plan)}
     frame = pd.concat(frames, ignore_index=True)
     frame = frame.sort_values("case_id", key=lambda ids: ids.map(order), kind="stable")
     return frame.reset_index(drop=True)
@@ -284,7 +339,3 @@ def _canonical(value: Any) -> str:
 
 def _phase(shard: ShardRun) -> str:
     return str(shard.env.get("phase") or "time")
-
-
-def _ids(cases: Sequence[Case]) -> list[str]:
-    return [case.case_id for case in cases]

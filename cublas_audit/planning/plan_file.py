@@ -1,0 +1,224 @@
+"""plan.json: a plan stated, not listed. A full map's 262,144 cases listed one JSON object each
+took 86 MB and seconds to write, read and fingerprint; stated they take a few hundred bytes.
+
+    {"format": 2, "cases": N,
+     "constant": {field: value},                 the fields with one value in every case
+     "axes": [[field, [values]], ...]            the cases are the product of these, outermost
+                                                 first (a grid: m, n, k, then batch, mode, ...)
+     or "columns": {field: {"values": [...]}     else each varying field listed, or as runs
+                         | {"runs": [[value, count], ...]}}}
+
+A plan written before (a JSON list of cases, each with its case id) reads as it always did.
+Reading is lazy: case ids, FLOPs and the fingerprint come from the columns, without building a
+`Case` each (what a merge of a full map needs); `cases()` builds them where a run needs them.
+
+The probe child reads plans: this module stays light (no pandas, no numpy).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from cublas_audit.errors import AuditError
+from cublas_audit.files import write_text_atomic
+from cublas_audit.planning import cases as plan_cases
+from cublas_audit.planning.cases import Case
+
+FORMAT = 2
+FIELDS = plan_cases.FIELD_NAMES
+_KINDS: dict[str, Any] = {
+    "api": str, "mode": str, "m": int, "n": int, "k": int, "batch": int,
+    **plan_cases.OPTIONAL_FIELDS,
+}  # fmt: skip
+_DEFAULTS = {field.name: field.default for field in fields(Case) if field.name in _KINDS}
+
+
+@dataclass(frozen=True)
+class PlanFile:
+    """A plan as plan.json states it: `count` cases, each field's value in every case (a
+    constant, a factor of the product `axes`, or a listed column); `written_ids`: the case ids a
+    listed plan (format 1) wrote, kept as written."""
+
+    count: int
+    constant: dict[str, Any]
+    axes: tuple[tuple[str, tuple[Any, ...]], ...] = ()
+    listed: dict[str, tuple[Any, ...]] | None = None
+    written_ids: tuple[str, ...] | None = None
+
+    @classmethod
+    def of(cls, cases: Sequence[Case]) -> PlanFile:
+        """The statement of `cases`: their product where they are one, else their columns."""
+        return stated({name: [getattr(case, name) for case in cases] for name in FIELDS})
+
+    def column(self, name: str) -> Sequence[Any]:
+        """Field `name` of every case, in plan order."""
+        if name in self.constant:
+            return [self.constant[name]] * self.count
+        if self.listed is not None and name in self.listed:
+            return self.listed[name]
+        inner = 1
+        for axis, values in reversed(self.axes):
+            if axis == name:
+                return [v for v in values for _ in range(inner)] * (
+                    self.count // (inner * len(values))
+                )
+            inner *= len(values)
+        return [_DEFAULTS[name]] * self.count
+
+    def rows(self) -> Iterator[tuple[Any, ...]]:
+        """Every case's fields (FIELDS' order), in plan order."""
+        return zip(*(self.column(name) for name in FIELDS), strict=True)
+
+    def case_ids(self) -> list[str]:
+        if self.written_ids is not None:
+            return list(self.written_ids)
+        return [plan_cases.case_id_of(*row) for row in self.rows()]
+
+    def flops(self) -> list[float]:
+        """Each case's FLOPs (Case.flops), what shards are balanced by."""
+        dims = zip(*(self.column(n) for n in ("m", "n", "k", "batch")), strict=True)
+        return [2.0 * m * n * k * batch for m, n, k, batch in dims]
+
+    def cases(self) -> list[Case]:
+        return [Case(*row) for row in self.rows()]
+
+    def fingerprint(self) -> str:
+        """sha256 of the plan's statement, canonical: one plan, one fingerprint, however its file
+        was written (a listed plan is stated first)."""
+        plan = self
+        if self.written_ids is not None:
+            plan = stated({name: list(self.column(name)) for name in FIELDS})
+        canonical = json.dumps(plan.to_json(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(canonical.encode()).hexdigest()
+
+    def legacy_fingerprint(self) -> str:
+        """The fingerprint run directories recorded before plans were stated: sha256 of every
+        case's JSON, listed (seconds for a full map: only where the new one does not match)."""
+        listed = [
+            {**dict(zip(FIELDS, row, strict=True)), "case_id": case_id,
+             "routine": plan_cases.routine_of(*row)}
+            for row, case_id in zip(self.rows(), self.case_ids(), strict=True)
+        ]  # fmt: skip
+        canonical = json.dumps(listed, sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(canonical.encode()).hexdigest()
+
+    def matches(self, recorded: object) -> bool:
+        """Whether `recorded` (a run's env.json) is this plan's fingerprint, either definition."""
+        return recorded == self.fingerprint() or recorded == self.legacy_fingerprint()
+
+    def to_json(self) -> dict[str, Any]:
+        stated: dict[str, Any] = {"format": FORMAT, "cases": self.count, "constant": self.constant}
+        if self.listed is not None:
+            stated["columns"] = {n: _encoded(c) for n, c in self.listed.items()}
+        else:
+            stated["axes"] = [[name, list(values)] for name, values in self.axes]
+        return stated
+
+
+def stated(columns: dict[str, list[Any]]) -> PlanFile:
+    """The statement of a plan's columns (every field, plan order): constants once, the rest
+    as a product where it is one, else listed."""
+    count = len(columns[FIELDS[0]])
+    constant = {n: c[0] for n, c in columns.items() if c and all(v == c[0] for v in c)}
+    varying = {n: c for n, c in columns.items() if n not in constant}
+    axes = _as_product(varying, count)
+    if axes is not None:
+        return PlanFile(count, constant, axes)
+    return PlanFile(count, constant, listed={n: tuple(c) for n, c in varying.items()})
+
+
+def _as_product(
+    varying: dict[str, list[Any]], count: int
+) -> tuple[tuple[str, tuple[Any, ...]], ...] | None:
+    """The factors whose product the columns are, outermost first (the field that changes
+    least often), or None where they are no product."""
+    if not varying:
+        return ()
+    runs = {name: 1 + sum(a != b for a, b in itertools.pairwise(c)) for name, c in varying.items()}
+    order = sorted(varying, key=lambda name: runs[name])
+    axes = tuple((name, tuple(dict.fromkeys(varying[name]))) for name in order)
+    size = 1
+    for _, values in axes:
+        size *= len(values)
+    if size != count:
+        return None
+    product = itertools.product(*(values for _, values in axes))
+    given = zip(*(varying[name] for name in order), strict=True)
+    return axes if all(a == b for a, b in zip(product, given, strict=True)) else None
+
+
+def _encoded(column: Sequence[Any]) -> dict[str, Any]:
+    """A listed column as its values, or as runs of one value where that is shorter."""
+    runs = [[value, len(list(group))] for value, group in itertools.groupby(column)]
+    return {"runs": runs} if 2 * len(runs) < len(column) else {"values": list(column)}
+
+
+def _decoded(name: str, encoded: Any, count: int) -> tuple[Any, ...]:
+    kind = _KINDS[name]
+    if "runs" in encoded:
+        values = [kind(v) for v, n in encoded["runs"] for _ in range(int(n))]
+    else:
+        values = [kind(v) for v in encoded["values"]]
+    if len(values) != count:
+        raise ValueError(f"column {name} has {len(values)} values for {count} cases")
+    return tuple(values)
+
+
+def from_json(data: Any) -> PlanFile:
+    """A plan.json's content: stated (format 2) or listed (a list of cases)."""
+    if isinstance(data, list):
+        return _from_list(data)
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise ValueError(f"neither a list of cases nor a plan of format {FORMAT}")
+    count = int(data["cases"])
+    unknown = [
+        name for name in [*data["constant"], *dict(data.get("axes") or [])] if name not in _KINDS
+    ]
+    if unknown:
+        raise ValueError(f"unknown fields {unknown}")
+    constant = {name: _KINDS[name](value) for name, value in data["constant"].items()}
+    if "columns" in data:
+        listed = {name: _decoded(name, c, count) for name, c in data["columns"].items()}
+        return PlanFile(count, constant, listed=listed)
+    axes = tuple(
+        (str(name), tuple(_KINDS[name](v) for v in values)) for name, values in data["axes"]
+    )
+    return PlanFile(count, constant, axes)
+
+
+def _from_list(items: list[Any]) -> PlanFile:
+    """A listed plan (format 1): every case's fields, the defaults of fields it predates."""
+    columns: dict[str, list[Any]] = {name: [] for name in FIELDS}
+    for item in items:
+        for name in FIELDS:
+            value = (
+                item[name] if name in ("api", "mode", "m", "n", "k", "batch") else item.get(name)
+            )
+            columns[name].append(_DEFAULTS[name] if value is None else _KINDS[name](value))
+    ids = tuple(_written_id(item) for item in items)
+    listed = {name: tuple(column) for name, column in columns.items()}
+    return PlanFile(len(items), {}, listed=listed, written_ids=ids)
+
+
+def _written_id(item: dict[str, Any]) -> str:
+    written = item.get("case_id")
+    return written if isinstance(written, str) else Case.from_json(item).case_id
+
+
+def read(path: Path) -> PlanFile:
+    """A plan.json, either format; anything else is a one-line error."""
+    try:
+        return from_json(json.loads(Path(path).read_text()))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise AuditError(f"{path}: not a cublas-audit plan ({exc})") from exc
+
+
+def write(plan: PlanFile | Sequence[Case], path: Path) -> None:
+    stated = plan if isinstance(plan, PlanFile) else PlanFile.of(plan)
+    write_text_atomic(path, json.dumps(stated.to_json(), separators=(",", ":")) + "\n")

@@ -1,0 +1,120 @@
+"""plan.json stated, not listed (planning.plan_file; issue 40 item 3): a grid as its axes, other
+plans as columns or runs, read back as the same cases with the same ids and fingerprint; every
+committed plan (listed, as runs wrote them before) still reads as it did; recorded shards still
+merge to the recorded merged run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from cublas_audit.planning import plan_file
+from cublas_audit.planning.cases import Case, plan_case_ids, read_plan, write_plan
+from cublas_audit.planning.grid import Variants
+from cublas_audit.planning.map_grid import Grid, grid_plan
+from cublas_audit.planning.shards import ShardSpec, fingerprint, shard
+
+ROOT = Path(__file__).resolve().parents[1]
+COMMITTED = sorted(
+    path for folder in ("reports", "tests/fixtures") for path in (ROOT / folder).rglob("plan*.json")
+)
+SHARDS_CHECK = ROOT / "reports/h100/checks/20261125-101230-shards"
+
+
+def grid_cases() -> list[Case]:
+    """A map's grid over two modes and two layouts: 4 x 3 x 5 problems, 240 cases."""
+    grid = Grid.parse("", "64:256:64", "64,128,4096", "64:320:64")
+    return grid_plan(grid, [1], ["fp32", "bf16"], ["cublas"], Variants(layouts=("nn", "tn")))
+
+
+def test_a_grid_is_written_as_its_axes_and_reads_back_as_its_cases(tmp_path: Path) -> None:
+    cases = grid_cases()
+    path = tmp_path / "plan.json"
+    write_plan(cases, path)
+    stated = json.loads(path.read_text())
+    assert [name for name, _ in stated["axes"]] == ["m", "n", "k", "mode", "transa"]
+    assert stated["constant"]["api"] == "cublas" and "columns" not in stated
+    assert read_plan(path) == cases
+    assert plan_case_ids(path) == [case.case_id for case in cases]
+    assert plan_file.read(path).flops() == [case.flops for case in cases]
+
+
+def test_a_map_grid_states_in_a_few_hundred_bytes(tmp_path: Path) -> None:
+    """The 64..4096 grid at step 128 (32,768 cases; the full grid's 262,144 take the same
+    bytes) stated from its axes, no case built: the product of the axes is the grid's cases in
+    the map's order (m, then n, then k)."""
+    axis = tuple(range(64, 4097, 128))
+    constant = {"api": "cublas", "mode": "bf16", "batch": 1}
+    full = plan_file.PlanFile(32**3, constant, (("m", axis), ("n", axis), ("k", axis)))
+    path = tmp_path / "plan.json"
+    plan_file.write(full, path)
+    assert path.stat().st_size < 2_000
+    ids = plan_case_ids(path)
+    assert len(ids) == 32_768 and ids[1] == "cublas.bf16.64x64x192.b1.nn"
+    assert ids[-1] == "cublas.bf16.4032x4032x4032.b1.nn"
+    assert ids[1024] == "cublas.bf16.192x64x64.b1.nn"
+
+
+def test_a_part_of_a_plan_is_written_as_columns_or_runs(tmp_path: Path) -> None:
+    """A shard's part is no product: its varying fields listed, a sorted one as runs."""
+    part = ShardSpec(2, 3).cases(grid_cases())
+    path = tmp_path / "plan.json"
+    write_plan(part, path)
+    columns = json.loads(path.read_text())["columns"]
+    assert "runs" in columns["m"] and "values" in columns["k"]
+    assert read_plan(path) == part
+
+
+def test_the_fingerprint_is_the_plans_not_its_files() -> None:
+    """One plan, one fingerprint, stated or listed; another plan, another."""
+    cases = grid_cases()
+    listed = plan_file.from_json([case.to_json() for case in cases])
+    assert listed.fingerprint() == plan_file.PlanFile.of(cases).fingerprint() == fingerprint(cases)
+    assert fingerprint(cases[:-1]) != fingerprint(cases)
+    assert listed.legacy_fingerprint() == plan_file.PlanFile.of(cases).legacy_fingerprint()
+
+
+def test_split_by_flops_is_shard_by_cases() -> None:
+    from cublas_audit.planning.shards import split
+
+    cases = grid_cases()
+    parts = split(plan_file.PlanFile.of(cases).flops(), 4)
+    assert [[cases[p] for p in part] for part in parts] == shard(cases, 4)
+
+
+def reads_as_written(path: Path) -> None:
+    """A listed plan: its cases as each entry gives them, its ids as written."""
+    items = json.loads(path.read_text())
+    assert isinstance(items, list)
+    assert read_plan(path) == [Case.from_json(item) for item in items]
+    assert plan_case_ids(path) == [item["case_id"] for item in items]
+
+
+def test_a_committed_plan_reads_as_it_was_written() -> None:
+    reads_as_written(SHARDS_CHECK / "shard-2" / "plan.json")
+
+
+@pytest.mark.heavy
+def test_every_committed_plan_reads_as_it_was_written() -> None:
+    """Each of the ~90 plans under reports/ and tests/fixtures (3 s of CPU)."""
+    assert len(COMMITTED) > 80
+    for path in COMMITTED:
+        reads_as_written(path)
+
+
+def test_recorded_shards_still_merge_to_the_recorded_merged_run() -> None:
+    """The H100's three shards of a 400-problem map (listed plans, fingerprints of before):
+    checked and merged, the recorded merged run's cases and rows."""
+    from cublas_audit.table import merge
+    from cublas_audit.table.validation import read_table
+
+    shards = [merge.read_shard(SHARDS_CHECK / f"shard-{i}") for i in (1, 2, 3)]
+    merge.check_shards(shards)
+    merged = merge.merge(shards, ["merge"])
+    recorded = read_table(SHARDS_CHECK / "merged")
+    assert merged.plan.case_ids() == plan_case_ids(SHARDS_CHECK / "merged" / "plan.json")
+    assert merged.table is not None
+    assert merged.table["case_id"].tolist() == recorded["case_id"].tolist()
+    assert merged.table["traced_kernels"].tolist() == recorded["traced_kernels"].tolist()
