@@ -27,6 +27,7 @@ import pandas as pd
 
 from cublas_audit.device.candidate_audit import run_candidates
 from cublas_audit.judge import candidates
+from cublas_audit.judge.candidates import ScreenJudge
 from cublas_audit.observe import environment
 from cublas_audit.planning.grid import (
     DEFAULT_BATCHES,
@@ -34,6 +35,7 @@ from cublas_audit.planning.grid import (
     build_plan,
     label_from_gpu_name,
 )
+from cublas_audit.table import candidates_table
 
 TARGET_S = 60.0
 
@@ -55,7 +57,7 @@ def one_run(
             cases,
             out_dir,
             limit,
-            threshold=threshold,
+            screen=ScreenJudge(threshold),
             gpu_label=gpu_label,
             progress=lambda line: print(line, flush=True),
         )
@@ -132,7 +134,7 @@ def main() -> int:
     parser.add_argument("--json", type=Path, required=True, help="write the figures here")
     parser.add_argument("--keep", type=Path, help="keep the first run's candidates.csv here")
     parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--limit", type=int, default=candidates.DEFAULT_LIMIT)
+    parser.add_argument("--limit", type=int, default=candidates_table.DEFAULT_LIMIT)
     parser.add_argument("--threshold", type=float, default=candidates.DEFAULT_THRESHOLD)
     args = parser.parse_args()
     device = versions()
@@ -152,7 +154,7 @@ def main() -> int:
         **device,
         "grid": {"sizes": list(DEFAULT_SIZES), "batches": list(DEFAULT_BATCHES), "mode": "fp32"},
         "limit": args.limit,
-        "min_reps": candidates.DEFAULT_MIN_REPS,
+        "min_reps": candidates_table.DEFAULT_MIN_REPS,
         "threshold": args.threshold,
         "target_s": TARGET_S,
         "wall_s": walls,

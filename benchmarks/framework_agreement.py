@@ -60,6 +60,7 @@ def measure(mode: str, rows: int, k_in: int, m_out: int, bias: bool) -> dict[str
     from cublas_audit.device import clocks, kernel_trace, operands
     from cublas_audit.device import launchers as launch
     from cublas_audit.device.candidate_audit import Settings, audit_case
+    from cublas_audit.judge.candidates import ScreenJudge
     from cublas_audit.planning.cases import Case
 
     dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}[mode]
@@ -94,7 +95,7 @@ def measure(mode: str, rows: int, k_in: int, m_out: int, bias: bool) -> dict[str
             traced = kernel_trace.trace_calls({"tool": on_torch}, REPS, cold=cold)
             found[f"tool_on_torch_operands_{temperature}"] = summary(traced["tool"])
     for temperature, cold in temperatures:
-        settings = Settings(limit=32, min_reps=5, log=sys.stderr)
+        settings = Settings(ScreenJudge(), limit=32, min_reps=5, log=sys.stderr)
         settings.cold = cold
         before = clocks.state()
         rows_found = audit_case(case, settings)

@@ -35,11 +35,12 @@ from typing import IO, TYPE_CHECKING, Any
 from cublas_audit.device import loaded
 from cublas_audit.device.nvtx import Range
 from cublas_audit.errors import ToolMissingError
-from cublas_audit.judge.candidates import DEFAULT_LIMIT, DEFAULT_THRESHOLD
-from cublas_audit.judge.candidates import DEFAULT_MIN_REPS as CANDIDATE_MIN_REPS
+from cublas_audit.judge.candidates import DEFAULT_THRESHOLD, ScreenJudge
 from cublas_audit.observe.ncu_export import CALL_RANGE_PREFIX, REFERENCE_RANGE_PREFIX
 from cublas_audit.planning.cases import DEFAULT_WORKSPACE_BYTES, Case, read_plan
 from cublas_audit.run.probe_process import DONE_LINE, NO_CUPTI_ENV, START_LINE
+from cublas_audit.table.candidates_table import DEFAULT_LIMIT
+from cublas_audit.table.candidates_table import DEFAULT_MIN_REPS as CANDIDATE_MIN_REPS
 from cublas_audit.table.rundir import CANDIDATE_RESULTS
 
 if TYPE_CHECKING:
@@ -125,7 +126,7 @@ def candidates(cases: list[Case], run_dir: Path, args: argparse.Namespace) -> in
         cases,
         run_dir,
         args.limit,
-        threshold=args.threshold,
+        screen=ScreenJudge(args.threshold),
         min_reps=args.candidate_min_reps,
         workspace_bytes=args.workspace_bytes,
         gpu_label=args.gpu_label,

@@ -261,7 +261,7 @@ def test_audit_on_the_gpu(tmp_path: Path) -> None:
     ]
     lines: list[str] = []
     frame = candidate_audit.run_candidates(
-        cases, tmp_path, 8, gpu_label="gpu-test", progress=lines.append
+        cases, tmp_path, 8, gpu_label="gpu-test", progress=lines.append, screen=cd.ScreenJudge()
     )
     small = frame[frame["m"] == 256]
     assert small["is_default"].sum() == 1 and len(small) >= 2
@@ -289,3 +289,16 @@ def test_a_gap_under_the_interleaved_floor_is_never_a_finding() -> None:
     assert is_better(1.12, 1.17, 0.10)  # the confirmed gap at FP32 256^3 batch 8 on the H100
     assert not is_better(1.05, 1.05, 0.03)  # above a 3 % bar, within the 4.75 % spread
     assert not is_better(1.12, 1.05, 0.03)  # the confirmation round must show it too
+
+
+def test_the_judge_asks_for_the_confirmation_round(recorded: pd.DataFrame) -> None:
+    """The child measures; the judge names the candidate a confirmation round times again: the
+    flagged case's best (its audit round left >= 1.10x), none for 4096^3 b16 (1.09x), none at a
+    bar above the flagged case's gap."""
+    screen = cd.ScreenJudge(0.10)
+    flagged = one_case(recorded, FLAGGED)
+    best = cd.case_summary(flagged).iloc[0]["best_candidate"]
+    assert screen.confirm(flagged) == str(best)
+    assert screen.confirm(one_case(recorded, "cublasLt.fp32.4096x4096x4096.b16.nn")) is None
+    gap = float(flagged["left_on_table"].iloc[0])
+    assert cd.ScreenJudge(gap - 1.0 + 0.01).confirm(flagged) is None

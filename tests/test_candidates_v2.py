@@ -337,15 +337,11 @@ def test_a_mapped_case_finds_the_audit_of_its_own_problem(posed: pd.DataFrame) -
 
 
 def test_the_progress_line_names_layout_and_basis(loop_against_batched: pd.DataFrame) -> None:
-    from cublas_audit.device.candidate_audit import _progress_line
-
-    case = plan_case(TRACED, PROBLEM)
-    rows = loop_against_batched.to_dict("records")
-    line = _progress_line(case, rows)
+    line = cd.ScreenJudge().progress_line(PROBLEM, loop_against_batched)
     assert line.startswith(f"{PROBLEM} (nn): 2 candidates, 2 correct, default rank 2,")
     assert line.endswith("left on table 3.992 on kernel time")
     v1 = ct.read_candidates(RECORDED)
-    line = _progress_line(case, v1[v1["case_id"] == PROBLEM].to_dict("records"))
+    line = cd.ScreenJudge().progress_line(PROBLEM, v1[v1["case_id"] == PROBLEM])
     assert "(layout unknown)" in line and line.endswith("on call time")
 
 

@@ -32,7 +32,12 @@ def audited(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[str]]:
     # the classic-API twin of a problem is not one here: it has no bias, so it is its own problem
     twin = replace(POSED, api="cublas", bias=False)
     candidate_audit.run_candidates(
-        [POSED, POSED, twin], out, 8, gpu_label="gpu-test", progress=lines.append
+        [POSED, POSED, twin],
+        out,
+        8,
+        gpu_label="gpu-test",
+        progress=lines.append,
+        screen=cd.ScreenJudge(),
     )
     return out, lines
 
@@ -80,7 +85,9 @@ def test_timed_candidates_have_kernel_times_and_the_case_is_judged_on_them(
 
 def test_events_alone_where_tracing_is_off(tmp_path: Path) -> None:
     pytest.importorskip("nvmath")
-    frame = candidate_audit.run_candidates([POSED], tmp_path, 4, trace=False)
+    frame = candidate_audit.run_candidates(
+        [POSED], tmp_path, 4, trace=False, screen=cd.ScreenJudge()
+    )
     timed = frame[frame["time_ms"].notna()]
     assert len(timed) and timed["kernel_ms"].isna().all()
     assert (timed["timing_basis"] == "call").all()

@@ -185,6 +185,7 @@ def _machine() -> dict[str, Any]:
 def _here(case_list: list[Case], out: Path | None, settings: dict[str, Any]) -> pd.DataFrame:
     """The candidate audit in this process, on the GPU CUDA shows it first."""
     from cublas_audit.device.candidate_audit import run_candidates
+    from cublas_audit.judge.candidates import ScreenJudge
     from cublas_audit.observe import environment
     from cublas_audit.planning.grid import label_from_gpu_name
 
@@ -194,7 +195,7 @@ def _here(case_list: list[Case], out: Path | None, settings: dict[str, Any]) -> 
         case_list,
         out,
         settings["candidate_limit"],
-        threshold=settings["candidate_threshold"],
+        screen=ScreenJudge(settings["candidate_threshold"]),
         min_reps=settings["candidate_min_reps"],
         workspace_bytes=settings["workspace_bytes"],
         cold=not settings["warm"],

@@ -5,9 +5,11 @@ broadcast, beta, bias, workspace limit), every candidate the heuristic returns (
 run once and its output compared with the default's, then the candidates that ran correctly are
 timed together (CUDA events, interleaved rounds, median) and traced with CUPTI for their
 kernel-only times where it can trace; a second, independent round of the default and the best
-confirms or refutes a gap, on the same basis. Each case is judged on its kernels' time where every
-timed candidate has one (table.candidates_table.timing_basis): a call's event time holds launch
-overhead that dilutes a short kernel's gap. Runs in the probe's child process
+confirms or refutes a gap, on the same basis, where the judge asks for it (`Screen.confirm`,
+judge.candidates.ScreenJudge: the child measures, never compares a gap with a threshold). Each
+case is judged on its kernels' time where every timed candidate has one
+(table.candidates_table.timing_basis): a call's event time holds launch overhead that dilutes a
+short kernel's gap. Runs in the probe's child process
 (`--phase candidates`), so the sweep's --probe-python, --cublas-lib and --probe-env apply to it
 as to every other measurement.
 """
@@ -22,22 +24,18 @@ import traceback
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Protocol
 
 import pandas as pd
 
 from cublas_audit.device import kernel_trace, l2, lt, operands, timing
 from cublas_audit.device import launchers as launch
-from cublas_audit.judge.candidates import (
-    DEFAULT_LIMIT,
-    DEFAULT_MIN_REPS,
-    DEFAULT_THRESHOLD,
-    case_summary,
-)
 from cublas_audit.planning.cases import DEFAULT_WORKSPACE_BYTES, Case, candidate_problems
 from cublas_audit.table import rundir
 from cublas_audit.table.candidates_table import (
     CONFIRM_COLUMNS,
+    DEFAULT_LIMIT,
+    DEFAULT_MIN_REPS,
     SCHEMA_VERSION,
     from_records,
     journal_line,
@@ -45,7 +43,6 @@ from cublas_audit.table.candidates_table import (
     read_journal,
     write_candidates,
 )
-from cublas_audit.table.dispatch import plain
 
 # A first, short interleaved round (this many timed calls each, at least) ranks the candidates;
 # only those within SCREEN_MARGIN of its best, and the default, get the full >= min_reps round.
@@ -57,10 +54,23 @@ SCREEN_MARGIN = 1.10
 CROSS_CHECK_FACTOR = 2.0
 
 
+class Screen(Protocol):
+    """What the audit asks its judge between rounds (judge.candidates.ScreenJudge), handed in by
+    whoever starts it: the measuring side decides nothing."""
+
+    def confirm(self, rows: pd.DataFrame) -> str | None:
+        """The candidate to time again against the default after the first round (its key)."""
+        ...
+
+    def progress_line(self, case_id: str, rows: pd.DataFrame) -> str:
+        """One problem's audit in a line."""
+        ...
+
+
 @dataclass
 class Settings:
+    screen: Screen
     limit: int = DEFAULT_LIMIT
-    threshold: float = DEFAULT_THRESHOLD
     min_reps: int = DEFAULT_MIN_REPS
     workspace_bytes: int = DEFAULT_WORKSPACE_BYTES
     gpu_label: str = ""
@@ -74,7 +84,7 @@ def run_candidates(
     out_dir: Path | None,
     limit: int = DEFAULT_LIMIT,
     *,
-    threshold: float = DEFAULT_THRESHOLD,
+    screen: Screen,
     min_reps: int = DEFAULT_MIN_REPS,
     workspace_bytes: int = DEFAULT_WORKSPACE_BYTES,
     gpu_label: str = "",
@@ -103,7 +113,7 @@ def run_candidates(
         open(log_path, "a") if log_path else contextlib.nullcontext(sys.stderr) as log,
         open(journal, "a") if journal else contextlib.nullcontext() as journal_out,
     ):
-        settings = Settings(limit, threshold, min_reps, workspace_bytes, gpu_label, log)
+        settings = Settings(screen, limit, min_reps, workspace_bytes, gpu_label, log)
         settings.trace = trace and _can_trace(log)
         settings.cold = cold
         for number, case in enumerate(todo, 1):
@@ -115,7 +125,8 @@ def run_candidates(
             if journal_out is not None:
                 journal_out.write(journal_line(case.case_id, rows))
                 journal_out.flush()
-            progress(f"[{number}/{len(todo)}] {_progress_line(case, rows)}")
+            line = screen.progress_line(case.case_id, from_records(rows))
+            progress(f"[{number}/{len(todo)}] {line}")
             finished(case.case_id)
     frame = from_records([row for case in todo for row in done[case.case_id]])
     if out_dir is not None:
@@ -129,24 +140,6 @@ def _can_trace(log: IO[str]) -> bool:
     if missing:
         log.write(f"--- CUPTI unavailable, candidates timed with events alone: {missing}\n")
     return not missing
-
-
-def _progress_line(case: Case, rows: Sequence[Mapping[str, Any]]) -> str:
-    summary = case_summary(from_records(rows)).iloc[0]
-    if summary["status"] == "skipped":
-        return f"{case.case_id}: skipped ({summary['reason']})"
-    basis = plain(summary["timing_basis"])
-    return (
-        f"{case.case_id} ({summary['layout']}): {summary['candidates']} candidates, "
-        f"{summary['correct']} correct, default rank {plain(summary['default_rank'])}, "
-        f"left on table {_three_decimals(summary['left_on_table'])}"
-        + (f" on {basis} time" if basis else "")
-    )
-
-
-def _three_decimals(value: Any) -> str:
-    value = plain(value)
-    return "—" if value is None else f"{float(value):.3f}"
 
 
 def audit_case(case: Case, settings: Settings) -> list[dict[str, Any]]:
@@ -354,19 +347,17 @@ def _confirm(
     settings: Settings,
 ) -> None:
     """A second, independent round (fresh warm-up and repetitions) of the default against the
-    best, run only where the first round shows a gap at or above the threshold, judged on the
-    first round's basis (kernel or call time)."""
-    summary = case_summary(from_records(rows)).iloc[0]
-    gap, best = plain(summary["left_on_table"]), plain(summary["best_candidate"])
-    if gap is None or best is None or str(best) == default_key:
+    candidate the judge names (where the first round shows a gap worth confirming), on the first
+    round's basis (kernel or call time)."""
+    screened = from_records(rows)
+    best = settings.screen.confirm(screened)
+    if best is None or best == default_key:
         return
-    if gap < 1.0 + settings.threshold:
-        return
-    keys = (default_key, str(best))
+    keys = (default_key, best)
     pair = {key: launchers[key] for key in keys}
     again = timing.time_interleaved(pair, settings.min_reps, cold=settings.cold)
     traced = _kernel_times(pair, {key: (again[key], "confirm") for key in keys}, case, settings)
-    judged = CONFIRM_COLUMNS[str(summary["timing_basis"])]
+    judged = CONFIRM_COLUMNS[str(screened["timing_basis"].iloc[0])]
     confirmed: dict[str, Any] = {}
     for row in rows:
         key = str(row["candidate"])

@@ -11,34 +11,14 @@ package imports on a machine without CUDA.
 from __future__ import annotations
 
 import functools
-import math
 from dataclasses import dataclass, field
 from types import ModuleType, TracebackType
 from typing import Any
 
 from cublas_audit.errors import ToolMissingError
 from cublas_audit.planning.cases import DEFAULT_WORKSPACE_BYTES, Case
-from cublas_audit.planning.lt_enums import SPECS
+from cublas_audit.planning.lt_enums import ALGO_ATTRIBUTES, SPECS, alignment
 from cublas_audit.planning.modes import mode as mode_of
-
-# cuBLASLt never assumes more than 256-byte alignment; telling it less than the truth only
-# hides candidates, telling it more makes them fail.
-MAX_ALIGNMENT = 256
-
-# The attributes that rebuild an algorithm besides its id, in the order they are set:
-# (MatmulAlgoConfigAttribute, the LtCandidate / Pin field). The enum ones (planning.lt_enums.SPECS
-# names their enums) are kept as names without the prefix ('128x64', 'INPLACE', '4x1x1'); a value
-# the binding has no name for, as its number.
-ALGO_ATTRIBUTES = (
-    ("TILE_ID", "tile"),
-    ("STAGES_ID", "stages"),
-    ("SPLITK_NUM", "split_k"),
-    ("REDUCTION_SCHEME", "reduction_scheme"),
-    ("CTA_SWIZZLING", "cta_swizzling"),
-    ("CUSTOM_OPTION", "custom_option"),
-    ("INNER_SHAPE_ID", "inner_shape"),
-    ("CLUSTER_SHAPE_ID", "cluster_shape"),
-)
 
 _handles: dict[int, int] = {}
 
@@ -114,16 +94,6 @@ def _enum_value(name: str) -> int:
     if name.startswith("CUDA_"):
         return int(nvmath.CudaDataType[name])
     return int(cublas.ComputeType[name])
-
-
-def alignment(*values: int) -> int:
-    """Largest power of two dividing every pointer / stride in bytes, at most MAX_ALIGNMENT."""
-    combined = 0
-    for value in values:
-        combined = math.gcd(combined, value)
-    if combined == 0:
-        return MAX_ALIGNMENT
-    return min(MAX_ALIGNMENT, combined & -combined)
 
 
 class LtGemm:

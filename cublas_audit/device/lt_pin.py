@@ -1,10 +1,10 @@
 """A pinned cuBLASLt algorithm rebuilt from a fix file's `Pin`, on an `LtGemm`'s descriptors.
 
 cublasLtMatmulAlgoInit(handle, compute type, scale type, A/B/C/D types, algo id) makes the
-struct, cublasLtMatmulAlgoConfigSetAttribute sets every attribute of lt.ALGO_ATTRIBUTES, and
-cublasLtMatmulAlgoCheck says whether this cuBLASLt can run it on the problem and how much
-workspace it needs. Anything on the way that fails is a PinRefused naming the pin and cuBLAS's
-status: a pin is run as recorded or not at all.
+struct, cublasLtMatmulAlgoConfigSetAttribute sets every attribute of ALGO_ATTRIBUTES
+(planning.lt_enums), and cublasLtMatmulAlgoCheck says whether this cuBLASLt can run it on the
+problem and how much workspace it needs. Anything on the way that fails is a PinRefused naming
+the pin and cuBLAS's status: a pin is run as recorded or not at all.
 
 Enum attributes arrive as the names lt._enum_name gives them (tile '128x64', stages '8x5',
 reduction 'INPLACE', cluster '4x1x1' or 'AUTO') or, where the binding had no name, as the number
@@ -16,9 +16,9 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any
 
-from cublas_audit.device.lt import ALGO_ATTRIBUTES, LtCandidate, LtGemm, algo_config_get
+from cublas_audit.device.lt import LtCandidate, LtGemm, algo_config_get
 from cublas_audit.errors import PinRefused
-from cublas_audit.planning.lt_enums import SPECS
+from cublas_audit.planning.lt_enums import ALGO_ATTRIBUTES, SPECS
 from cublas_audit.planning.modes import CUDA_R_32F
 from cublas_audit.planning.modes import mode as mode_of
 from cublas_audit.table.fix_file import Pin

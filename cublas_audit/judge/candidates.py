@@ -23,14 +23,7 @@ from cublas_audit.table.dispatch import plain
 from cublas_audit.vocabulary import Severity
 
 RULE = "better-candidate"
-DEFAULT_LIMIT = 32
 DEFAULT_THRESHOLD = Thresholds().candidate_gap_pct / 100
-# Each timed round runs at least ~0.1 s per candidate (timing.repetitions: up to 200 calls of a
-# short one), and at least this many calls: the floor matters only for calls over 20 ms, which vary
-# by ~1% call to call, so a median of five interleaved calls sits far inside the 10% bar, and a gap
-# is timed twice (the confirmation round) before it counts. Twenty, the sweep's floor, would make
-# the audit of the default grid take minutes at 8192 x 8192 x 8192 batch 16 alone.
-DEFAULT_MIN_REPS = 5
 
 # What a case's summary reads: the rest of a candidate's columns would only be copied around.
 _SUMMARY_COLUMNS = [
@@ -85,6 +78,40 @@ def _best(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
     if not timed:
         return None
     return min(timed, key=lambda row: (row["basis_ms"], row["candidate"]))
+
+
+@dataclass(frozen=True)
+class ScreenJudge:
+    """What the audit's measuring child (device.candidate_audit.Screen) asks between rounds:
+    whether a problem's first round shows a gap worth a confirmation round; its progress line."""
+
+    threshold: float = DEFAULT_THRESHOLD
+
+    def confirm(self, rows: pd.DataFrame) -> str | None:
+        """The best candidate's key where it beats the default by at least the threshold in the
+        first round (one problem's rows); None: no confirmation round."""
+        summary = case_summary(rows).iloc[0]
+        gap, best = plain(summary["left_on_table"]), plain(summary["best_candidate"])
+        if gap is None or best is None or best == plain(summary["default_candidate"]):
+            return None
+        return str(best) if gap >= 1.0 + self.threshold else None
+
+    def progress_line(self, case_id: str, rows: pd.DataFrame) -> str:
+        summary = case_summary(rows).iloc[0]
+        if summary["status"] == "skipped":
+            return f"{case_id}: skipped ({summary['reason']})"
+        basis = plain(summary["timing_basis"])
+        return (
+            f"{case_id} ({summary['layout']}): {summary['candidates']} candidates, "
+            f"{summary['correct']} correct, default rank {plain(summary['default_rank'])}, "
+            f"left on table {_three_decimals(summary['left_on_table'])}"
+            + (f" on {basis} time" if basis else "")
+        )
+
+
+def _three_decimals(value: Any) -> str:
+    value = plain(value)
+    return "—" if value is None else f"{float(value):.3f}"
 
 
 # Run-to-run spread of left_on_table, the ratio of two interleaved timings in one process: at most
@@ -168,6 +195,7 @@ def _finding(first: pd.Series, default: pd.Series, best: pd.Series) -> dict[str,
         "effect": round(1 - 1 / confirm, 4),
         "observations": [],  # judge.grouping: a heuristic's ranking explains no other finding
         "impact": {},  # judge.impact weighs it (the time it saves a call; a trace's share)
+        "verdict": Verdict.slower,  # the default, in both rounds (is_better)
     }
 
 

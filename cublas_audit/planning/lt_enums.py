@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +21,35 @@ from pathlib import Path
 from cublas_audit.errors import AuditError
 
 ENUMS_FILE = Path(__file__).resolve().parent.parent / "data" / "cublaslt_enums.json"
+
+# cuBLASLt never assumes more than 256-byte alignment; telling it less than the truth only
+# hides candidates, telling it more makes them fail.
+MAX_ALIGNMENT = 256
+
+# The attributes that rebuild an algorithm besides its id, in the order they are set:
+# (MatmulAlgoConfigAttribute, the LtCandidate / Pin field). The enum ones (planning.lt_enums.SPECS
+# names their enums) are kept as names without the prefix ('128x64', 'INPLACE', '4x1x1'); a value
+# the binding has no name for, as its number.
+ALGO_ATTRIBUTES = (
+    ("TILE_ID", "tile"),
+    ("STAGES_ID", "stages"),
+    ("SPLITK_NUM", "split_k"),
+    ("REDUCTION_SCHEME", "reduction_scheme"),
+    ("CTA_SWIZZLING", "cta_swizzling"),
+    ("CUSTOM_OPTION", "custom_option"),
+    ("INNER_SHAPE_ID", "inner_shape"),
+    ("CLUSTER_SHAPE_ID", "cluster_shape"),
+)
+
+
+def alignment(*values: int) -> int:
+    """Largest power of two dividing every pointer / stride in bytes, at most MAX_ALIGNMENT."""
+    combined = 0
+    for value in values:
+        combined = math.gcd(combined, value)
+    if combined == 0:
+        return MAX_ALIGNMENT
+    return min(MAX_ALIGNMENT, combined & -combined)
 
 
 @dataclass(frozen=True)

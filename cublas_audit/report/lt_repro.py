@@ -11,9 +11,8 @@ import re
 
 import pandas as pd
 
-from cublas_audit.device.lt import ALGO_ATTRIBUTES, MAX_ALIGNMENT, alignment
 from cublas_audit.planning.cases import DEFAULT_WORKSPACE_BYTES, Case
-from cublas_audit.planning.lt_enums import SPECS
+from cublas_audit.planning.lt_enums import ALGO_ATTRIBUTES, MAX_ALIGNMENT, SPECS, alignment
 from cublas_audit.planning.modes import mode as mode_of
 from cublas_audit.report.markdown import visible
 from cublas_audit.table.candidates_table import problem_case

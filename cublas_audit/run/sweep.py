@@ -74,7 +74,7 @@ class SweepConfig:
     min_reps: int = 20
     candidate_limit: int | None = None
     candidate_threshold: float = candidates.DEFAULT_THRESHOLD
-    candidate_min_reps: int = candidates.DEFAULT_MIN_REPS
+    candidate_min_reps: int = candidates_table.DEFAULT_MIN_REPS
     workspace_bytes: int = DEFAULT_WORKSPACE_BYTES
     cublas_lib: Path | None = None
     # "time": the sweep's timing (full check, event timing, then CUPTI); "map": the dispatch

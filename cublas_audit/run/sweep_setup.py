@@ -31,7 +31,7 @@ from cublas_audit.planning.shards import PlanPart
 from cublas_audit.resources import package_view
 from cublas_audit.run import probe_process
 from cublas_audit.run.sweep import Progress, SweepConfig, run
-from cublas_audit.table import rundir
+from cublas_audit.table import candidates_table, rundir
 from cublas_audit.table.trace_record import TraceRecord, write_trace_record
 from cublas_audit.table.validation import check_env
 from cublas_audit.version import __version__
@@ -102,7 +102,7 @@ RECORDED: dict[str, tuple[str, Any]] = {
     "min_reps": ("min_reps", DEFAULT_MIN_REPS),
     "candidate_limit": ("candidate_limit", None),
     "candidate_threshold": ("candidate_threshold", candidates.DEFAULT_THRESHOLD),
-    "candidate_min_reps": ("candidate_min_reps", candidates.DEFAULT_MIN_REPS),
+    "candidate_min_reps": ("candidate_min_reps", candidates_table.DEFAULT_MIN_REPS),
     "workspace_bytes": ("workspace_bytes", DEFAULT_WORKSPACE_BYTES),
     "phase": ("phase", "time"),
     "device": ("device_index", None),
@@ -183,7 +183,7 @@ def checked(options: SweepOptions) -> SweepOptions:
             "flags to ncu"
         )
     if options.phase == "candidates":  # the audit of cuBLASLt's algorithms and nothing else
-        limit = options.candidate_limit or candidates.DEFAULT_LIMIT
+        limit = options.candidate_limit or candidates_table.DEFAULT_LIMIT
         options = replace(options, candidate_limit=limit, profile=False, reference=False)
     if options.observer is Observer.events:  # the probe then times with CUDA events alone
         no_cupti = {probe_process.NO_CUPTI_ENV: "1"}

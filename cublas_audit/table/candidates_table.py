@@ -112,6 +112,16 @@ STATUSES = ("ok", "wrong", "failed", "unsupported", "skipped")
 # where every timed candidate of the case has one, else the calls' (CUDA events).
 BASES = {"kernel": "kernel_ms", "call": "time_ms"}
 # ... and the confirmation round's column of each basis.
+# The audit's measuring defaults: candidates per problem, and timed calls per round at least.
+DEFAULT_LIMIT = 32
+# Each timed round runs at least ~0.1 s per candidate (timing.repetitions: up to 200 calls of a
+# short one), and at least this many calls: the floor matters only for calls over 20 ms, which vary
+# by ~1% call to call, so a median of five interleaved calls sits far inside the 10% bar, and a gap
+# is timed twice (the confirmation round) before it counts. Twenty, the sweep's floor, would make
+# the audit of the default grid take minutes at 8192 x 8192 x 8192 batch 16 alone.
+DEFAULT_MIN_REPS = 5
+
+
 CONFIRM_COLUMNS = {"kernel": "kernel_confirm_ms", "call": "confirm_time_ms"}
 # Text columns with a closed set of values (an empty broadcast is missing once read).
 _CHOICES = {
