@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
 from cublas_audit.errors import AuditError
-from cublas_audit.table import candidates_table
+from cublas_audit.table import candidates_table, validation
 from cublas_audit.table import dispatch as table
 from cublas_audit.table.candidates_table import read_candidates
 from cublas_audit.table.rundir import TABLE_FILE
@@ -107,3 +108,29 @@ def test_a_table_unchanged_since_it_was_read_is_parsed_once(
         read_table(path)  # the same file read as a dispatch table: parsed as one, and refused
     path.write_bytes(recorded.read_bytes() + recorded.read_bytes().splitlines(True)[1])
     assert len(read_candidates(path)) == len(again) + 1
+
+
+def test_a_copy_is_the_same_table_and_a_same_sized_edit_is_not(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A small table is known by its bytes: a run directory copied elsewhere (a gathered shard, a
+    test's copy) is not parsed again, and an edit that keeps the file's size and modification
+    time (a digit changed, the time restored) is."""
+    recorded = REPORTS / "h100" / "20261123-094558-batched" / "dispatch.csv"
+    first, second = tmp_path / "a" / "dispatch.csv", tmp_path / "b" / "dispatch.csv"
+    for path in (first, second):
+        path.parent.mkdir()
+        path.write_bytes(recorded.read_bytes())
+    read_table(first)
+    with monkeypatch.context() as patch:
+        patch.setattr(validation, "validate", lambda *_: pytest.fail("parsed again"))
+        read_table(second)
+    text = second.read_text()
+    stat = second.stat()
+    second.write_text(text.replace(",337.98,", ",337.99,", 1))
+    os.utime(second, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert second.stat().st_size == stat.st_size
+    (edited,) = read_table(second).query(
+        "routine == 'cublasSgemmStridedBatched' and m == 8192 and batch == 16"
+    )["time_ms"]
+    assert edited == pytest.approx(337.99)

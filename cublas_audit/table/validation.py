@@ -10,6 +10,7 @@ changes" that never happened.
 from __future__ import annotations
 
 import csv
+import hashlib
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -232,12 +233,18 @@ def read_table(path: Path) -> pd.DataFrame:
 
 
 def read_once(path: Path, parse: Callable[[Path], pd.DataFrame]) -> pd.DataFrame:
-    """parse(path), unless the same parser read the file before and it is unchanged since (same
-    size and modification time): a table is parsed and checked once per process (a sweep's
-    report, its --fix and a second report read dispatch.csv once; a multi-GPU candidates run read
-    each shard's candidates.csv three times)."""
+    """parse(path), unless the same parser read the same bytes before: a table is parsed and
+    checked once per process (a sweep's report, its --fix and a second report read dispatch.csv
+    once; a multi-GPU candidates run read each shard's candidates.csv three times; a run
+    directory copied or gathered elsewhere is the same table). A small file is known by its
+    content (a parse depends on nothing else but its suffix); a large one by its path, size and
+    modification time, which costs no read of its bytes."""
     stat = path.stat()
-    key = (parse, str(path.resolve()), stat.st_mtime_ns, stat.st_size)
+    key: tuple[object, ...]
+    if stat.st_size <= _HASHED_BYTES:
+        key = (parse, path.suffix, hashlib.blake2b(path.read_bytes(), digest_size=16).digest())
+    else:
+        key = (parse, str(path.resolve()), stat.st_mtime_ns, stat.st_size)
     if key not in _READ:
         if len(_READ) >= _READ_KEPT:
             _READ.pop(next(iter(_READ)))  # the oldest: a long session reads many runs once
@@ -245,8 +252,10 @@ def read_once(path: Path, parse: Callable[[Path], pd.DataFrame]) -> pd.DataFrame
     return unshared(_READ[key])  # callers may change their frame; the cached one stays as read
 
 
-_READ: dict[tuple[Callable[[Path], pd.DataFrame], str, int, int], pd.DataFrame] = {}
+_READ: dict[tuple[object, ...], pd.DataFrame] = {}
 _READ_KEPT = 32
+# Hashing 4 MB takes ~2 ms; parsing it ~100 ms.
+_HASHED_BYTES = 4 << 20
 
 
 def _parsed(path: Path) -> pd.DataFrame:
