@@ -302,3 +302,18 @@ def test_the_judge_asks_for_the_confirmation_round(recorded: pd.DataFrame) -> No
     assert screen.confirm(one_case(recorded, "cublasLt.fp32.4096x4096x4096.b16.nn")) is None
     gap = float(flagged["left_on_table"].iloc[0])
     assert cd.ScreenJudge(gap - 1.0 + 0.01).confirm(flagged) is None
+
+
+def test_verify_verdicts_are_the_judges_on_the_recorded_rounds() -> None:
+    """Each recorded verify.json's status is what judge.candidates.rounds_hold says of its two
+    rounds at its threshold (run.verify measures, the judge decides); at a bar above a fix's
+    smaller round it would not hold."""
+    from cublas_audit.vocabulary import Outcome
+
+    for path in sorted(REPORTS.glob("h100/fixes/*/verify*.json")):
+        record = json.loads(path.read_text())
+        for fix in record["fixes"]:
+            rounds = (fix["speedup"], fix["confirm_speedup"])
+            holds = cd.rounds_hold(rounds, record["threshold"])
+            assert Outcome(fix["status"]) is (Outcome.holds if holds else Outcome.does_not_hold)
+            assert not cd.rounds_hold(rounds, min(rounds) - 1.0 + 0.01)

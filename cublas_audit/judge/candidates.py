@@ -10,6 +10,7 @@ the best confirms or refutes a gap before it becomes a finding.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -132,6 +133,20 @@ def is_better(left_on_table: Any, confirm_left_on_table: Any, threshold: float) 
         ratio_verdict(float(ratio), INTERLEAVED_FLOOR, threshold) is Verdict.slower
         for ratio in rounds
     )
+
+
+def rounds_hold(speedups: Sequence[float], threshold: float) -> bool:
+    """A fix (or a pin) re-measured in interleaved rounds, each the default's time over the
+    fixed call's: it holds where every round calls the default slower (verdicts.judge: beyond the
+    interleaved floor and `threshold`), as is_better asks of the audit's two rounds."""
+    return bool(speedups) and all(
+        ratio_verdict(ratio, INTERLEAVED_FLOOR, threshold) is Verdict.slower for ratio in speedups
+    )
+
+
+def floor_words(threshold: float) -> str:
+    """What a fix's rounds must beat, in words: '6% interleaved floor + 10%'."""
+    return f"{INTERLEAVED_FLOOR:.0%} interleaved floor + {threshold:.0%}"
 
 
 def find_better_candidates(

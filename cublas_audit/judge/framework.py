@@ -21,13 +21,12 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
-from cublas_audit.judge.candidates import INTERLEAVED_FLOOR
+from cublas_audit.judge.candidates import INTERLEAVED_FLOOR, floor_words, rounds_hold
 from cublas_audit.judge.fixes import short_names
-from cublas_audit.judge.timed_rows import ratio_verdict
-from cublas_audit.judge.verdicts import Verdict
 from cublas_audit.table.fix_file import Fix
+from cublas_audit.vocabulary import Outcome
 
-HOLDS, DOES_NOT_HOLD = "holds", "does not hold here"
+HOLDS, DOES_NOT_HOLD = Outcome.holds, Outcome.does_not_hold
 NOT_APPLIED, ANOTHER_KERNEL, WRONG = "not applied", "another kernel", "wrong result"
 
 
@@ -83,14 +82,11 @@ def judge_framework(
     speedups = tuple(
         own_ms / pinned_ms for own_ms, pinned_ms in zip(plain.ms, pinned.ms, strict=True)
     )
-    holds = bool(speedups) and all(
-        ratio_verdict(ratio, INTERLEAVED_FLOOR, threshold) is Verdict.slower for ratio in speedups
-    )
+    holds = rounds_hold(speedups, threshold)
     measured = statistics.median(speedups) if speedups else float("nan")
     agrees = abs(measured / fix.claimed - 1.0) <= INTERLEAVED_FLOOR
     rounds = ", ".join(f"{ratio:.2f}x" for ratio in speedups)
     claim = f"claimed {fix.claimed:.2f}x: {'within' if agrees else 'outside'} the floor"
-    floor = f"{INTERLEAVED_FLOOR:.0%} interleaved floor + {threshold:.0%}"
-    verdict = "" if holds else f"; not beyond the {floor} in every round"
+    verdict = "" if holds else f"; not beyond the {floor_words(threshold)} in every round"
     line = f"{call} ran {ran} at {rounds} of torch's own {own} ({claim}){verdict}"
     return checked(HOLDS if holds else DOES_NOT_HOLD, line, speedups, agrees)

@@ -20,14 +20,18 @@ from cublas_audit.device import kernel_trace, operands, timing
 from cublas_audit.device import launchers as launch
 from cublas_audit.device.lt_pin import pinned_candidate
 from cublas_audit.errors import PinRefused
-from cublas_audit.judge.candidates import DEFAULT_THRESHOLD, INTERLEAVED_FLOOR
+from cublas_audit.judge.candidates import DEFAULT_THRESHOLD, floor_words, rounds_hold
 from cublas_audit.judge.fixes import short_names
-from cublas_audit.judge.timed_rows import ratio_verdict
-from cublas_audit.judge.verdicts import Verdict
 from cublas_audit.planning.cases import DEFAULT_WORKSPACE_BYTES, Case
 from cublas_audit.table.fix_file import Fix, FixSet, Stamp
+from cublas_audit.vocabulary import Outcome
 
-HOLDS, DOES_NOT_HOLD, REFUSED, WRONG = "holds", "does not hold here", "refused", "wrong result"
+HOLDS, DOES_NOT_HOLD, REFUSED, WRONG = (
+    Outcome.holds,
+    Outcome.does_not_hold,
+    Outcome.refused,
+    Outcome.wrong,
+)
 MIN_REPS = 10
 
 
@@ -131,12 +135,8 @@ def _measured(fix: Fix, default: Side, fixed: Side, threshold: float, cold: bool
     first, kernels, basis = _round(contenders, cold)
     second, _, _ = _round(contenders, cold)
     ratio, again = first["default"] / first["fixed"], second["default"] / second["fixed"]
-    holds = all(
-        ratio_verdict(value, INTERLEAVED_FLOOR, threshold) is Verdict.slower
-        for value in (ratio, again)
-    )
-    floor = f"{INTERLEAVED_FLOOR:.0%} interleaved floor + {threshold:.0%}"
-    reason = "" if holds else f"not beyond the {floor} in both rounds"
+    holds = rounds_hold((ratio, again), threshold)  # the judge's verdict on both rounds
+    reason = "" if holds else f"not beyond the {floor_words(threshold)} in both rounds"
     return Checked(
         fix.id,
         HOLDS if holds else DOES_NOT_HOLD,
