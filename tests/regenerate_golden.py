@@ -53,6 +53,14 @@ GOLDEN_INPUTS = {
 }
 RUNS = sorted(table.parent for table in REPORTS.glob(f"*/*/{TABLE_FILE}"))
 DIFFS = sorted((REPORTS / "diffs").glob("*.md"))
+# What the everyday test command renders in the background: the runs reports/audit.md shows (it
+# judges them anyway) and the diff between two GPUs. The other runs and diffs are rendered by
+# CI's second step (`heavy`): each takes a second or more of CPU to read, judge and render.
+QUICK_RUNS = [
+    REPORTS / "h100" / "20261123-145452-batched",
+    REPORTS / "h200" / "20261123-083048-batched",
+]
+QUICK_DIFFS = [REPORTS / "diffs" / "h100-vs-h200-batched.md"]
 DIFF_SIDES = re.compile(r"^[AB] \((?:baseline|compared)\): `(.+)`$", re.MULTILINE)
 
 
@@ -100,18 +108,25 @@ def bundled_diff(committed: Path) -> str:
     return to_markdown(compare(_loaded(a), _loaded(b)))
 
 
-def render_bundled(out: Path) -> None:
-    """Every committed file under reports/ that a test compares, rendered afresh into `out`, laid
-    out as in the repository (reports/audit.md, reports/plots/, reports/<gpu>/<run>/report.md and
-    plots/, reports/diffs/*.md)."""
-    audit = out / AUDIT.relative_to(REPO)
-    audit.parent.mkdir(parents=True, exist_ok=True)
-    audit.write_text(bundled_audit(audit.parent / PLOTS_DIR))
-    for run in RUNS:
+def render_bundled(
+    out: Path,
+    runs: Sequence[Path] | None = None,
+    diffs: Sequence[Path] | None = None,
+    audit_md: bool = True,
+) -> None:
+    """Every committed file under reports/ that a test compares (or reports/audit.md and the
+    `runs` and `diffs` given), rendered afresh into `out`, laid out as in the repository
+    (reports/audit.md, reports/plots/, reports/<gpu>/<run>/report.md and plots/,
+    reports/diffs/*.md)."""
+    if audit_md:
+        audit = out / AUDIT.relative_to(REPO)
+        audit.parent.mkdir(parents=True, exist_ok=True)
+        audit.write_text(bundled_audit(audit.parent / PLOTS_DIR))
+    for run in RUNS if runs is None else runs:
         there = out / run.relative_to(REPO)
         there.mkdir(parents=True, exist_ok=True)
         (there / REPORT_FILE).write_text(run_report(run, there / PLOTS_DIR))
-    for committed in DIFFS:
+    for committed in DIFFS if diffs is None else diffs:
         there = out / committed.relative_to(REPO)
         there.parent.mkdir(parents=True, exist_ok=True)
         there.write_text(bundled_diff(committed))
@@ -158,13 +173,18 @@ def regenerate_ptxas() -> None:
     _write(build.PTXAS_RECORD, json.dumps(record, indent=1) + "\n")
 
 
-def render_into(out: Path) -> None:
-    """The tests' background job: render_bundled(out) from the repository as the working
+def render_into(
+    out: Path,
+    runs: Sequence[Path] | None = None,
+    diffs: Sequence[Path] | None = None,
+    audit_md: bool = True,
+) -> None:
+    """The tests' job: render_bundled(out, runs, diffs) from the repository as the working
     directory, the pictures as empty files under their names (the tests compare the Markdown and
     the pictures' names, not their pixels); the process's directory and functions restored after,
     so that a test worker can do it in its own process."""
     with contextlib.chdir(REPO), _names_only():
-        render_bundled(out)
+        render_bundled(out, runs, diffs, audit_md)
 
 
 @contextlib.contextmanager
@@ -193,7 +213,7 @@ def _names_only() -> Iterator[None]:
 def main(argv: Sequence[str]) -> None:
     os.chdir(REPO)
     if argv[:1] == ["render-into"] and len(argv) == 2:  # the tests' background job
-        render_into(Path(argv[1]))
+        render_into(Path(argv[1]), QUICK_RUNS, QUICK_DIFFS)
         return
     which = set(argv) or {"markdown", "ptxas"}
     if which - {"markdown", "ptxas"}:

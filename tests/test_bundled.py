@@ -19,6 +19,7 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pytest
@@ -43,7 +44,15 @@ from tests.conftest import (
     run_process,
     table_under,
 )
-from tests.regenerate_golden import AUDIT, DIFFS, RUNS, diff_sides, render_into
+from tests.regenerate_golden import (
+    AUDIT,
+    DIFFS,
+    QUICK_DIFFS,
+    QUICK_RUNS,
+    RUNS,
+    diff_sides,
+    render_into,
+)
 
 H100 = REPORTS / "h100" / "20261123-145452-batched"
 # The H100 run of the bundled H100-vs-H200 diff (reports/diffs/h100-vs-h200-batched.md).
@@ -145,7 +154,7 @@ def background_work() -> Path:
     script = REPO / "tests" / "regenerate_golden.py"
     try:
         if os.environ.get("PYTEST_XDIST_WORKER"):
-            render_into(out)
+            render_into(out, QUICK_RUNS, QUICK_DIFFS)
         else:
             run_process([sys.executable, str(script), "render-into", str(out)])
     except BaseException:
@@ -227,18 +236,54 @@ def test_report_without_arguments_prints_the_bundled_audit() -> None:
     assert "### cublas · cublasSgemmStridedBatched · fp32 · batch 8" in result.output
 
 
-@pytest.mark.parametrize("run", RUNS, ids=[f"{r.parent.name}/{r.name}" for r in RUNS])
-def test_each_run_report_is_current(run: Path, rendered: Path) -> None:
-    text = (rendered / run.relative_to(REPO) / REPORT_FILE).read_text()
+def heavy_unless_quick(paths: list[Path], quick: list[Path], ids: list[str]) -> list[Any]:
+    """Parameters: the quick ones (rendered in the background) plain, the others `heavy`."""
+    return [
+        pytest.param(path, id=name, marks=() if path in quick else pytest.mark.heavy)
+        for path, name in zip(paths, ids, strict=True)
+    ]
+
+
+def rendered_now_or_before(relative: Path, quick: bool, rendered: Path, tmp_path: Path) -> str:
+    """A committed file's fresh rendering: the background's, or (heavy) rendered here alone."""
+    if quick:
+        return (rendered / relative).read_text()
+    run, diff = REPO / relative.parent, REPO / relative
+    if relative.name == REPORT_FILE:
+        render_into(tmp_path, [run], [], audit_md=False)
+    else:
+        render_into(tmp_path, [], [diff], audit_md=False)
+    return (tmp_path / relative).read_text()
+
+
+@pytest.mark.parametrize(
+    "run", heavy_unless_quick(RUNS, QUICK_RUNS, [f"{r.parent.name}/{r.name}" for r in RUNS])
+)
+def test_each_run_report_is_current(
+    run: Path, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    relative = run.relative_to(REPO) / REPORT_FILE
+    quick = run in QUICK_RUNS
+    text = rendered_now_or_before(
+        relative, quick, request.getfixturevalue("rendered") if quick else tmp_path, tmp_path
+    )
     heading, time_ms, tflops = HAND_TFLOPS[f"{run.parent.name}/{run.name}"]
     assert recorded_time(run, heading) == time_ms
     assert cell(table_under(text, heading), "8192", "TFLOP/s") == tflops
     assert text == (run / REPORT_FILE).read_text()
 
 
-@pytest.mark.parametrize("committed", DIFFS, ids=[d.stem for d in DIFFS])
-def test_each_bundled_diff_is_current(committed: Path, rendered: Path) -> None:
-    text = (rendered / committed.relative_to(REPO)).read_text()
+@pytest.mark.parametrize(
+    "committed", heavy_unless_quick(DIFFS, QUICK_DIFFS, [d.stem for d in DIFFS])
+)
+def test_each_bundled_diff_is_current(
+    committed: Path, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    relative = committed.relative_to(REPO)
+    quick = committed in QUICK_DIFFS
+    text = rendered_now_or_before(
+        relative, quick, request.getfixturevalue("rendered") if quick else tmp_path, tmp_path
+    )
     expected = HAND_TIME_CHANGES[committed.stem]
     if expected is None:  # nothing changed: the tables' own kernel columns say so too
         sides = [read_table(REPO / side) for side in diff_sides(committed)]
