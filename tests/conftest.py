@@ -276,3 +276,25 @@ def cell(table: list[list[str]], first: str, column: str) -> str:
     """The cell of the row whose first cell is `first`, in the column headed `column`."""
     (row,) = [row for row in table[1:] if row[0] == first]
     return row[table[0].index(column)]
+
+
+# `CUBLAS_AUDIT_TEST_CPU=FILE pytest ...` (benchmarks/test_suite_time.py --per-test) appends each
+# test's CPU seconds (setup, call and teardown; this process and the children it waited for) to
+# FILE as "seconds nodeid" lines: on a shared machine wall-clock durations say more about the
+# neighbours than about the test.
+_CPU_LOG = os.environ.get("CUBLAS_AUDIT_TEST_CPU")
+
+
+def _cpu_now() -> float:
+    now = os.times()
+    return now.user + now.system + now.children_user + now.children_system
+
+
+if _CPU_LOG:
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Any:
+        start = _cpu_now()
+        yield
+        with open(_CPU_LOG, "a") as log:
+            log.write(f"{_cpu_now() - start:.3f} {item.nodeid}\n")
