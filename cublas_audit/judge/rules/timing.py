@@ -19,6 +19,7 @@ from cublas_audit.judge.timed_rows import (
     time_words,
 )
 from cublas_audit.judge.verdicts import Verdict
+from cublas_audit.table.dispatch import LAYOUT_DEFAULTS
 from cublas_audit.vocabulary import Severity
 
 
@@ -57,14 +58,14 @@ def batched_slower_than_loop(ctx: RuleContext) -> list[Finding]:
     timed = ctx.rows.dropna(subset=["time_ms"])
     if "kernel_time_ms" not in timed.columns:
         timed = timed.assign(kernel_time_ms=np.nan)
-    key = ["gpu_label", "api", "mode", "m", "n", "k", "batch"]
+    key = LOOP_KEY
     loop_rows = timed.loc[timed["is_loop"]]
     loops = loop_rows[key].assign(
         loop_time_ms=loop_rows["time_ms"], loop_kernel_time_ms=loop_rows["kernel_time_ms"]
     )
     loops = loops.assign(**{c: loop_rows.get(c.replace("loop_", "", 1)) for c in _LOOP_EVIDENCE})
     batched = timed[~timed["is_loop"] & (timed["batch"] > 1)]
-    paired = batched.reset_index().merge(loops, on=["gpu_label", "api", "mode", "m", "n", "k"])
+    paired = batched.reset_index().merge(loops, on=[c for c in key if c != "batch"])
     paired = paired[paired["batch_x"] == paired["batch_y"]].rename(columns={"batch_x": "batch"})
     paired = paired.set_index("index")
     # Where the sweep re-measured the pair interleaved (the batched call timed inside the loop
@@ -90,6 +91,11 @@ def batched_slower_than_loop(ctx: RuleContext) -> list[Finding]:
         )
     return found
 
+
+# A batched call and its loop companion: the same call but for the loop (planning.grid makes
+# the companion as the case with loop=True), its layout, leading dimensions, broadcast and beta
+# too; without them a 2048^3 tt call was judged against the loops of all four layouts at once.
+LOOP_KEY = ["gpu_label", "api", "mode", "m", "n", "k", "batch", *LAYOUT_DEFAULTS]
 
 # The loop companion's evidence, renamed beside the batched call's own on a paired row.
 _LOOP_EVIDENCE = tuple(
@@ -130,7 +136,7 @@ def _with_interleaved_recheck(paired: pd.DataFrame, loop_rows: pd.DataFrame) -> 
     paired = paired.assign(interleaved=False)
     if "batched_time_ms" not in loop_rows.columns:
         return paired
-    key = ["gpu_label", "api", "mode", "m", "n", "k", "batch"]
+    key = LOOP_KEY
     columns = [c for c in loop_rows.columns if c.startswith(("batched_time", "batched_kernel"))]
     again = loop_rows[key + columns].dropna(subset=["batched_time_ms"])
     own = paired.drop(columns=[c for c in columns if c in paired.columns])  # empty on its rows
