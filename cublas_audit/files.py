@@ -92,7 +92,10 @@ def write_csv_atomic(frame: pd.DataFrame, path: Path) -> Path:
     """A table as CSV (or Parquet for a .parquet path) through write_file."""
     path = Path(path)
     if path.suffix == ".parquet":
-        return write_file(path, lambda handle: frame.to_parquet(handle, index=False))
+        # zstd: a third of snappy's bytes for a map's table, in about the same time
+        return write_file(
+            path, lambda handle: frame.to_parquet(handle, index=False, compression="zstd")
+        )
     return write_file(path, lambda handle: frame.to_csv(handle, index=False, float_format="%.6g"))
 
 

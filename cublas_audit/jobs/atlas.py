@@ -97,7 +97,7 @@ def judged_map(path: Path) -> MapAudit:
     """A map run loaded and judged once (its recorded findings, its follow-up's verdicts)."""
     check_map_run(path)
     deep = path / rundir.FOLLOW_UP_DIR
-    follow_up = load_run(deep) if (deep / rundir.TABLE_FILE).exists() else None
+    follow_up = load_run(deep) if rundir.has_table(deep) else None
     return audit_map(load_run(path), found=recorded_findings(path), follow_up=follow_up)
 
 
@@ -109,7 +109,7 @@ def check_map_run(path: Path) -> None:
         raise AuditError(f"{path}: not a directory; name a map's run directory")
     if rundir.is_candidates_run(path):
         raise AuditError(f"{path}: a candidate audit, not a map; the atlas reads map runs")
-    if not (path / rundir.TABLE_FILE).exists():
+    if not rundir.has_table(path):
         raise AuditError(
             f"{path}: not a run directory (no {rundir.TABLE_FILE}); the atlas reads the run "
             "directory of a `cublas-audit map`"

@@ -64,13 +64,13 @@ def _fixes_of_input(path: Path, limits: Thresholds, given: Mapping[str, Any]) ->
         verdicts = judge_candidates(read_candidates(path), limits.candidate_gap_pct / 100)
         return stamp_of(given, verdicts.frame), pin_fixes(verdicts, str(path)), str(path)
     deep = path / rundir.FOLLOW_UP_DIR
-    if (deep / rundir.TABLE_FILE).exists():
+    if rundir.has_table(deep):
         return _fixes_of_input(deep, limits, given)
     env = rundir.read_env(path) or dict(given)
     if rundir.is_candidates_run(path):
         verdicts = recorded_verdicts(path, read_candidates(path), limits.candidate_gap_pct / 100)
         return stamp_of(env, verdicts.frame), pin_fixes(verdicts, str(path)), str(path)
-    if not (path / rundir.TABLE_FILE).exists():
+    if not rundir.has_table(path):
         raise AuditError(
             f"{path}: neither a dispatch table nor a candidate audit (a map needs --follow-up "
             "to measure alternatives)"
@@ -193,7 +193,7 @@ def trace_records(job: FixJob) -> dict[str, TraceRecord]:
     found = {}
     for path in map(Path, job.inputs):
         deep = path / rundir.FOLLOW_UP_DIR
-        run = deep if (deep / rundir.TABLE_FILE).exists() else path  # as _fixes_of_input reads
+        run = deep if rundir.has_table(deep) else path  # as _fixes_of_input reads
         if not run.is_dir():
             continue
         record = run_record(run, trace) if trace is not None else read_trace_record(run)

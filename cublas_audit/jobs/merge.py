@@ -2,7 +2,8 @@
 run directory, then its report as the phase's measuring job writes it (jobs.reports).
 
     DIR/plan.json       the whole plan
-    DIR/dispatch.csv    the shards' tables as one, in plan order (where the shards have them)
+    DIR/dispatch.csv    the shards' tables as one, in plan order (where the shards have them;
+                        dispatch.parquet from rundir.COLUMNAR_ROWS rows)
     DIR/candidates.csv  the shards' candidate audits as one (where the shards have them)
     DIR/env.json        the first shard's record of what was measured, each shard listed (its
                         host, GPU, times), the versions and settings merged with --allow-mixed
@@ -21,7 +22,6 @@ from cublas_audit.jobs.reports import write_candidates_report, write_map_report,
 from cublas_audit.planning import plan_file
 from cublas_audit.run.sweep_setup import check_new_run_dir
 from cublas_audit.table import candidates_table, merge, rundir
-from cublas_audit.table import dispatch as table
 from cublas_audit.table.trace_record import read_trace_record, write_trace_record
 
 
@@ -60,7 +60,7 @@ def write_merged(
     out.mkdir(parents=True, exist_ok=True)
     plan_file.write(merged.plan, out / rundir.PLAN_FILE)
     if merged.table is not None:
-        table.write_table(merged.table, out / rundir.TABLE_FILE)
+        rundir.write_run_table(merged.table, out)
     if merged.candidates is not None:
         candidates_table.write_candidates(merged.candidates, out / rundir.CANDIDATES_FILE)
     traced = read_trace_record(shards[0].path)  # every shard holds the whole plan's record

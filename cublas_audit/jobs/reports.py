@@ -44,7 +44,7 @@ def write_map_report(
     """A map run's report.md, pictures and findings.json, with its follow-up where it has one
     (the map's findings as its run judged them, where given)."""
     deep = Path(run_dir) / rundir.FOLLOW_UP_DIR
-    follow_up = load_run(deep) if (deep / rundir.TABLE_FILE).exists() else None
+    follow_up = load_run(deep) if rundir.has_table(deep) else None
     judged = audit_map(load_run(Path(run_dir)), thresholds, found, follow_up)
     return map_report.write_map_report(Path(run_dir), judged)
 

@@ -37,7 +37,7 @@ from cublas_audit.table.atlas_files import (
     write_atlas_tables,
 )
 from cublas_audit.table.dispatch import json_ready
-from cublas_audit.table.rundir import FINDINGS_FILE, PLOTS_DIR, TABLE_FILE, TIME_RESULTS
+from cublas_audit.table.rundir import FINDINGS_FILE, PLOTS_DIR, TIME_RESULTS, table_file
 from cublas_audit.vocabulary import FollowUp
 
 ATLAS_K = (64, 512, 2048, 4096)  # the K of the plane pictures' panels (or the nearest present)
@@ -232,7 +232,7 @@ def _kept(atlas: Atlas, target: Path) -> str:
     ]
     width = len(atlas.judged.dataset.frame.columns)
     left = [
-        f"{TABLE_FILE} ({_size(run / TABLE_FILE)}, {width} columns): the call times and "
+        f"{table_file(run).name} ({_size(table_file(run))}, {width} columns): the call times and "
         "their distributions, clocks and power, the launch geometry, the split-K reductions "
         "traced beside each kernel",
         f"{TIME_RESULTS} ({_size(run / TIME_RESULTS)}): the probe's record of each case",

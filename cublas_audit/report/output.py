@@ -17,7 +17,9 @@ from cublas_audit.table.rundir import (
     PLAN_FILE,
     PLOTS_DIR,
     REPORT_FILE,
+    TABLE_COLUMNAR,
     TABLE_FILE,
+    table_file,
 )
 
 TERMINAL_REPORT = Path("cublas-audit-report") / REPORT_FILE
@@ -36,7 +38,7 @@ def check_output(
     target = out.resolve()
     for given in inputs:
         source = Path(given).resolve()
-        table = source / TABLE_FILE if source.is_dir() else source
+        table = table_file(source) if source.is_dir() else source
         inside_run = source.is_dir() and source in target.parents and target.name != REPORT_FILE
         if target in (table, source) or inside_run:
             raise AuditError(f"{said}: {out} would overwrite the input {given}")
@@ -84,7 +86,8 @@ def input_files(inputs: Sequence[Path]) -> list[Path]:
     files: list[Path] = []
     for given in map(Path, inputs):
         if given.is_dir():
-            files += [given / name for name in (TABLE_FILE, ENV_FILE, PLAN_FILE, CANDIDATES_FILE)]
+            names = (TABLE_FILE, TABLE_COLUMNAR, ENV_FILE, PLAN_FILE, CANDIDATES_FILE)
+            files += [given / name for name in names]
         else:
             files.append(given)
     return files

@@ -4,8 +4,9 @@
       env.json, plan.json       the whole run: its devices, sharded or replicated, every case
       shards/gpu<index>/        one complete run directory per GPU (its own plan, env.json with
                                 the GPU's index and UUID, timing.jsonl, ncu/, report.md)
-      dispatch.csv, report.md   sharded: the shards' tables as one (device_index, gpu_uuid
-                                columns) and its report (a map's report for a map)
+      dispatch.csv, report.md   sharded: the shards' tables as one (dispatch.parquet when large;
+                                device_index, gpu_uuid columns) and its report (a map's report
+                                for a map)
       candidates.csv            `candidates --devices`: the shards' candidate audits as one
       units.md, units.json      replicated: the unit comparison (unit-mismatch findings, the
                                 spread of unit speed, clocks and power beside it)
@@ -38,7 +39,6 @@ from cublas_audit.planning.shards import shard
 from cublas_audit.run.sweep import Progress
 from cublas_audit.run.sweep_setup import SweepOptions, check_new_run_dir, default_run_dir, sweep
 from cublas_audit.table import candidates_table, rundir
-from cublas_audit.table import dispatch as table
 from cublas_audit.table.merge import in_plan_order
 from cublas_audit.table.trace_record import write_trace_record
 from cublas_audit.table.validation import read_table
@@ -273,7 +273,7 @@ def run(
 def merged_table(plan: Plan, shards: Sequence[Path]) -> pd.DataFrame:
     """The shards' tables as one, in plan order, written to the run's dispatch.csv."""
     frame = in_plan_order(plan.cases, [read_table(path) for path in shards])
-    table.write_table(frame, plan.run_dir / rundir.TABLE_FILE)
+    rundir.write_run_table(frame, plan.run_dir)
     return frame
 
 

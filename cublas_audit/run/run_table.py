@@ -14,7 +14,6 @@ from cublas_audit.observe import ncu_export as ncu_parse
 from cublas_audit.observe.environment import format_cublas_version
 from cublas_audit.planning.cases import Case, read_plan
 from cublas_audit.table import assemble, rundir
-from cublas_audit.table import dispatch as table
 from cublas_audit.table.rundir import NCU_DIR, PLAN_FILE, PROFILE_RESULTS, TIME_RESULTS
 
 
@@ -71,7 +70,7 @@ def write_run_table(
         rundir.read_results(run_dir / TIME_RESULTS),
         context,
     )
-    table.write_table(frame, run_dir / rundir.TABLE_FILE)
+    rundir.write_run_table(frame, run_dir)
     return frame
 
 

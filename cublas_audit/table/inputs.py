@@ -17,7 +17,15 @@ from cublas_audit.resources import shipped
 from cublas_audit.table.atlas_files import ATLAS_REPORT, check_whole, is_atlas, read_atlas
 from cublas_audit.table.candidates_table import read_candidates
 from cublas_audit.table.dispatch import TableSource, row_number
-from cublas_audit.table.rundir import CANDIDATES_FILE, ENV_FILE, PLAN_FILE, TABLE_FILE, read_env
+from cublas_audit.table.rundir import (
+    CANDIDATES_FILE,
+    ENV_FILE,
+    PLAN_FILE,
+    TABLE_COLUMNAR,
+    TABLE_FILE,
+    read_env,
+    table_file,
+)
 from cublas_audit.table.trace_record import TraceRecord, read_trace_record
 from cublas_audit.table.validation import check_against_plan, check_env, read_table
 
@@ -68,7 +76,7 @@ def load_inputs(paths: Sequence[Path]) -> list[Dataset]:
 def check_distinct(paths: Sequence[Path]) -> None:
     seen: dict[Path, Path] = {}
     for path in map(Path, paths):
-        table = (path / TABLE_FILE if path.is_dir() else path).resolve()
+        table = (table_file(path) if path.is_dir() else path).resolve()
         if table in seen:
             raise AuditError(f"{path}: the same table as {seen[table]}; give each input once")
         seen[table] = path
@@ -91,7 +99,7 @@ def load_one_gpu(path: Path) -> Dataset:
 def _measured_by(table: Path) -> dict[str, Any]:
     """What a run's dispatch.csv given as a file says of its measurement: the phase of the
     env.json beside it (a map's rows are judged with the map's floors), else nothing."""
-    if table.name != TABLE_FILE:
+    if table.name not in (TABLE_FILE, TABLE_COLUMNAR):
         return {}
     try:
         phase = read_env(table.parent).get("phase")
@@ -103,7 +111,7 @@ def _measured_by(table: Path) -> dict[str, Any]:
 def load_run(run_dir: Path) -> Dataset:
     """A run directory: its table (one GPU, agreeing with plan.json) and its env.json."""
     frame = read_table(run_dir)
-    source = TableSource(run_dir / TABLE_FILE)
+    source = TableSource(table_file(run_dir))
     env = read_env(run_dir)
     if not env.get("allow_mixed"):  # a run over GPUs of several models is one table per model
         require_one_gpu(frame, source.path)

@@ -80,7 +80,7 @@ class ShardRun:
 
     @property
     def has_table(self) -> bool:
-        return (self.path / rundir.TABLE_FILE).is_file()
+        return rundir.has_table(self.path)
 
     @property
     def has_candidates(self) -> bool:
@@ -193,8 +193,11 @@ def check_shards(shards: Sequence[ShardRun], allow_mixed: bool = False) -> None:
 
 
 def result_file(shard: ShardRun) -> str:
-    """The table a finished shard holds: candidates.csv for a candidates run, else dispatch.csv."""
-    return rundir.CANDIDATES_FILE if _phase(shard) == "candidates" else rundir.TABLE_FILE
+    """The table a finished shard holds: candidates.csv for a candidates run, else its dispatch
+    table (dispatch.csv, or dispatch.parquet where it wrote one)."""
+    if _phase(shard) == "candidates":
+        return rundir.CANDIDATES_FILE
+    return rundir.table_file(shard.path).name
 
 
 def finished(shard: ShardRun) -> bool:

@@ -36,7 +36,7 @@ from cublas_audit.table.dispatch import (
     unshared,
     validate,
 )
-from cublas_audit.table.rundir import TABLE_FILE
+from cublas_audit.table.rundir import table_file
 from cublas_audit.table.text import PER_ROW_TEXT
 
 # cuBLAS takes m, n, k and the batch count as 32-bit ints.
@@ -226,7 +226,7 @@ def read_table(path: Path) -> pd.DataFrame:
     process while the file is unchanged: read_once)."""
     path = Path(path)
     if path.is_dir():
-        path = path / TABLE_FILE
+        path = table_file(path)
     if not path.exists():
         raise AuditError(f"{path}: no such file")
     return read_once(path, _parsed)

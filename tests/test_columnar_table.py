@@ -1,0 +1,82 @@
+"""A large run's table is columnar (table.rundir.write_run_table; issue 40 item 3): from
+COLUMNAR_ROWS rows dispatch.parquet, read back as the same table dispatch.csv gave, found by
+every reader of a run directory (load, merge, the map's report); a smaller one stays CSV, and a
+run directory holds one of them. Shown on a real 256-problem H100 map with the threshold
+lowered (what a 262,144-problem map crosses)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from cublas_audit.jobs import merge as merge_job
+from cublas_audit.planning.cases import read_plan, write_plan
+from cublas_audit.planning.shards import PlanPart, ShardSpec
+from cublas_audit.table import merge, rundir
+from cublas_audit.table.inputs import load_run
+from cublas_audit.table.validation import read_table
+
+MAP = Path(__file__).resolve().parents[1] / "reports/h100/maps/20261124-003639-fp32-64-8192"
+
+
+@pytest.fixture
+def columnar(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(rundir, "COLUMNAR_ROWS", 100)
+
+
+def copied(where: Path) -> Path:
+    """The map's run directory without its table, plots and report."""
+    where.mkdir()
+    for name in (rundir.ENV_FILE, rundir.PLAN_FILE):
+        shutil.copy(MAP / name, where / name)
+    return where
+
+
+def test_a_large_table_is_written_columnar_and_reads_as_the_csv(
+    columnar: None, tmp_path: Path
+) -> None:
+    run = copied(tmp_path / "run")
+    (run / rundir.TABLE_FILE).write_text("left by an earlier write\n")
+    written = rundir.write_run_table(read_table(MAP), run)
+    assert written.name == rundir.TABLE_COLUMNAR and rundir.table_file(run) == written
+    assert not (run / rundir.TABLE_FILE).exists()  # one table a run directory
+    assert written.stat().st_size < (MAP / rundir.TABLE_FILE).stat().st_size
+    pd.testing.assert_frame_equal(read_table(run), read_table(MAP))
+    loaded, recorded = load_run(run), load_run(MAP)
+    pd.testing.assert_frame_equal(loaded.frame, recorded.frame)
+    assert loaded.env == recorded.env
+
+
+def test_a_small_table_stays_csv(tmp_path: Path) -> None:
+    run = copied(tmp_path / "run")
+    assert rundir.write_run_table(read_table(MAP), run).name == rundir.TABLE_FILE
+    assert rundir.table_file(run) == run / rundir.TABLE_FILE
+
+
+def test_columnar_shards_merge_into_a_columnar_run(
+    columnar: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two shards of the map, each table columnar (as a shard of a full map writes it): merged,
+    the map's table in plan order, written columnar, its report given the merged run."""
+    whole, frame = read_plan(MAP / rundir.PLAN_FILE), read_table(MAP)
+    shards = []
+    for index in (1, 2):
+        part = PlanPart.of(ShardSpec(index, 2), whole)
+        path = tmp_path / f"shard-{index}"
+        path.mkdir()
+        write_plan(part.cases(), path / rundir.PLAN_FILE)
+        write_plan(whole, path / rundir.WHOLE_PLAN_FILE)
+        ids = {case.case_id for case in part.cases()}
+        assert rundir.write_run_table(frame[frame["case_id"].isin(ids)], path).suffix == ".parquet"
+        rundir.write_env(path, {**rundir.read_env(MAP), **part.record()})
+        shards.append(path)
+    assert all(merge.finished(merge.read_shard(path)) for path in shards)
+    reported: list[Path] = []
+    monkeypatch.setattr(merge_job, "write_map_report", lambda out: reported.append(out) or out)
+    out = tmp_path / "merged"
+    merge_job.run(merge_job.MergeJob(shards, out, command=["merge"]))
+    assert reported == [out] and (out / rundir.TABLE_COLUMNAR).is_file()
+    pd.testing.assert_frame_equal(load_run(out).frame, frame)
