@@ -4,7 +4,9 @@ table's best FP32 82.1128 %; no call that small fills the GPU at the default fil
 
 from __future__ import annotations
 
-from tests.rules.recorded import dataset, judged
+from cublas_audit.judge.roofline import machine_of
+from cublas_audit.table.validation import read_table
+from tests.rules.recorded import dataset, judged, path_of
 
 H100 = "fixtures:h100-batched-cublas"
 
@@ -29,3 +31,13 @@ def test_against_the_tables_best() -> None:
     fill = {"fill_min_elements": 524288}
     assert [f.batch for f in judged(dataset(H100), "low-utilization", **fill)] == [8]
     assert judged(dataset(H100), "low-utilization", low_util_fraction=0.4, **fill) == []
+
+
+def test_a_table_without_env_json_keeps_its_gpus_bandwidth() -> None:
+    """The GPU's name from the table's own column finds its data sheet (the H100's 3.35 TB/s):
+    its memory-bound calls are still judged on bandwidth."""
+    table = read_table(path_of("h100/checks/20261125-074637-k140") / "dispatch.csv")
+    machine = machine_of({}, table)
+    assert machine is not None
+    assert (machine.name, machine.dram_gbps) == ("NVIDIA H100 80GB HBM3", 3350.0)
+    assert machine.dram_source == "data sheet of the NVIDIA H100 80GB HBM3"

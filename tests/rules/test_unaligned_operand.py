@@ -5,6 +5,8 @@ cause-removed companion measured: info, saying what to measure."""
 
 from __future__ import annotations
 
+from cublas_audit.judge.rules import prepare
+from cublas_audit.judge.rules.causes import _older_kernel
 from tests.rules.recorded import case_ids, dataset, judged, sliced
 
 K140 = "h100/checks/20261125-074637-k140"
@@ -38,3 +40,13 @@ def test_a_trace_problem_with_nothing_measured_beside_it() -> None:
         ("cublas", ["100x7x20000 nt"], "info"),
         ("cublasLt", ["100x7x20000 nt"], "info"),
     ]
+
+
+def test_a_kernel_of_the_gpus_own_architecture_is_not_older() -> None:
+    """bf16 1024x1024x140 batch 8 on the H100 (cc 9.0): nn dispatches an sm80 kernel, nt
+    (reports/h100/checks/20261125-092057-k140-layouts) nvjet, an sm90 kernel: not older."""
+    rows = prepare(dataset("h100/checks/20261125-092057-k140-layouts").frame).set_index("case_id")
+    assert _older_kernel(rows.loc["cublas.bf16.1024x1024x140.b8.nn"]) == "sm80"
+    nt = rows.loc["cublas.bf16.1024x1024x140.b8.nt"]
+    assert str(nt["cc"]) == "9.0" and str(nt["kernel_name"]).startswith("nvjet")
+    assert _older_kernel(nt) is None

@@ -27,3 +27,13 @@ def test_fewer_ctas_than_the_share_of_sms_on_a_long_enough_kernel() -> None:
     shorter = math.nextafter(0.00392, math.inf)
     found = judged(dataset(GEMV), RULE, underfill_sm_fraction=4, underfill_min_ms=shorter)
     assert [f.sizes[0] for f in found] == ["1x1x131072 strided"]
+
+
+def test_every_operand_counts_toward_the_bytes_gate() -> None:
+    """64^3 fp32 (4 CTAs): A, B and C are 3 x 64 x 64 x 4 = 49152 bytes, 372.4 a SM of 132. At
+    300 bytes a SM (39600) it fires, at 373 (49236) not; without B (32772) it would not at 300."""
+    loose = {"underfill_sm_fraction": 1, "underfill_min_ms": 0}
+    found = judged(dataset(GEMV), RULE, underfill_bytes_per_sm=300, **loose)
+    assert sorted(f.sizes[0] for f in found) == ["64", "64 strided"]
+    assert "launches 4-4 CTAs on a GPU of 132 SMs" in found[0].message
+    assert judged(dataset(GEMV), RULE, underfill_bytes_per_sm=373, **loose) == []
