@@ -80,3 +80,23 @@ def test_columnar_shards_merge_into_a_columnar_run(
     merge_job.run(merge_job.MergeJob(shards, out, command=["merge"]))
     assert reported == [out] and (out / rundir.TABLE_COLUMNAR).is_file()
     pd.testing.assert_frame_equal(load_run(out).frame, frame)
+
+
+def test_a_large_maps_findings_are_gzipped_and_read_back_as_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """From COMPACT_FINDINGS findings a map's findings go to findings.json.gz (compact JSON):
+    read back, the findings the H100's 10,000-problem map recorded, every field."""
+    from cublas_audit.judge.map_audit import recorded_findings
+    from cublas_audit.table.dispatch import json_ready
+
+    recorded_run = MAP.parents[3] / "benchmarks/results/map-10k-h100"
+    found = recorded_findings(recorded_run)
+    assert found is not None and len(found) > 300
+    monkeypatch.setattr(rundir, "COMPACT_FINDINGS", 300)
+    (tmp_path / rundir.FINDINGS_FILE).write_text("[]\n")  # an earlier report's
+    written = rundir.write_findings(tmp_path, json_ready([f.to_json() for f in found]))
+    assert written.name == rundir.FINDINGS_COMPACT == rundir.findings_file(tmp_path).name
+    assert not (tmp_path / rundir.FINDINGS_FILE).exists()
+    assert written.stat().st_size * 5 < (recorded_run / rundir.FINDINGS_FILE).stat().st_size
+    assert recorded_findings(tmp_path) == found

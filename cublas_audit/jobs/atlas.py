@@ -58,7 +58,7 @@ def run(job: AtlasJob, echo: Echo) -> list[Path]:
 def _read_files(runs: Sequence[Path]) -> list[Path]:
     """What the atlas reads of its maps, which no file it writes may replace."""
     deep = [Path(run) / rundir.FOLLOW_UP_DIR for run in runs]
-    return input_files([*runs, *deep]) + [Path(run) / rundir.FINDINGS_FILE for run in runs]
+    return input_files([*runs, *deep]) + [rundir.findings_file(run) for run in runs]
 
 
 def _check_target(target: Path, runs: Sequence[Path]) -> None:

@@ -4,7 +4,6 @@ cuBLASLt's candidates offered. The follow-up, the report and the CLI's summary t
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,7 +18,7 @@ from cublas_audit.judge.rules import audit, prepare
 from cublas_audit.judge.thresholds import Thresholds
 from cublas_audit.table.inputs import Dataset
 from cublas_audit.table.json_records import record
-from cublas_audit.table.rundir import FINDINGS_FILE
+from cublas_audit.table.rundir import findings_file, read_findings
 from cublas_audit.vocabulary import FollowUp, Verdict
 
 MAP_RULES = ("size-inversion", "dispatch-cliff")
@@ -36,11 +35,11 @@ def recorded_findings(run_dir: Path) -> list[Finding] | None:
     """The findings a map run judged, as its findings.json holds them (None where it has none: a
     map written before the file existed). What a reader of a large map takes instead of judging
     it again: size-inversion compares every problem with every other of its series."""
-    path = Path(run_dir) / FINDINGS_FILE
+    path = findings_file(run_dir)
     if not path.is_file():
         return None
     try:
-        data = json.loads(path.read_text())
+        data = read_findings(path)
         if not isinstance(data, list):
             raise ValueError("expected a list of findings")
         return [

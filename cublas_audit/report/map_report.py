@@ -1,11 +1,11 @@
 """The dispatch map's report (report.md of a map run): what was mapped and how fast, the kernels
 and where they switch, the pictures, the map rules' findings, and the follow-up's evidence for
-each finding it took deep. findings.json beside it holds every finding, not only those shown.
+each finding it took deep. findings.json beside it holds every finding, not only those shown
+(findings.json.gz for a map of table.rundir.COMPACT_FINDINGS or more).
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -25,10 +25,11 @@ from cublas_audit.report.markdown import md_code, md_number, md_table, md_text, 
 from cublas_audit.report.render import env_rows
 from cublas_audit.table.dispatch import json_ready
 from cublas_audit.table.rundir import (
-    FINDINGS_FILE,
     FOLLOW_UP_DIR,
     PLOTS_DIR,
     REPORT_FILE,
+    findings_name,
+    write_findings,
 )
 from cublas_audit.vocabulary import Verdict
 
@@ -41,7 +42,7 @@ def write_map_report(run_dir: Path, judged: MapAudit) -> Path:
     run_dir = Path(run_dir)
     text = render(judged, run_dir / PLOTS_DIR)
     records = [finding.to_json() for finding in judged.findings]
-    write_text_atomic(run_dir / FINDINGS_FILE, json.dumps(json_ready(records), indent=1) + "\n")
+    write_findings(run_dir, json_ready(records))
     return write_text_atomic(run_dir / REPORT_FILE, text)
 
 
@@ -153,7 +154,8 @@ def _findings(rows: pd.DataFrame, found: Sequence[Finding], thresholds: Threshol
         parts.append(f"### {rule} ({len(listed)}{within_noise(listed, '; ')})")
         parts.append(md_table(["series", "finding", "workaround"], table))
         if len(listed) > FINDINGS_SHOWN:
-            parts.append(f"The {len(listed) - FINDINGS_SHOWN} smaller ones are in findings.json.")
+            where = findings_name(len(found))
+            parts.append(f"The {len(listed) - FINDINGS_SHOWN} smaller ones are in {where}.")
     return "\n\n".join(parts)
 
 

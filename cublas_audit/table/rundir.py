@@ -24,14 +24,16 @@ A run directory is self-contained: it is what a user attaches to a bug ticket, a
 
 from __future__ import annotations
 
+import gzip
 import importlib.util
 import json
+import zlib
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cublas_audit.errors import AuditError
-from cublas_audit.files import write_text_atomic
+from cublas_audit.files import write_file, write_text_atomic
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -58,6 +60,10 @@ REPORT_FILE = "report.md"
 PLOTS_DIR = "plots"
 FOLLOW_UP_DIR = "follow-up"  # a map's deep tier: a run directory inside the map's
 FINDINGS_FILE = "findings.json"  # a map's findings, every one (report.md shows the largest)
+FINDINGS_COMPACT = "findings.json.gz"  # the same, of a map with COMPACT_FINDINGS or more
+# Findings from which findings.json is written gzipped, without indentation: a full map's 89,000
+# (their messages and evidence much alike) took 71 MB as indented JSON.
+COMPACT_FINDINGS = 10_000
 UNITS_REPORT = "units.md"  # a replicated run's comparison of its units, and its data:
 UNITS_JSON = "units.json"
 
@@ -91,6 +97,46 @@ def write_run_table(frame: pd.DataFrame, run_dir: Path) -> Path:
     if other.is_file():
         other.unlink()
     return written
+
+
+def findings_name(count: int) -> str:
+    """The file a map's `count` findings go to."""
+    return FINDINGS_COMPACT if count >= COMPACT_FINDINGS else FINDINGS_FILE
+
+
+def findings_file(run_dir: Path) -> Path:
+    """A map run's findings: findings.json.gz where it wrote that, else findings.json (whether or
+    not it exists)."""
+    compact = Path(run_dir) / FINDINGS_COMPACT
+    return compact if compact.is_file() else Path(run_dir) / FINDINGS_FILE
+
+
+def write_findings(run_dir: Path, records: list[Any]) -> Path:
+    """Every finding of a map (JSON-ready records) into findings_name's file, the other form's
+    file of an earlier report removed."""
+    name = findings_name(len(records))
+    if name == FINDINGS_COMPACT:
+        text = json.dumps(records, separators=(",", ":")) + "\n"
+        # level 1 and no name or time in the header: a few times faster than the default, and
+        # the same findings give the same bytes
+        written = write_file(Path(run_dir) / name, gzip.compress(text.encode(), 1, mtime=0))
+    else:
+        written = write_text_atomic(Path(run_dir) / name, json.dumps(records, indent=1) + "\n")
+    other = Path(run_dir) / (FINDINGS_FILE if name == FINDINGS_COMPACT else FINDINGS_COMPACT)
+    if other.is_file():
+        other.unlink()
+    return written
+
+
+def read_findings(path: Path) -> Any:
+    """A findings file's JSON (gzipped or not)."""
+    data = Path(path).read_bytes()
+    if path.suffix == ".gz":
+        try:
+            data = gzip.decompress(data)
+        except (EOFError, zlib.error) as exc:  # (a truncated or corrupt file: not the findings)
+            raise ValueError(f"not gzip data ({exc})") from exc
+    return json.loads(data)
 
 
 def read_env(run_dir: Path) -> dict[str, Any]:
