@@ -87,7 +87,7 @@ def order(finding: Finding) -> tuple[int, float, str, str, str, str, int, str]:
     share of time a measured alternative gives back, `effect`, largest first; an observation
     without a measured alternative has none), then by GPU, rule and call."""
     return (
-        finding.severity.rank,
+        Severity(finding.severity).rank,  # a severity given as its text ranks as its member
         -finding.effect,
         finding.gpu_label,
         finding.rule,

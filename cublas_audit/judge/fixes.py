@@ -123,9 +123,9 @@ def shape_fixes(
     return list(kept.values())
 
 
-def _rule_severity(finding: Finding) -> str:
+def _rule_severity(finding: Finding) -> Severity:
     """The severity the rule gave (judge.impact keeps it where a trace made the finding info)."""
-    return str(finding.impact.get("rule_severity", finding.severity))
+    return Severity(finding.impact.get("rule_severity", finding.severity))
 
 
 # ----- pins --------------------------------------------------------------------------------------
