@@ -95,3 +95,13 @@ def test_label_from_gpu_name() -> None:
     assert grid.label_from_gpu_name("NVIDIA H100 80GB HBM3") == "h100"
     assert grid.label_from_gpu_name("NVIDIA GeForce RTX 5090") == "5090"
     assert grid.label_from_gpu_name("NVIDIA RTX PRO 6000 Blackwell Max-Q") == "pro"
+
+
+def test_a_cases_operand_layouts_are_made_once_and_never_shared_with_a_replaced_case() -> None:
+    import dataclasses
+
+    case = cases.Case("cublas", "bf16", 128, 64, 96, 1, transa="t")
+    assert case.operand("a") is case.operand("a")  # the map's engine asks ~20 times a problem
+    wider = dataclasses.replace(case, lda=160)
+    assert wider.operand("a").ld == 160 and case.operand("a").ld == 96
+    assert wider == dataclasses.replace(case, lda=160)  # the cache is no field

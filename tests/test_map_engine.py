@@ -8,13 +8,13 @@ import math
 
 import pytest
 
-from cublas_audit.device import quick_check
-from cublas_audit.device.kernel_trace import MARKERS, KernelLaunch, split_chunk
-from cublas_audit.device.map_engine import CHECK_KERNELS, OperandPool
+from cublas_audit.device import map_records, quick_check
+from cublas_audit.device.kernel_trace import KernelLaunch
+from cublas_audit.device.map_engine import CHECK_KERNELS
+from cublas_audit.device.operand_pool import OperandPool
 from cublas_audit.planning.cases import Case
 from cublas_audit.planning.chunks import CHUNK, POOLED_BYTES, chunk_groups, dealt
 
-THIS, NEXT = MARKERS
 PARTIAL, FINAL = CHECK_KERNELS
 
 
@@ -26,33 +26,46 @@ def names(calls: list[tuple[KernelLaunch, ...]]) -> list[list[str]]:
     return [[k.name for k in call] for call in calls]
 
 
-def test_a_chunks_calls_end_at_its_check_and_the_next_chunk_is_left_over() -> None:
-    # GPU order: a late record of the chunk before (other marker), this chunk's two cases of two
-    # calls each (the second call of case 0 adds a split-K reduction), each case closed by the
-    # check kernels, then the next chunk already begun. Records arrive in any order.
+def marker(sequence: int, start: int) -> KernelLaunch:
+    threads = map_records.marker_threads(sequence)
+    return KernelLaunch(map_records.CHUNK_MARKER, start, start + 1, (1, 1, 1), (threads, 1, 1), 8)
+
+
+def test_a_chunk_is_read_once_the_next_chunks_marker_has_arrived() -> None:
+    # GPU order: a late record of the chunk before, chunk 7's two cases (the first of two calls
+    # with a split-K reduction each, the second closed without its check), then chunk 8 begun.
+    # Records arrive in any order.
     records = [
-        launch(NEXT, 0), launch("old_gemm", 1),
-        launch(THIS, 10), launch("gemm_a", 11),
-        launch(THIS, 20), launch("gemm_a", 21), launch("splitk_reduce", 22),
-        launch(PARTIAL, 23), launch(FINAL, 24),
-        launch(THIS, 30), launch("gemm_b", 31),
-        launch(THIS, 40), launch("gemm_b", 41),
-        launch(PARTIAL, 42), launch(FINAL, 43),
-        launch(NEXT, 50), launch("gemm_c", 51),
+        marker(6, 0), launch("old_gemm", 1),
+        marker(7, 10), launch("gemm_a", 11), launch("reduce", 12), launch("gemm_a", 13),
+        launch("reduce", 14), launch(PARTIAL, 15), launch(FINAL, 16),
+        launch("gemm_b", 20), launch(map_records.CASE_END, 21),
+        marker(8, 30), launch("gemm_c", 31),
     ][::-1]  # fmt: skip
-    calls, leftover = split_chunk(records, THIS, CHECK_KERNELS)
-    assert names(calls) == [["gemm_a"], ["gemm_a", "splitk_reduce"], ["gemm_b"], ["gemm_b"]]
-    assert [k.name for k in leftover] == [NEXT, "gemm_c"]
-    # the leftover opens the next chunk's split, where this chunk's marker no longer appears
-    more = [launch(NEXT, 60), launch("gemm_c", 61), launch(PARTIAL, 62)]
-    calls, leftover = split_chunk(leftover + more, NEXT, CHECK_KERNELS)
-    assert names(calls) == [["gemm_c"], ["gemm_c"]] and leftover == []
+    assert map_records.chunk_records(records[:4], 7, last=False) is None  # chunk 8 not yet seen
+    found = map_records.chunk_records(records, 7, last=False)
+    assert found is not None
+    mine, after = found
+    assert [k.name for k in after] == [map_records.CHUNK_MARKER, "gemm_c"]
+    cases = map_records.case_records(mine)
+    assert [[k.name for k in c] for c in cases] == [["gemm_a", "reduce"] * 2, ["gemm_b"]]
+    calls = map_records.split_calls(cases[0], 2)
+    assert not isinstance(calls, str)
+    assert names(list(calls)) == [["gemm_a", "reduce"], ["gemm_a", "reduce"]]
+    # the last chunk queued takes every record after its marker once the flush was forced
+    last = map_records.chunk_records(after, 8, last=True)
+    assert last is not None and [k.name for k in last[0]] == ["gemm_c"]
 
 
-def test_a_chunk_whose_records_have_not_all_arrived_shows_fewer_calls() -> None:
-    # the engine compares the count with the markers it queued and then says CUPTI lost calls
-    calls, _ = split_chunk([launch(THIS, 10), launch("gemm", 11)], THIS, CHECK_KERNELS)
-    assert len(calls) == 1
+def test_a_cases_kernels_split_into_its_calls_only_where_each_call_ran_the_same() -> None:
+    a, b = launch("gemm_a", 1), launch("gemm_b", 2)
+    assert map_records.split_calls([a, b, a, b], 2) == ((a, b), (a, b))
+    assert map_records.split_calls([a, a, b], 2).startswith("unavailable: CUPTI saw 3")
+    assert "same kernels" in str(map_records.split_calls([a, b, b, a], 2))
+    assert map_records.split_calls([], 5).startswith("unavailable")
+    # a chunk's markers name it modulo MARKED_CHUNKS: neighbours never share one
+    assert map_records.marker_threads(0) != map_records.marker_threads(1)
+    assert map_records.marker_threads(map_records.MARKED_CHUNKS - 1) == map_records.MARKED_CHUNKS
 
 
 def case(m: int, **kw: object) -> Case:
@@ -153,3 +166,17 @@ def test_out_of_memory_in_the_pool_is_a_skipped_case_not_an_error() -> None:
         "detail": f"out of memory: {message}",
     }
     assert Runner.failed(ValueError("bad"))["status"] == "error"
+
+
+def test_the_checks_driver_launch_passes_each_kernel_parameter_as_its_c_type() -> None:
+    # the ctypes parameters of the two check kernels (quick_check._DriverLaunch) read off the
+    # CUDA source's signatures: a pointer passed as an int (or the reverse) faults on the GPU
+    kinds = {"const void*": "p", "void*": "p", "const int*": "p", "const double*": "p",
+             "double*": "p", "int": "i", "long long": "q", "double": "d"}  # fmt: skip
+    for name, params in (
+        (PARTIAL, quick_check.PARTIAL_PARAMS),
+        (FINAL, quick_check.FINAL_PARAMS),
+    ):
+        signature = quick_check.SOURCE.split(f"void {name}(")[1].split(")")[0]
+        declared = [" ".join(p.split()[:-1]) for p in signature.split(",")]
+        assert "".join(kinds[d] for d in declared) == params, name

@@ -67,3 +67,26 @@ def test_more_work_per_call_never_means_more_repetitions() -> None:
     counts = [timing.repetitions(e) for e in estimates]
     assert counts == sorted(counts, reverse=True)
     assert counts[0] == timing.MAX_REPS and counts[-1] == timing.LONG_MIN_REPS
+
+
+def test_summary_takes_the_median_and_quartiles_as_the_statistics_module_does() -> None:
+    # Timing.summary interpolates itself (the map summarises two distributions a problem): the
+    # same floats as statistics.median and statistics.quantiles(method="inclusive"), n = 1..9
+    import random
+    import statistics
+
+    from cublas_audit.device.timing import Timing
+
+    rng = random.Random(5)
+    for n in range(1, 10):
+        for _ in range(50):
+            samples = tuple(rng.choice([rng.random(), 0.0105, 3.57]) for _ in range(n))
+            found = Timing(samples).summary("t")
+            quartiles = (
+                statistics.quantiles(samples, n=4, method="inclusive")
+                if n > 1
+                else [samples[0]] * 3
+            )
+            assert found["t_ms"] == statistics.median(samples)
+            assert (found["t_q1_ms"], found["t_q3_ms"]) == (quartiles[0], quartiles[2])
+            assert (found["t_min_ms"], found["t_max_ms"]) == (min(samples), max(samples))

@@ -24,7 +24,8 @@ without it records why and times with events alone.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Collection, Mapping, Sequence
+import threading
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -116,7 +117,7 @@ def available() -> str | None:
 
 
 MARKER = "cublas_audit_call_marker"
-MARKERS = (MARKER, "cublas_audit_call_marker_b")  # the map engine's chunks alternate them
+MARKERS = (MARKER, "cublas_audit_call_marker_b")  # the map engine's (device.map_records)
 # The marker that opens a recording, ahead of every call (the `order` name of its call, which
 # belongs to no contender): CUPTI's start-up work for a recording (its first activity buffer)
 # runs on it and a synchronize, never inside a timed call.
@@ -267,33 +268,6 @@ def split_at_markers(records: Sequence[KernelLaunch]) -> list[tuple[KernelLaunch
     return [tuple(call) for call in calls]
 
 
-def split_chunk(
-    records: Sequence[KernelLaunch], opener: str, closers: Collection[str]
-) -> tuple[list[tuple[KernelLaunch, ...]], list[KernelLaunch]]:
-    """One queued chunk's calls out of the records CUPTI has delivered so far (device.map_engine):
-    a call opens at an `opener` marker and ends at the next marker or `closers` kernel (the
-    chunk's check kernels). Chunks alternate between two marker kernels, so a marker of the other
-    name seen after this chunk's calls began is the next chunk, queued already: it and every
-    record after it are returned as the leftover for the next split. Markers of the other name
-    before this chunk's are a late record of the previous chunk, and dropped."""
-    ordered = sorted(records, key=lambda k: k.start_ns)
-    calls: list[list[KernelLaunch]] = []
-    open_call: list[KernelLaunch] | None = None
-    for index, record in enumerate(ordered):
-        if record.name == opener:
-            open_call = []
-            calls.append(open_call)
-        elif record.name in MARKERS:
-            if calls:
-                return [tuple(c) for c in calls], list(ordered[index:])
-            open_call = None
-        elif record.name in closers:
-            open_call = None
-        elif open_call is not None:
-            open_call.append(record)
-    return [tuple(c) for c in calls], []
-
-
 class _Recorded:
     """One CUPTI recording of marked calls on the current stream: opened with a PRIME marker and
     a synchronize, then each call after a marker (`mark`), its contender's name kept in order."""
@@ -354,15 +328,18 @@ class _Tracer:
         self.cupti = cupti
         self.records: list[KernelLaunch] = []
         self.memsets = False
+        self.buffer_bytes = BUFFER_BYTES  # the map engine asks for small ones (map_records)
+        # CUPTI may hand over a buffer from its own thread while this one takes the records
+        self.lock = threading.Lock()
         cupti.activity_register_callbacks(self._buffer_requested, self._buffer_completed)
 
     def _buffer_requested(self) -> tuple[int, int]:
-        return BUFFER_BYTES, 0
+        return self.buffer_bytes, 0
 
     def _buffer_completed(self, activities: list[Any]) -> None:
         kernel = self.cupti.ActivityKind.CONCURRENT_KERNEL
         memset = self.cupti.ActivityKind.MEMSET
-        self.records.extend(
+        parsed = [
             KernelLaunch(
                 name=str(a.name),
                 start_ns=int(a.start),
@@ -375,13 +352,16 @@ class _Tracer:
             else KernelLaunch(MEMSET, int(a.start), int(a.end), (0, 0, 0), (0, 0, 0), 0)
             for a in activities
             if a.kind in (kernel, memset)
-        )
+        ]
+        with self.lock:
+            self.records.extend(parsed)
 
     def recording(self) -> _Recording:
         return _Recording(self)
 
     def take(self) -> list[KernelLaunch]:
-        taken, self.records = self.records, []
+        with self.lock:
+            taken, self.records = self.records, []
         return taken
 
     def enable(self, *, memsets: bool = False) -> None:
@@ -397,6 +377,12 @@ class _Tracer:
     def flushed(self) -> list[KernelLaunch]:
         """The records of every kernel finished so far (forced flush), taken."""
         self.cupti.activity_flush_all(1)
+        return self.take()
+
+    def delivered(self) -> list[KernelLaunch]:
+        """The records of the buffers CUPTI holds complete (a non-forced flush: kernels may be
+        running), taken: never a record whose kernel has not finished."""
+        self.cupti.activity_flush_all(0)
         return self.take()
 
     def disable(self) -> None:

@@ -14,6 +14,7 @@ the array was collected, and cuBLAS then dispatched its beta != 0 kernel ("_bx_"
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -47,10 +48,18 @@ def _blas(beta: float = 0.0) -> tuple[Any, int, _Scalars]:
     import cupy
     from cupy_backends.cuda.libs import cublas
 
-    handle = cupy.cuda.device.get_cublas_handle()
+    key = (threading.get_ident(), cupy.cuda.runtime.getDevice())
+    handle = _HANDLES.get(key)
+    if handle is None:  # CuPy's handle of this thread and device, set up once (the map makes
+        # a launcher a problem: looking the handle up cost ~50 us each on the H100's host)
+        handle = cupy.cuda.device.get_cublas_handle()
+        _HANDLES[key] = handle
     cublas.setPointerMode(handle, cublas.CUBLAS_POINTER_MODE_HOST)
     cublas.setMathMode(handle, cublas.CUBLAS_DEFAULT_MATH)
     return cublas, handle, _Scalars(beta)
+
+
+_HANDLES: dict[tuple[int, int], int] = {}
 
 
 def classic(case: Case, ops: Operands) -> Launcher:

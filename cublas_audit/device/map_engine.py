@@ -6,19 +6,21 @@ a problem was the map's speed. Here:
 
 - Operands come from a pool (OperandPool): per mode, one random A, B and bias and one C, sized to
   the largest pooled problem of the plan and filled once; a problem's operands are views of
-  their first elements, laid out as device.operands describes.
-- A chunk of problems is queued without waiting: for each, C is poisoned (a memset), then its
-  calls run, each between a marker kernel and CUDA events (kernel_trace's markers split CUPTI's
-  records into calls, as for one problem), then the quick float64 check of the last call's
-  output (device.quick_check) adds its sums into the chunk's slots. The first call warms up and
-  is timed too: a median of 5 ignores it, and the check reads the output all 5 calls wrote
-  alike (beta = 0).
-- One synchronisation a chunk. When chunk i's GPU work is done its CUPTI records are taken at
-  once (a forced flush: it must find no kernel running, or it hands over their records
-  unfinished), then chunk i + 1 is queued, and the host reads chunk i's events, records and
-  sums while the GPU runs chunk i + 1 (chunks are dealt to like work, their largest problem
-  first: planning.chunks). Chunks alternate between two marker kernels, so a late
-  record of one chunk is never taken for the next one's.
+  their first elements, laid out as device.operands describes (the views are made once per
+  layout).
+- A chunk of problems is queued without waiting: one marker kernel naming the chunk
+  (device.map_records), then for each problem C is poisoned (a memset), its calls run back to
+  back between CUDA events (reps + 1 events: each call's stop is the next one's start; the
+  events are made once and reused), then the quick float64 check of the last call's output
+  (device.quick_check) adds its sums into the chunk's slots; its kernels close the problem's
+  records. The first call warms up and is timed too: a median of 5 ignores it, and the check
+  reads the output all 5 calls wrote alike (beta = 0).
+- No synchronisation between chunks: CUPTI's records arrive through its non-forced flush while
+  the GPU runs later chunks, and a chunk is read (events, records, sums) once its end event has
+  passed and the next chunk's marker is among the records. Only at the end, before a problem run
+  alone, or where a chunk's records lag MAX_PENDING chunks behind, does the engine wait for the
+  GPU and force the flush (which must find no kernel running, or it hands over their records
+  unfinished). Chunks are dealt to like work, their largest problem first: planning.chunks.
 
 A problem with beta != 0 (its calls accumulate into C) or operands beyond POOLED_BYTES
 (planning.chunks) runs on its own through the caller's `single` path, as before. `careful` runs
@@ -28,19 +30,23 @@ known exactly.
 
 from __future__ import annotations
 
+import collections
+import contextlib
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from cublas_audit.device import clocks, kernel_trace, operands, quick_check
+from cublas_audit.device import clocks, kernel_trace, map_records, operands, quick_check
+from cublas_audit.device.operand_pool import OperandPool
 from cublas_audit.device.operands import Operands
 from cublas_audit.device.timing import Timing
 from cublas_audit.planning.cases import Case
 from cublas_audit.planning.chunks import chunk_groups, pooled
-from cublas_audit.planning.modes import mode as mode_of
 
-CHECK_KERNELS = ("cublas_audit_check_partial", "cublas_audit_check_final")
+CHECK_KERNELS = map_records.CHECK_KERNELS
+# chunks queued ahead of the oldest one not yet read, beyond which the engine waits and reads all
+MAX_PENDING = 8
 
 Launch = Callable[[], None]
 Finished = Callable[[Case, dict[str, Any]], None]
@@ -48,79 +54,26 @@ Finished = Callable[[Case, dict[str, Any]], None]
 Prepare = Callable[[Case, Operands], tuple[Launch, list[Callable[[], None]]]]
 
 
-class OperandPool:
-    """One mode's operands at a time, sized to the largest pooled case of that mode."""
-
-    def __init__(self, cases: Sequence[Case]) -> None:
-        self.sizes: dict[str, dict[str, int]] = {}
-        for case in cases:
-            if pooled(case):
-                wanted = self.sizes.setdefault(case.mode, {})
-                for name in "abc":
-                    elements = case.operand(name).elements
-                    wanted[name] = max(wanted.get(name, 0), elements)
-                wanted["bias"] = max(wanted.get("bias", 0), case.m if case.bias else 0)
-        self.mode: str | None = None
-        self.buffers: dict[str, Any] = {}
-
-    def operands(self, case: Case) -> Operands:
-        """Views of the pool in the case's layout (C is not poisoned here)."""
-        if case.mode != self.mode:
-            self._fill(case.mode)
-        views = {name: self._view(name, case.operand(name)) for name in "abc"}
-        ops = Operands(case, views["a"], views["b"], views["c"])
-        if case.bias:
-            ops.bias = self.buffers["bias"][: case.m]
-        return ops
-
-    def _view(self, name: str, layout: Any) -> Any:
-        return self.buffers[name][: layout.elements].reshape(layout.stored, layout.cols, layout.ld)
-
-    def _fill(self, mode: str) -> None:
-        import cupy
-
-        self.buffers = {}  # the last mode's arrays go before the new ones are made
-        self.mode = None  # until they are all made: out of memory leaves no half pool
-        sizes = self.sizes[mode]
-        rng = cupy.random.default_rng(0)
-        storage = mode_of(mode).storage
-        for name in ("a", "b", "bias"):
-            count = max(sizes[name], 1)
-            values = rng.standard_normal((count,), dtype=cupy.float32)
-            self.buffers[name] = operands.stored(values, mode)
-        self.buffers["c"] = cupy.empty((max(sizes["c"], 1),), dtype=storage)
-        self.mode = mode
-
-
 @dataclass
 class _Queued:
     case: Case
     slot: int = -1  # the case's place among the chunk's check sums; -1: not queued
-    first_call: int = 0  # where its calls start among the chunk's traced calls
-    events: list[tuple[Any, Any]] = field(default_factory=list)
+    events: list[int] = field(default_factory=list)  # reps + 1 CUDA event handles
     closers: list[Callable[[], None]] = field(default_factory=list)
     result: dict[str, Any] | None = None  # set at once where the case could not be queued
 
 
 @dataclass
 class _Chunk:
-    marker: str
+    sequence: int
     queued: list[_Queued]
-    marked: int = 0  # marker kernels queued: the calls CUPTI must show
+    events: list[Any]  # the chunk's CUDA events (cupy Events), given back once it is read
     sums: Any = None
     indices: Any = None
     end: Any = None
     # pinned host copies: a pageable copy would wait for everything queued, the next chunk too
     host_sums: Any = None
     host_indices: Any = None
-
-
-@dataclass
-class _Settled:
-    """A chunk whose GPU work is done and whose traced calls are taken (or why none are)."""
-
-    chunk: _Chunk
-    calls: list[tuple[kernel_trace.KernelLaunch, ...]] | str
 
 
 class MapEngine:
@@ -143,7 +96,9 @@ class MapEngine:
         self.untraced = untraced  # why CUPTI cannot trace here ('' where it can)
         self.pool = OperandPool(cases)
         self.scratch = quick_check.Scratch()
-        self.leftover: list[kernel_trace.KernelLaunch] = []
+        self.records: list[kernel_trace.KernelLaunch] = []  # delivered, not yet read
+        self.pending: collections.deque[_Chunk] = collections.deque()
+        self.spare_events: list[list[Any]] = []
         self.chunks = 0
         self.tracing = False
         self.last = time.perf_counter()
@@ -158,11 +113,9 @@ class MapEngine:
         finished: Finished,
         careful: int = 0,
     ) -> None:
-        settled: _Settled | None = None
         for group, alone in chunk_groups(cases, careful):
             if not pooled(group[0]):
-                self._read(settled, finished)
-                settled = None
+                self._drain(finished)
                 self._stop_tracing()  # the single path records its own calls
                 began = time.perf_counter()
                 started(group[0])
@@ -171,25 +124,22 @@ class MapEngine:
                 self.seconds["alone"] += self.last - began
                 continue
             began = time.perf_counter()
-            chunk = self._queue(group, started)
+            self.pending.append(self._queue(group, started))
             self.seconds["queue"] += time.perf_counter() - began
-            # chunk i - 1's results, while the GPU runs what chunk i left queued: its smallest
-            # problems, behind the CUDA launch queue's limit (the host's queueing blocks there)
-            self._read(settled, finished)
-            settled = self._settle(chunk)
             if alone:  # careful: one case in flight at a time
-                self._read(settled, finished)
-                settled = None
-        self._read(settled, finished)
+                self._drain(finished)
+            else:  # earlier chunks' results, while the GPU runs what is queued
+                self._read_ready(finished)
+        self._drain(finished)
         self._stop_tracing()
 
     # ----- queueing ------------------------------------------------------------------------
     def _queue(self, group: Sequence[Case], started: Callable[[Case], None]) -> _Chunk:
         import cupy
 
-        marker = kernel_trace.MARKERS[self.chunks % 2]
+        stream = cupy.cuda.get_current_stream()
+        chunk = _Chunk(self.chunks, [_Queued(case) for case in group], self._events(len(group)))
         self.chunks += 1
-        chunk = _Chunk(marker, [_Queued(case) for case in group])
         picks = [quick_check.picked(case.batch, case.n) for case in group]
         offsets: list[int] = []
         values: list[int] = []
@@ -198,95 +148,143 @@ class MapEngine:
             values.extend(pick.index_values())
         chunk.host_indices = _pinned(values, "int32")
         chunk.indices = cupy.empty(len(values), dtype=cupy.int32)
-        chunk.indices.set(chunk.host_indices, stream=cupy.cuda.get_current_stream())
+        chunk.indices.set(chunk.host_indices, stream=stream)
         chunk.sums = cupy.zeros(4 * len(group), dtype=cupy.float64)
+        # the pool's filling kernels before the chunk's marker, no case's records (out of
+        # memory: each case meets it again and is recorded)
+        with contextlib.suppress(Exception):
+            self.pool.load(group[0].mode)
         if not self.untraced:
             self._start_tracing()
+            map_records.open_chunk(chunk.sequence)
+        per_case = self.reps + 1
         for slot, (item, pick, offset) in enumerate(zip(chunk.queued, picks, offsets, strict=True)):
             started(item.case)
+            item.events = chunk.events[slot * per_case : (slot + 1) * per_case]
             try:
-                self._queue_case(item, slot, pick, chunk, offset)
+                self._queue_case(item, slot, pick, chunk, offset, stream.ptr)
             except Exception as exc:  # a case that cannot be made is recorded; the map goes on
                 item.result = self.failed(exc)
+                if not self.untraced:
+                    map_records.close_case()  # its records (if any) end here
         chunk.host_sums = _pinned([0.0] * chunk.sums.size, "float64")
-        chunk.sums.get(stream=cupy.cuda.get_current_stream(), out=chunk.host_sums, blocking=False)
+        chunk.sums.get(stream=stream, out=chunk.host_sums, blocking=False)
         chunk.end = cupy.cuda.Event()
-        chunk.end.record()
+        chunk.end.record(stream)
         return chunk
 
     def _queue_case(
-        self, item: _Queued, slot: int, pick: quick_check.Picked, chunk: _Chunk, offset: int
+        self,
+        item: _Queued,
+        slot: int,
+        pick: quick_check.Picked,
+        chunk: _Chunk,
+        offset: int,
+        stream: int,
     ) -> None:
         import cupy
 
         ops = self.pool.operands(item.case)
         launch, item.closers = self.prepare(item.case, ops)
-        stream = cupy.cuda.get_current_stream()
         operands.poison(ops.c, ops.mode)
-        mark = kernel_trace.marker(chunk.marker) if not self.untraced else None
-        item.first_call = chunk.marked
-        for _ in range(self.reps):
-            if mark is not None:
-                mark()
-                chunk.marked += 1
-            start, stop = cupy.cuda.Event(), cupy.cuda.Event()
-            start.record(stream)
+        record = cupy.cuda.runtime.eventRecord
+        events = item.events
+        record(events[0], stream)
+        for rep in range(self.reps):
             launch()
-            stop.record(stream)
-            item.events.append((start, stop))
-        width = len(pick.index_values())
-        sums = chunk.sums[4 * slot : 4 * slot + 2 * len(pick.entries)]
-        indices = chunk.indices[offset : offset + width]
-        quick_check.enqueue(ops, ops.c, pick, indices, sums, self.scratch)
+            record(events[rep + 1], stream)
+        indices = chunk.indices.data.ptr + 4 * offset  # int32 each
+        sums = chunk.sums.data.ptr + 8 * 4 * slot  # 4 float64 slots a case
+        quick_check.enqueue_at(ops, ops.c, pick, indices, sums, self.scratch)
         item.slot = slot
 
-    # ----- reading back --------------------------------------------------------------------
-    def _settle(self, chunk: _Chunk) -> _Settled:
-        """Waits for the chunk's GPU work, then takes its CUPTI records: with nothing else in
-        flight, as the forced flush needs (it hands over the records of kernels still running
-        unfinished: the first engine, flushing while the next chunk ran, lost their calls)."""
-        began = time.perf_counter()
-        chunk.end.synchronize()
-        waited = time.perf_counter()
-        calls = self._calls(chunk)
-        self.seconds["wait"] += waited - began
-        self.seconds["flush"] += time.perf_counter() - waited
-        return _Settled(chunk, calls)
+    def _events(self, cases: int) -> list[Any]:
+        """Event handles for `cases` cases: reused from a chunk already read where one is spare
+        (creating CUDA events costs host time every case)."""
+        import cupy
 
-    def _read(self, settled: _Settled | None, finished: Finished) -> None:
-        """A settled chunk's results, in queue order (host work: the GPU runs the next chunk)."""
-        if settled is None:
+        wanted = cases * (self.reps + 1)
+        events = self.spare_events.pop() if self.spare_events else []
+        while len(events) < wanted:
+            events.append(cupy.cuda.runtime.eventCreate())
+        return events
+
+    # ----- reading back --------------------------------------------------------------------
+    def _read_ready(self, finished: Finished) -> None:
+        """Reads every chunk whose GPU work is done and whose records have all arrived; where
+        the oldest lags MAX_PENDING chunks behind, waits for everything and reads them all."""
+        if not self.pending:
             return
         began = time.perf_counter()
-        chunk = settled.chunk
+        if not self.untraced:
+            self.records += kernel_trace.tracer().delivered()
+        self.seconds["flush"] += time.perf_counter() - began
+        while self.pending:
+            chunk = self.pending[0]
+            split = self._split(chunk, last=False)
+            if split is None or not chunk.end.done:
+                break
+            self.pending.popleft()
+            self._read(chunk, split, finished)
+        if len(self.pending) > MAX_PENDING:
+            self._drain(finished)
+
+    def _drain(self, finished: Finished) -> None:
+        """Every queued chunk read: waits for the GPU, then takes CUPTI's records with nothing
+        in flight (a forced flush)."""
+        if not self.pending:
+            return
+        began = time.perf_counter()
+        self.pending[-1].end.synchronize()
+        waited = time.perf_counter()
+        if not self.untraced:
+            self.records += kernel_trace.tracer().flushed()
+        self.seconds["wait"] += waited - began
+        self.seconds["flush"] += time.perf_counter() - waited
+        while self.pending:
+            chunk = self.pending.popleft()
+            split = self._split(chunk, last=not self.pending)
+            if split is None:
+                split = f"unavailable: CUPTI delivered no record of chunk {chunk.sequence}"
+            self._read(chunk, split, finished)
+
+    def _split(self, chunk: _Chunk, last: bool) -> list[list[Any]] | str | None:
+        """The chunk's records cut into its cases' (taken from self.records), why none can be,
+        or None while they have not all arrived."""
+        if self.untraced:
+            return f"unavailable: {self.untraced}"
+        found = map_records.chunk_records(self.records, chunk.sequence, last)
+        if found is None:
+            return None
+        mine, self.records = found
+        cases = map_records.case_records(mine)
+        if len(cases) != len(chunk.queued):
+            return f"unavailable: CUPTI saw {len(cases)} of {len(chunk.queued)} cases"
+        return cases
+
+    def _read(self, chunk: _Chunk, split: list[list[Any]] | str, finished: Finished) -> None:
+        """A chunk's results, in queue order (host work: the GPU runs later chunks)."""
+        began = time.perf_counter()
         sums = chunk.host_sums.tolist()  # copied before the chunk's end event
         state = clocks.state()  # once a chunk: the clocks move slower than a chunk lasts
         share = round((began - self.last) / len(chunk.queued), 6)
         self.last = began
-        for item in chunk.queued:
+        for index, item in enumerate(chunk.queued):
             result = item.result
             if result is None:
-                result = self._measured(item, sums, settled.calls, state)
+                kernels = split if isinstance(split, str) else split[index]
+                result = self._measured(item, sums, kernels, state)
             for close in item.closers:
                 close()
             finished(item.case, {**result, "case_s": share})
+        self.spare_events.append(chunk.events)
         self.seconds["read"] += time.perf_counter() - began
-
-    def _calls(self, chunk: _Chunk) -> list[tuple[kernel_trace.KernelLaunch, ...]] | str:
-        """The chunk's traced calls in queue order, or why there are none."""
-        if self.untraced:
-            return f"unavailable: {self.untraced}"
-        records = self.leftover + kernel_trace.tracer().flushed()
-        calls, self.leftover = kernel_trace.split_chunk(records, chunk.marker, CHECK_KERNELS)
-        if len(calls) != chunk.marked:
-            return f"unavailable: CUPTI saw {len(calls)} of {chunk.marked} marked calls"
-        return calls
 
     def _measured(
         self,
         item: _Queued,
         sums: list[float],
-        calls: list[tuple[kernel_trace.KernelLaunch, ...]] | str,
+        kernels: list[Any] | str,
         state: dict[str, float | int],
     ) -> dict[str, Any]:
         import cupy
@@ -295,24 +293,27 @@ class MapEngine:
         error = quick_check.error_from_sums(sums[4 * item.slot : 4 * item.slot + slots])
         if not error <= operands.tolerance(item.case.mode):
             return map_result(item.case.mode, error)
-        samples = tuple(float(cupy.cuda.get_elapsed_time(a, b)) for a, b in item.events)
-        if isinstance(calls, str):
-            traced: kernel_trace.TracedCalls | str = calls
-        else:
-            mine = calls[item.first_call : item.first_call + len(item.events)]
-            traced = kernel_trace.TracedCalls(tuple(mine))
+        elapsed = cupy.cuda.runtime.eventElapsedTime
+        events = item.events
+        samples = tuple(float(elapsed(events[i], events[i + 1])) for i in range(self.reps))
+        calls = kernels if isinstance(kernels, str) else map_records.split_calls(kernels, self.reps)
+        traced = calls if isinstance(calls, str) else kernel_trace.TracedCalls(calls)
         return map_result(item.case.mode, error, Timing(samples), traced, state)
 
     # ----- CUPTI -----------------------------------------------------------------------------
     def _start_tracing(self) -> None:
         if not self.tracing:
-            kernel_trace.tracer().enable()
-            self.leftover = []
+            tracer = kernel_trace.tracer()
+            tracer.buffer_bytes = map_records.BUFFER_BYTES
+            tracer.enable()
+            self.records = []
             self.tracing = True
 
     def _stop_tracing(self) -> None:
         if self.tracing:
-            kernel_trace.tracer().disable()
+            tracer = kernel_trace.tracer()
+            tracer.disable()
+            tracer.buffer_bytes = kernel_trace.BUFFER_BYTES
             self.tracing = False
 
 

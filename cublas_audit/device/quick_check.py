@@ -20,6 +20,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from cublas_audit.planning.modes import mode as mode_of
+
 MAX_COLUMNS = 16  # columns of each checked entry (device.operands.QUICK_COLUMNS)
 ROWS = 128  # rows of C per block of the partial kernel
 K_TILE = 32  # values of K staged in shared memory at once
@@ -218,43 +220,114 @@ def enqueue(ops: Any, out: Any, chosen: Picked, indices: Any, sums: Any, scratch
     """Queues the check of `out` (shaped like C) against ops's inputs on the current stream:
     `indices` holds chosen.index_values() on the GPU (int32), `sums` receives 2 float64 per
     entry (zeroed by the caller). Nothing synchronises."""
-    import cupy
-    import numpy
+    enqueue_at(ops, out, chosen, indices.data.ptr, sums.data.ptr, scratch)
 
-    from cublas_audit.planning.modes import mode as mode_of
+
+def enqueue_at(
+    ops: Any, out: Any, chosen: Picked, indices: int, sums: int, scratch: Scratch
+) -> None:
+    """enqueue with `indices` and `sums` given as device addresses (the map engine's slots of its
+    chunk's arrays: no CuPy view made per case), the kernels launched through the driver
+    (_DriverLaunch: CuPy's launch of 16 arguments cost ~40 us of host time each)."""
+    import cupy
 
     case = ops.case
-    partial_kernel, final_kernel = _kernels()
-    stream = cupy.cuda.get_current_stream()
-    storage = numpy.int32(STORAGE_CODES[mode_of(case.mode).storage])
+    if not DRIVER_LAUNCH:
+        partial_kernel, final_kernel = _cupy_launchers()
+    else:
+        partial_kernel, final_kernel = _launchers()
+    stream = cupy.cuda.get_current_stream().ptr
+    storage = STORAGE_CODES[mode_of(case.mode).storage]
     la, lb = case.operand("a"), case.operand("b")
     slots = len(chosen.entries)
-    entries, columns = indices, indices[slots:]
-    n_columns = numpy.int32(chosen.n_columns)
-    partial = scratch.zeroed(slots * MAX_COLUMNS * case.m, stream)
+    columns = indices + 4 * slots  # int32 entries first
+    partial = scratch.zeroed(slots * MAX_COLUMNS * case.m, cupy.cuda.get_current_stream())
     per_block = k_per_block(case.m, case.k, slots)
     grid = (-(-case.m // ROWS), -(-case.k // per_block), slots)
     partial_kernel(
-        grid, (ROWS,),
-        (ops.a, ops.b, storage, numpy.int32(case.m), numpy.int32(case.k),
-         numpy.int32(case.transa == "t"), numpy.int32(case.transb == "t"),
-         numpy.int64(la.ld), numpy.int64(lb.ld), numpy.int64(la.stride), numpy.int64(lb.stride),
-         entries, columns, n_columns, numpy.int32(per_block), partial),
+        grid, (ROWS, 1, 1), stream,
+        (ops.a.data.ptr, ops.b.data.ptr, storage, case.m, case.k, int(case.transa == "t"),
+         int(case.transb == "t"), la.ld, lb.ld, la.stride, lb.stride, indices, columns,
+         chosen.n_columns, per_block, partial.data.ptr),
     )  # fmt: skip
-    c0 = ops.c0 if ops.c0 is not None else _null()
-    bias = ops.bias if ops.bias is not None else _null()
+    c0 = ops.c0.data.ptr if ops.c0 is not None else 0
+    bias = ops.bias.data.ptr if ops.bias is not None else 0
     final_kernel(
-        (-(-case.m // FINAL_THREADS), slots), (FINAL_THREADS,),
-        (out, c0, bias, storage, numpy.float64(case.beta), numpy.int32(case.m),
-         numpy.int32(case.n), entries, columns, n_columns, partial, sums),
+        (-(-case.m // FINAL_THREADS), slots, 1), (FINAL_THREADS, 1, 1), stream,
+        (out.data.ptr, c0, bias, storage, float(case.beta), case.m, case.n, indices, columns,
+         chosen.n_columns, partial.data.ptr, sums),
     )  # fmt: skip
 
 
-def _null() -> Any:
-    """A null device pointer argument (no C0, no bias)."""
+# The kernels' parameters in order, as ctypes types (SOURCE's signatures)
+_PTR, _INT, _LONG, _DOUBLE = "p", "i", "q", "d"
+PARTIAL_PARAMS = "ppiiiiiqqqqppiip"
+FINAL_PARAMS = "pppidiippipp"
+
+
+class _DriverLaunch:
+    """One kernel launched with cuLaunchKernel through ctypes: its parameters live in ctypes
+    objects made once (the driver copies them at the launch), set anew for each launch."""
+
+    def __init__(self, libcuda: Any, function: int, params: str) -> None:
+        import ctypes
+
+        kinds = {
+            _PTR: ctypes.c_void_p, _INT: ctypes.c_int, _LONG: ctypes.c_longlong,
+            _DOUBLE: ctypes.c_double,
+        }  # fmt: skip
+        self.launch = libcuda.cuLaunchKernel
+        self.function = ctypes.c_void_p(function)
+        self.args: list[Any] = [kinds[kind]() for kind in params]
+        pointers = [ctypes.cast(ctypes.pointer(arg), ctypes.c_void_p) for arg in self.args]
+        self.params = (ctypes.c_void_p * len(pointers))(*pointers)
+
+    def __call__(
+        self, grid: tuple[int, int, int], block: tuple[int, int, int], stream: int, values: Any
+    ) -> None:
+        for arg, value in zip(self.args, values, strict=True):
+            arg.value = value
+        status = self.launch(self.function, *grid, *block, 0, stream, self.params, None)
+        if status:
+            raise RuntimeError(f"cuLaunchKernel of the quick check failed: CUDA error {status}")
+
+
+DRIVER_LAUNCH = True
+
+
+@functools.lru_cache(maxsize=1)
+def _cupy_launchers() -> tuple[Any, Any]:
     import numpy
 
-    return numpy.uintp(0)
+    kinds = {_PTR: numpy.uintp, _INT: numpy.int32, _LONG: numpy.int64, _DOUBLE: numpy.float64}
+
+    def through_cupy(kernel: Any, params: str) -> Any:
+        def launch(grid: Any, block: Any, stream: int, values: Any) -> None:
+            del stream  # CuPy launches on the current stream
+            kernel(grid, block, tuple(kinds[k](v) for k, v in zip(params, values, strict=True)))
+
+        return launch
+
+    partial, final = _kernels()
+    return through_cupy(partial, PARTIAL_PARAMS), through_cupy(final, FINAL_PARAMS)
+
+
+@functools.lru_cache(maxsize=1)
+def _launchers() -> tuple[_DriverLaunch, _DriverLaunch]:
+    import ctypes
+
+    libcuda = ctypes.CDLL("libcuda.so.1")
+    c_uint = ctypes.c_uint
+    libcuda.cuLaunchKernel.argtypes = [
+        ctypes.c_void_p, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint,
+        ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
+    ]  # fmt: skip
+    libcuda.cuLaunchKernel.restype = ctypes.c_int
+    partial, final = _kernels()
+    return (
+        _DriverLaunch(libcuda, partial.kernel.ptr, PARTIAL_PARAMS),
+        _DriverLaunch(libcuda, final.kernel.ptr, FINAL_PARAMS),
+    )
 
 
 def error_now(ops: Any, out: Any) -> float:

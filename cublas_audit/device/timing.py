@@ -62,11 +62,27 @@ class Timing:
 
     def summary(self, prefix: str) -> dict[str, float | int]:
         """The distribution as the table's columns (table.distribution_columns): the median under
-        `<prefix>_ms`, then n, min, quartiles and max."""
-        q1, q3 = self.quartiles_ms
-        values = (self.reps, self.min_ms, q1, q3, self.max_ms)
+        `<prefix>_ms`, then n, min, quartiles and max. Sorted once and interpolated as
+        statistics.median and statistics.quantiles(method="inclusive") do (the same floats; the
+        map summarises two distributions a problem, 262,144 problems a grid)."""
+        ordered = sorted(self.samples_ms)
+        n = len(ordered)
+        half = n // 2
+        median = ordered[half] if n % 2 else (ordered[half - 1] + ordered[half]) / 2
+        q1, q3 = median, median
+        if n >= 2:
+            q1, q3 = (_inclusive(ordered, i) for i in (1, 3))
+        values = (n, ordered[0], q1, q3, ordered[-1])
         named = dict(zip(distribution_columns(prefix), values, strict=True))
-        return {f"{prefix}_ms": self.median_ms, **named}
+        return {f"{prefix}_ms": median, **named}
+
+
+def _inclusive(ordered: Sequence[float], quarter: int) -> float:
+    """statistics.quantiles(data, n=4, method="inclusive")[quarter - 1] of sorted data."""
+    j, delta = divmod(quarter * (len(ordered) - 1), 4)
+    if delta == 0:
+        return ordered[j]  # the stdlib's interpolation with delta 0, exactly
+    return (ordered[j] * (4 - delta) + ordered[j + 1] * delta) / 4
 
 
 def repetitions(estimate_ms: float, min_reps: int = MIN_REPS) -> int:

@@ -154,7 +154,15 @@ class Case:
         return 2.0 * self.m * self.n * self.k * self.batch
 
     def operand(self, name: str) -> OperandLayout:
-        """The memory layout of operand "a", "b" or "c" (C is packed and never broadcast)."""
+        """The memory layout of operand "a", "b" or "c" (C is packed and never broadcast); made
+        once per case (the map's engine asks some 20 times a problem)."""
+        layouts: dict[str, OperandLayout] = self.__dict__.setdefault("_layouts", {})
+        found = layouts.get(name)  # (a frozen instance's own cache)
+        if found is None:
+            found = layouts[name] = self._layout(name)
+        return found
+
+    def _layout(self, name: str) -> OperandLayout:
         if name == "c":
             return OperandLayout(self.m, self.n, self.m, self.m * self.n, self.batch)
         trans, ld = (self.transa, self.lda) if name == "a" else (self.transb, self.ldb)

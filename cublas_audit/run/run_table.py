@@ -29,8 +29,8 @@ def probe_versions(run_dir: Path) -> dict[str, Any]:
 
 def unfinished_cases(path: Path, done: Mapping[str, Any]) -> list[str]:
     """The cases the last probe run started and never finished, in the order it started them:
-    one where it runs a case at a time, up to two chunks' worth in the map (device.map_engine
-    queues the next chunk before it reads one back)."""
+    one where it runs a case at a time, up to MAX_PENDING + 1 chunks' worth in the map
+    (device.map_engine reads a chunk back once later ones are queued)."""
     started: list[str] = []
     for record in rundir.records(path):
         if record.get("event") == "probe":  # a new probe run: what came before was settled

@@ -1,0 +1,69 @@
+"""The map engine's operands (device.map_engine): per mode, one random A, B and bias and one C,
+sized to the largest pooled problem of the plan and filled once; a problem's operands are views
+of their first elements, laid out as device.operands describes, each view made once per layout."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from cublas_audit.device import operands
+from cublas_audit.device.operands import Operands
+from cublas_audit.planning.cases import Case
+from cublas_audit.planning.chunks import pooled
+from cublas_audit.planning.modes import mode as mode_of
+
+
+class OperandPool:
+    """One mode's operands at a time, sized to the largest pooled case of that mode."""
+
+    def __init__(self, cases: Sequence[Case]) -> None:
+        self.sizes: dict[str, dict[str, int]] = {}
+        for case in cases:
+            if pooled(case):
+                wanted = self.sizes.setdefault(case.mode, {})
+                for name in "abc":
+                    elements = case.operand(name).elements
+                    wanted[name] = max(wanted.get(name, 0), elements)
+                wanted["bias"] = max(wanted.get("bias", 0), case.m if case.bias else 0)
+        self.mode: str | None = None
+        self.buffers: dict[str, Any] = {}
+        self.views: dict[tuple[str, Any], Any] = {}  # one view per operand layout, made once
+
+    def operands(self, case: Case) -> Operands:
+        """Views of the pool in the case's layout (C is not poisoned here)."""
+        self.load(case.mode)
+        views = {name: self.view(name, case.operand(name)) for name in "abc"}
+        ops = Operands(case, views["a"], views["b"], views["c"])
+        if case.bias:
+            ops.bias = self.buffers["bias"][: case.m]
+        return ops
+
+    def view(self, name: str, layout: Any) -> Any:
+        key = (name, layout)
+        view = self.views.get(key)
+        if view is None:
+            shape = (layout.stored, layout.cols, layout.ld)
+            view = self.buffers[name][: layout.elements].reshape(shape)
+            self.views[key] = view
+        return view
+
+    def load(self, mode: str) -> None:
+        """The pool holds `mode`'s operands (made now if it held another mode's)."""
+        if mode != self.mode:
+            self._fill(mode)
+
+    def _fill(self, mode: str) -> None:
+        import cupy
+
+        self.buffers, self.views = {}, {}  # the last mode's arrays go before the new ones
+        self.mode = None  # until they are all made: out of memory leaves no half pool
+        sizes = self.sizes[mode]
+        rng = cupy.random.default_rng(0)
+        storage = mode_of(mode).storage
+        for name in ("a", "b", "bias"):
+            count = max(sizes[name], 1)
+            values = rng.standard_normal((count,), dtype=cupy.float32)
+            self.buffers[name] = operands.stored(values, mode)
+        self.buffers["c"] = cupy.empty((max(sizes["c"], 1),), dtype=storage)
+        self.mode = mode
