@@ -1,0 +1,58 @@
+"""docs/architecture.md's module table names every module of the package in its stage's rows, and
+names no module that does not exist: a newcomer finds any module's job there (issue 39)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from tests.conftest import REPO
+
+PACKAGE = REPO / "cublas_audit"
+DOC = REPO / "docs" / "architecture.md"
+ROW = re.compile(r"^\| (\w+) \| (.+?) \| .+ \|$", re.MULTILINE)
+NAMED = re.compile(r"`([\w/]+(?:\.py|/))`")
+
+
+def rows() -> dict[str, set[str]]:
+    """stage -> the files and folders its rows of the module table name."""
+    named: dict[str, set[str]] = {}
+    for stage, modules in ROW.findall(DOC.read_text()):
+        named.setdefault(stage, set()).update(NAMED.findall(modules))
+    return named
+
+
+def stage_of(module: Path) -> str:
+    parts = module.relative_to(PACKAGE).parts
+    return parts[0] if len(parts) > 1 else "base"
+
+
+def is_named(module: Path, names: set[str]) -> bool:
+    """By its file name, its path below the stage, or a folder of it (`rules/`, `reference/`)."""
+    whole = module.relative_to(PACKAGE).parts
+    below = whole[1:]
+    folders = {f"{'/'.join(below[:i])}/" for i in range(1, len(below))}
+    return bool({module.name, "/".join(below), "/".join(whole)} & names or folders & names)
+
+
+def test_every_module_is_in_its_stages_rows() -> None:
+    named = rows()
+    modules = [p for p in PACKAGE.rglob("*.py") if p.name not in ("__init__.py", "__main__.py")]
+    missing = [
+        str(p.relative_to(PACKAGE))
+        for p in modules
+        if "templates" not in p.parts and not is_named(p, named.get(stage_of(p), set()))
+    ]
+    assert not missing, f"docs/architecture.md's module table lacks {missing}"
+
+
+def test_every_named_module_exists() -> None:
+    stages = {p.name for p in PACKAGE.iterdir() if p.is_dir() and not p.name.startswith("_")}
+    ghosts = []
+    for stage, names in rows().items():
+        folder = PACKAGE / stage if stage in stages else PACKAGE
+        for name in names:
+            candidates = [folder / name, PACKAGE / name, *folder.rglob(name.rstrip("/"))]
+            if not any(c.exists() for c in candidates):
+                ghosts.append(f"{stage}: {name}")
+    assert not ghosts, f"docs/architecture.md names modules that do not exist: {ghosts}"
