@@ -104,8 +104,9 @@ def test_the_workaround_names_the_problems_own_dimensions_and_values(odd: Audite
 
 def test_the_k140_layouts_are_one_finding_and_keep_every_fix() -> None:
     """1024x1024x140: unaligned-operand, layout-penalty (nt, every leading dimension aligned,
-    faster) and size-inversion (144 sooner), each per api, are one finding; each call's shape
-    fix (pad, layout) is still made from the observations it holds."""
+    faster) and size-inversion (144 sooner), each per api, are one finding; the problem's shape
+    fixes (pad, layout: one each, the cuBLASLt call's measurement, judge.fixes) are still made
+    from the observations it holds."""
     judged = audit_dataset(load_run(K140_LAYOUTS))
     (finding,) = judged.findings
     assert finding.rule == "unaligned-operand" and finding.sizes == ["1024x1024x140"]
@@ -119,7 +120,7 @@ def test_the_k140_layouts_are_one_finding_and_keep_every_fix() -> None:
     fixes = shape_fixes(judged.rows, judged.findings, {}, source)
     before = shape_fixes(judged.rows, ungrouped(judged), {}, source)
     assert sorted(f.id for f in fixes) == sorted(f.id for f in before)
-    assert sorted(f.kind for f in fixes) == ["layout", "layout", "pad", "pad"]
+    assert sorted(f.kind for f in fixes) == ["layout", "pad"]
 
 
 def test_findings_of_other_problems_or_causes_stay_their_own(odd: Audited) -> None:
