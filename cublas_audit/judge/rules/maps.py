@@ -68,6 +68,8 @@ def size_inversion(ctx: RuleContext) -> list[Finding]:
         # A pair under the margin is `same` whatever the noise (verdicts.judge), so it is not
         # judged one by one; the 1e-9: judge's ratio, exp(log(b / a)), may round off this one.
         slow = slow[times[slow] / times[best[slow]] >= (1 + margin) * (1 - 1e-9)]
+        if not len(slow):
+            continue  # no pair to judge: a series of a sweep or a trace mostly has none
         held = _beyond_noise(series, slow, best[slow], on, margin, noise.load())
         slow, fast = slow[held], best[slow][held]
         sure = _beyond_noise(series, slow, fast, on, margin, ctx.model) if ctx.model else None
@@ -141,6 +143,8 @@ def dispatch_cliff(ctx: RuleContext) -> list[Finding]:
         before, after = _neighbours(dims)
         drop = 1 - rate[after] / rate[before]
         cliff = (kernels[after] != kernels[before]) & (drop * 100 >= t.cliff_drop_pct)
+        if not cliff.any():
+            continue
         kind = floor_kind(on, str(series["mode"].iloc[0]))
         cliff[cliff] = drop[cliff] > _noise_drop(noise.load(), kind, times[after[cliff]])
         sure = (
@@ -200,6 +204,8 @@ def _tiered(
     sure = np.ones(len(found), dtype=bool) if sure is None else sure
     tiers = []
     for severity, chosen in ((Severity.medium, sure), (Severity.info, ~sure)):
+        if not chosen.any():
+            continue  # a tier of no finding: no rows of a wide series to take
         said = [m + (WITHIN_MAP_NOISE if severity is Severity.info else "") for m, c in
                 zip(messages, chosen, strict=True) if c]  # fmt: skip
         kept = [w for w, c in zip(works, chosen, strict=True) if c]
