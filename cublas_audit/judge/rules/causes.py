@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import pandas as pd
 
 from cublas_audit.judge.finding import Finding, of_group, with_compared
@@ -83,11 +84,12 @@ def _strides_aligned(row: pd.Series) -> bool | None:
 
 def _same_problem(rows: pd.DataFrame, row: pd.Series) -> pd.DataFrame:
     """The rows of the run that pose the row's problem (any size or layout) to the same call."""
-    same = rows
+    # one mask, then one take: a filter a column took every column of the table each time
+    same = np.ones(len(rows), dtype=bool)
     for column in SAME_PROBLEM:
         if column in rows.columns:
-            same = same[same[column].astype(str) == str(row[column])]
-    return same
+            same &= (rows[column].astype(str) == str(row[column])).to_numpy(dtype=bool)
+    return rows[same]
 
 
 @dataclass(frozen=True)
