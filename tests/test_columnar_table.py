@@ -75,7 +75,7 @@ def test_columnar_shards_merge_into_a_columnar_run(
         shards.append(path)
     assert all(merge.finished(merge.read_shard(path)) for path in shards)
     reported: list[Path] = []
-    monkeypatch.setattr(merge_job, "write_map_report", lambda out: reported.append(out) or out)
+    monkeypatch.setattr(merge_job, "write_map_report", lambda out, **_: reported.append(out) or out)
     out = tmp_path / "merged"
     merge_job.run(merge_job.MergeJob(shards, out, command=["merge"]))
     assert reported == [out] and (out / rundir.TABLE_COLUMNAR).is_file()

@@ -41,6 +41,15 @@ def test_a_grid_is_written_as_its_axes_and_reads_back_as_its_cases(tmp_path: Pat
     assert plan_file.read(path).flops() == [case.flops for case in cases]
 
 
+def test_ids_where_only_the_sizes_vary_are_the_cases_ids(tmp_path: Path) -> None:
+    """(their fast path: the rest of each id is the same text)"""
+    grid = Grid.parse("", "64,4096", "64:192:64", "128")
+    cases = grid_plan(grid, [8], ["tf32"], ["cublasLt"], Variants(layouts=("tn",)))
+    write_plan(cases, tmp_path / "plan.json")
+    assert plan_case_ids(tmp_path / "plan.json") == [case.case_id for case in cases]
+    assert cases[0].case_id == "cublasLt.tf32.64x64x128.b8.tn"
+
+
 def test_a_map_grid_states_in_a_few_hundred_bytes(tmp_path: Path) -> None:
     """The 64..4096 grid at step 128 (32,768 cases; the full grid's 262,144 take the same
     bytes) stated from its axes, no case built: the product of the axes is the grid's cases in

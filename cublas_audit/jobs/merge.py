@@ -81,7 +81,7 @@ def _check_given_once(runs: list[Path]) -> None:
 def _report(out: Path, merged: merge.Merged) -> Path:
     phase = merged.env.get("phase") or "time"
     if phase == "map":
-        return write_map_report(out)
+        return write_map_report(out, frame=merged.table)  # (in memory: not read again)
     if phase == "candidates":
         assert merged.candidates is not None  # check_shards: every candidates shard has one
         return write_candidates_report(out, merged.candidates)

@@ -39,13 +39,17 @@ def write_run_report(run_dir: Path, thresholds: Thresholds | None = None) -> Pat
 
 
 def write_map_report(
-    run_dir: Path, thresholds: Thresholds | None = None, found: list[Finding] | None = None
+    run_dir: Path,
+    thresholds: Thresholds | None = None,
+    found: list[Finding] | None = None,
+    frame: pd.DataFrame | None = None,
 ) -> Path:
     """A map run's report.md, pictures and findings.json, with its follow-up where it has one
-    (the map's findings as its run judged them, where given)."""
+    (the map's findings as its run judged them, where given; its table as the caller just wrote
+    it, where given: table.inputs.load_run)."""
     deep = Path(run_dir) / rundir.FOLLOW_UP_DIR
     follow_up = load_run(deep) if rundir.has_table(deep) else None
-    judged = audit_map(load_run(Path(run_dir)), thresholds, found, follow_up)
+    judged = audit_map(load_run(Path(run_dir), frame), thresholds, found, follow_up)
     return map_report.write_map_report(Path(run_dir), judged)
 
 

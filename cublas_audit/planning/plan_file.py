@@ -17,6 +17,7 @@ The probe child reads plans: this module stays light (no pandas, no numpy).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import itertools
 import json
@@ -76,9 +77,22 @@ class PlanFile:
         return zip(*(self.column(name) for name in FIELDS), strict=True)
 
     def case_ids(self) -> list[str]:
+        return list(self._ids)
+
+    @functools.cached_property
+    def _ids(self) -> tuple[str, ...]:
+        """(made once a plan: a merge asks a shard's part and the whole plan several times)"""
         if self.written_ids is not None:
-            return list(self.written_ids)
-        return [plan_cases.case_id_of(*row) for row in self.rows()]
+            return self.written_ids
+        if all(name in self.constant for name in FIELDS if name not in ("m", "n", "k")):
+            # a map's usual plan: only the sizes vary, the rest of each id is the same text
+            # (the id of sizes 0x0x0: api.mode.0x0x0.rest; no api or mode holds a dot)
+            api, mode, _, rest = plan_cases.case_id_of(
+                *(self.constant.get(name, 0) for name in FIELDS)
+            ).split(".", 3)
+            sizes = zip(self.column("m"), self.column("n"), self.column("k"), strict=True)
+            return tuple(f"{api}.{mode}.{m}x{n}x{k}.{rest}" for m, n, k in sizes)
+        return tuple(plan_cases.case_id_of(*row) for row in self.rows())
 
     def flops(self) -> list[float]:
         """Each case's FLOPs (Case.flops), what shards are balanced by."""

@@ -39,9 +39,8 @@ from cublas_audit.planning.shards import shard
 from cublas_audit.run.sweep import Progress
 from cublas_audit.run.sweep_setup import SweepOptions, check_new_run_dir, default_run_dir, sweep
 from cublas_audit.table import candidates_table, rundir
-from cublas_audit.table.merge import in_plan_order
+from cublas_audit.table.merge import in_plan_order, read_tables
 from cublas_audit.table.trace_record import write_trace_record
-from cublas_audit.table.validation import read_table
 from cublas_audit.version import __version__
 
 SHARDS_DIR = "shards"
@@ -272,7 +271,7 @@ def run(
 
 def merged_table(plan: Plan, shards: Sequence[Path]) -> pd.DataFrame:
     """The shards' tables as one, in plan order, written to the run's dispatch.csv."""
-    frame = in_plan_order(plan.cases, [read_table(path) for path in shards])
+    frame = in_plan_order(plan.cases, read_tables(shards))
     rundir.write_run_table(frame, plan.run_dir)
     return frame
 

@@ -360,8 +360,13 @@ def main_launches(frame: pd.DataFrame) -> pd.DataFrame:
     return frame[frame["role"].fillna("main") == "main"]
 
 
+_AS_IS = frozenset({str, int, bool})  # exactly these types: JSON-ready as they are
+
+
 def json_ready(data: Any) -> Any:
     """Nested data with every cell `plain`: NA, NaN and infinities become None (strict JSON)."""
+    if data is None or type(data) in _AS_IS:  # (a full map's findings: 5 s of CPU, then 1.5)
+        return data
     if isinstance(data, dict):
         return {str(k): json_ready(v) for k, v in data.items()}
     if isinstance(data, (list, tuple)):
