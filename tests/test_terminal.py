@@ -3,8 +3,10 @@ each GPU's dispatch grid, and the full Markdown written to a file whose path it 
 
 from __future__ import annotations
 
+import functools
 import io
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
@@ -13,7 +15,7 @@ from rich.console import Console
 from rich.text import Text
 
 from cublas_audit.jobs import report
-from cublas_audit.judge.audited import audit_all
+from cublas_audit.judge.audited import Audited, audit_all, audit_dataset
 from cublas_audit.report import render
 from cublas_audit.report.output import TERMINAL_REPORT
 from cublas_audit.report.terminal import cell, dispatch_grids, show
@@ -52,9 +54,22 @@ def test_a_terminal_gets_the_summary_and_the_markdown_in_a_file(
     assert "Findings:" in capsys.readouterr().out
 
 
-def _grids(run: Path) -> dict[str, list[str]]:
+SINGLE = REPORTS / "h100" / "20261123-012340-single"
+
+
+@functools.cache
+def _judged(run: Path, mode: str = "") -> Audited:
+    """A recorded run judged once per process (only its rows of `mode`, where one is named: a
+    grid shows one kind of call, and the ops run's 75 rows cost seconds to judge whole)."""
+    (dataset,) = load_inputs([run])
+    if mode:
+        dataset = replace(dataset, frame=dataset.frame[dataset.frame["mode"] == mode])
+    return audit_dataset(dataset)
+
+
+def _grids(run: Path, mode: str = "") -> dict[str, list[str]]:
     """Each grid of a recorded run as the terminal prints it: title -> its lines."""
-    (judged,) = audit_all(load_inputs([run]))
+    judged = _judged(run, mode)
     grids = {}
     for table in dispatch_grids(judged.dataset, judged.rows):
         out = io.StringIO()
@@ -67,10 +82,9 @@ def _grids(run: Path) -> dict[str, list[str]]:
 def test_tensor_core_grids_head_and_fill_their_cells_with_tensor_percent() -> None:
     """The H100 single run: tf32 and bf16x dispatch tensor-core kernels (tensorop s1688gemm,
     sm90 xmma); each cell shows the tensor-pipe % the CSV records, the heading says 'tensor %'."""
-    run = REPORTS / "h100" / "20261123-012340-single"
-    recorded = pd.read_csv(run / "dispatch.csv")
+    recorded = pd.read_csv(SINGLE / "dispatch.csv")
     main = recorded[(recorded["role"] == "main") & recorded["mode"].isin(["tf32", "bf16x"])]
-    grids = _grids(run)
+    grids = _grids(SINGLE)
     for _, row in main.iterrows():
         lines = grids[f"{row['api']} {row['routine']} {row['mode']} (kernel, tensor %, TFLOP/s)"]
         line = next(line for line in lines if line.startswith(f"│ {row['m']} "))
@@ -91,15 +105,14 @@ def test_nvjet_cells_never_show_the_fma_pipes_zero() -> None:
         & (recorded["mode"] == "fp16")
     ]
     assert len(nvjet) >= 4
-    text = "\n".join(_grids(run)["cublas cublasGemmEx fp16 (kernel, tensor %, TFLOP/s)"])
+    text = "\n".join(_grids(run, "fp16")["cublas cublasGemmEx fp16 (kernel, tensor %, TFLOP/s)"])
     for _, row in nvjet.iterrows():
         assert f"{row['kernel_short']} {row['tensor_pct']:.0f}% {row['tflops']:.1f}" in text
     assert not re.search(r"nvjet_\S+ 0%", text)
 
 
 def test_a_cell_without_its_pipes_column_shows_no_percentage() -> None:
-    (judged,) = audit_all(load_inputs([REPORTS / "h100" / "20261123-012340-single"]))
-    rows = judged.rows.drop(columns=["tensor_pct"])
+    rows = _judged(SINGLE).rows.drop(columns=["tensor_pct"])
     tf32 = rows[(rows["mode"] == "tf32") & (rows["m"] == 256)].iloc[0]
     assert "%" not in cell(tf32)
     assert cell(tf32).endswith(f" {tf32['tflops_shown']:.1f}")
