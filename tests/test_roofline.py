@@ -8,10 +8,13 @@ and the fp32 LM head measured on the H100 (../shared/DESIGN.md, 2026-11-25: cuBL
 
 from __future__ import annotations
 
+import functools
+
 import pandas as pd
 import pytest
 
 from cublas_audit.judge.audited import audit_dataset
+from cublas_audit.judge.finding import Finding
 from cublas_audit.judge.roofline import (
     Machine,
     bound_words,
@@ -157,11 +160,17 @@ def test_the_llama_traces_memory_bound_calls_near_their_bound_are_no_findings() 
 K140 = REPORTS / "h100" / "checks" / "20261125-074637-k140"
 
 
+@functools.cache
+def _k140_findings() -> tuple[Finding, ...]:
+    """The k140 run's findings, judged once for the two tests that read them."""
+    return tuple(audit_dataset(load_run(K140)).findings)
+
+
 def test_the_k140_problem_reads_as_its_cause_with_the_padded_variants_measured_gain() -> None:
     """bf16 1024x1024x140 batch 8 on the H100, packed, with ldb 144, and with K 144: K = 140
     (280 bytes) keeps the sm80 kernel whatever ldb is; K = 144 gets nvjet, its kernels 2.16x
     faster (0.0209915 / 0.009728 ms, CUPTI, as recorded in the run's dispatch.csv)."""
-    found = audit_dataset(load_run(K140)).findings
+    found = _k140_findings()
     causes = [f for f in found if f.rule == "unaligned-operand"]
     assert [f.sizes for f in causes] == [["1024x1024x140"], ["1024x1024x140 ldb144"]]
     first = causes[0]
@@ -179,7 +188,7 @@ def test_proof_ranks_first_within_a_severity() -> None:
 
     from cublas_audit.judge.finding import order
 
-    found = audit_dataset(load_run(K140)).findings
+    found = _k140_findings()
     (cause,) = [f for f in found if f.rule == "unaligned-operand" and "ldb" not in f.sizes[0]]
     observed = replace(cause, rule="legacy-kernel", effect=0.0)
     smaller = replace(cause, effect=cause.effect / 2)
@@ -219,7 +228,9 @@ def test_the_causes_a_table_shows_are_named_on_real_rows() -> None:
     against 132 SMs, its split-K reductions, its unaligned tensor-core dimensions."""
     from cublas_audit.judge.rules.causes import named_causes
 
-    rows = audit_dataset(load_run(REPORTS / "h100" / "traces" / "20261123-233621-ops")).rows
+    # the rows as judge.audited prepares them (the causes are named on them; no rule is run)
+    run = load_run(REPORTS / "h100" / "traces" / "20261123-233621-ops")
+    rows = with_roofline(prepare(run.frame), machine_of(run.env, run.frame))
     rows = rows.set_index("case_id", drop=False)
 
     def causes(case_id: str) -> str:
