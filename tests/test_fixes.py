@@ -252,7 +252,7 @@ def test_a_fix_of_a_trace_problem_names_its_op_and_share() -> None:
     from cublas_audit.judge.fixes import pin_of, problem_of_candidates_row, with_torch_ops
     from cublas_audit.observe.torch_trace import problems, read_trace
     from cublas_audit.table.candidates_table import read_candidates
-    from cublas_audit.table.fix_file import Fix, Stamp, Timed
+    from cublas_audit.table.fix_file import Fix, Stamp, Timed, TorchOp, from_json, to_json
 
     frame = read_candidates(LLAMA)
     fixes = []
@@ -265,9 +265,15 @@ def test_a_fix_of_a_trace_problem_names_its_op_and_share() -> None:
     trace = problems(read_trace(ROOT / "tests/fixtures/torch_traces/llama.json.gz"))
     named = with_torch_ops(FixSet(stamp, tuple(fixes)), trace)
     assert [f.torch for f in named.fixes] == [
-        {"op": "aten::mm", "shape": "2048x5632x2048", "batch": 1, "share": 0.2845},
-        {"op": "aten::mm", "shape": "4x32000x2048", "batch": 1, "share": 0.2636},
+        TorchOp("aten::mm", "2048x5632x2048", 1, 0.2845),
+        TorchOp("aten::mm", "4x32000x2048", 1, 0.2636),
     ]
+    # fix.json holds the op as the object it was: read back equal, its four fields in order
+    written = to_json(named)["fixes"][0]["torch"]
+    assert json.dumps(written) == (
+        '{"op": "aten::mm", "shape": "2048x5632x2048", "batch": 1, "share": 0.2845}'
+    )
+    assert from_json(json.loads(json.dumps(to_json(named)))) == named
 
 
 @pytest.mark.parametrize(
@@ -352,3 +358,19 @@ def test_fix_of_a_measuring_command_is_refused_before_any_gpu_work(
     result = CliRunner().invoke(app, argv)
     assert result.exit_code == 2, result.output
     assert words in result.output
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "reports/h100/fixes").glob("*/fix.json")))
+def test_a_committed_fix_file_reads_and_writes_back_byte_for_byte(path: Path) -> None:
+    """Every committed fix.json read into its types (kinds FixKind, torch a TorchOp) and written
+    again: every field it holds the same text, in its order (one written before `claimed` gains
+    it)."""
+    from cublas_audit.table.fix_file import read_fix_file, to_json
+    from cublas_audit.vocabulary import FixKind
+
+    fixes, raw = read_fix_file(path), json.loads(path.read_text())
+    assert fixes.fixes and all(type(fix.kind) is FixKind for fix in fixes.fixes)
+    written = to_json(fixes)
+    pairs = zip(written["fixes"], raw["fixes"], strict=True)
+    kept = {**written, "fixes": [{key: w[key] for key in r} for w, r in pairs]}
+    assert json.dumps({k: kept[k] for k in raw}, indent=2) == json.dumps(raw, indent=2)

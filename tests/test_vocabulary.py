@@ -5,13 +5,25 @@ by string."""
 from __future__ import annotations
 
 import json
+import shutil
+from dataclasses import replace
+from pathlib import Path
 
+import pandas as pd
 import pytest
 
+from cublas_audit.errors import AuditError
+from cublas_audit.judge import noise, timed_rows
+from cublas_audit.judge.audited import audit_dataset
 from cublas_audit.judge.finding import Finding, order
+from cublas_audit.judge.fixes import shape_fixes
+from cublas_audit.judge.grouping import members
 from cublas_audit.judge.map_audit import recorded_findings
+from cublas_audit.run.sweep_setup import SweepOptions, resumed
+from cublas_audit.table.inputs import load_run
 from cublas_audit.table.json_records import record
 from cublas_audit.vocabulary import FixKind, FloorKind, Gate, Phase, Severity, Verdict
+from tests.conftest import REPORTS
 
 MAP_RUN = "reports/h100/maps/20261125-092546-bf16-random"
 
@@ -70,3 +82,57 @@ def test_a_word_the_enum_lacks_is_one_clear_fault() -> None:
         raw = json.load(file)[0]
     with pytest.raises(ValueError, match=r"finding 1\.severity: 'low' is not one of high"):
         record(Finding, {**raw, "severity": "low"}, "finding 1")
+
+
+# ----- the words at work: phases, floor kinds, fix kinds --------------------------------------
+
+K140_LAYOUTS = REPORTS / "h100/checks/20261125-092057-k140-layouts"
+CANDIDATES_SHARD = REPORTS / "h100/checks/20261124-145242-candidates-devices/shards/gpu0"
+
+
+@pytest.fixture(scope="module")
+def k140_calls() -> tuple[pd.DataFrame, list[Finding]]:
+    """The H100 k140 run's prepared rows and each call's finding (pad and layout, both APIs)."""
+    audited = audit_dataset(load_run(K140_LAYOUTS))
+    return audited.rows, [m for f in audited.findings for m in members(f)]
+
+
+def test_an_info_finding_makes_no_shape_fix(k140_calls: tuple[pd.DataFrame, list[Finding]]) -> None:
+    """A shape fix follows its rule's severity: info (within the noise) makes none. 12c8d54:
+    `str(severity) is not Severity.info` held for every finding, an info one too."""
+    rows, calls = k140_calls
+    assert {f.kind for f in shape_fixes(rows, calls, {}, "run")} == {FixKind.pad, FixKind.layout}
+    unsure = [replace(f, severity=Severity.info, impact={}) for f in calls]
+    assert shape_fixes(rows, unsure, {}, "run") == []
+    # a trace's small share makes a finding info, its rule's severity (impact's text) still high
+    rule_said = [{"rule_severity": str(f.severity)} for f in calls]
+    traced = [replace(u, impact=said) for u, said in zip(unsure, rule_said, strict=True)]
+    assert len(shape_fixes(rows, traced, {}, "run")) == 2
+
+
+def test_a_resumed_run_reads_its_phase_as_a_member(tmp_path: Path) -> None:
+    """env.json's phase read back as a Phase (never compared as text), an unknown word refused
+    in one line (before any GPU work)."""
+    run = tmp_path / "run"
+    shutil.copytree(CANDIDATES_SHARD, run)
+    assert resumed(SweepOptions(resume=run)).phase is Phase.candidates
+    env = json.loads((run / "env.json").read_text())
+    (run / "env.json").write_text(json.dumps({**env, "phase": "sweep"}))
+    with pytest.raises(AuditError, match=r"^phase 'sweep' is not one of time, map, candidates$"):
+        resumed(SweepOptions(resume=run))
+
+
+def test_floor_kinds_come_from_the_vocabulary() -> None:
+    """The noise model's kinds, the adapter's and the timing rules' are FloorKind members."""
+    assert all(type(kind) is FloorKind for kind in (*noise.KINDS, *noise.FALLBACK.values()))
+    assert timed_rows.floor_kind("kernel", "bf16") is FloorKind.kernel_tensor
+    assert timed_rows.floor_kind("call", "fp32") is FloorKind.call
+    kernels, interleaved = pd.Series([True, False, True]), pd.Series([True, True, False])
+    assert list(timed_rows.floor_kinds(kernels, interleaved)) == [
+        FloorKind.kernel_ratio,
+        FloorKind.call_ratio,
+        FloorKind.kernel,
+    ]
+    model = noise.load()
+    assert all(type(kind) is FloorKind for kind in model.others)
+    assert model.for_maps().floors_of("kernel_ratio") == model.floors_of(FloorKind.kernel_ratio)

@@ -34,6 +34,7 @@ from cublas_audit.cli.options import (
 )
 from cublas_audit.cli.progress import with_progress
 from cublas_audit.errors import AuditError
+from cublas_audit.vocabulary import Phase
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -222,7 +223,7 @@ def _as_shard(
     # the whole plan is the problems: every shard audits each of its problems once
     chosen = settings if resume is None else {}
     problems = candidate_problems(case_list)
-    options = opt.run_options(problems, out, resume, probe, phase="candidates", **chosen)
+    options = opt.run_options(problems, out, resume, probe, phase=Phase.candidates, **chosen)
     options = opt.sharded(options, shard, spread)
     result = with_progress(lambda bars: sweep(options, bars.hooks()))
     typer.echo(f"run directory: {result.run_dir}\nreport: {result.report}", err=True)
@@ -246,7 +247,7 @@ def _on_ray(
 
     chosen = settings if resume is None else {}
     options = opt.run_options(case_list, out, resume, probe, **chosen)
-    result = on_ray(options, address, "candidates")
+    result = on_ray(options, address, Phase.candidates)
     typer.echo(f"run directory: {result.run_dir}\nreport: {result.report}", err=True)
     threshold = float(rundir.read_env(result.run_dir)["candidate_threshold"])
     return read_candidates(result.run_dir), threshold

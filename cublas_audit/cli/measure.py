@@ -38,6 +38,7 @@ from cublas_audit.cli.options import (
 from cublas_audit.cli.progress import with_progress
 from cublas_audit.errors import AuditError
 from cublas_audit.observe.observer import MAP_OBSERVERS, Observer
+from cublas_audit.vocabulary import Phase
 
 
 @exit_codes
@@ -263,7 +264,7 @@ def map_command(
     if engine is not None:
         from cublas_audit.jobs.fleet import on_ray
 
-        result = on_ray(options, engine.address, "map", replicate=engine.replicate)
+        result = on_ray(options, engine.address, Phase.map, replicate=engine.replicate)
     else:
         result = with_progress(
             lambda bars: jobs.dispatch_map_run(

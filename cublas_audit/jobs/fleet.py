@@ -15,30 +15,31 @@ from cublas_audit.planning.cases import candidate_problems
 from cublas_audit.run import ray_fleet
 from cublas_audit.run.sweep_setup import SweepOptions, sweep
 from cublas_audit.table import merge, rundir
+from cublas_audit.vocabulary import Phase
 
 
 def on_ray(
     options: SweepOptions,
     address: str | None,
-    phase: str | None = None,
+    phase: Phase | None = None,
     run_sweep: ray_fleet.ShardSweep = sweep,
     retries: int = ray_fleet.DEFAULT_RETRIES,
     replicate: bool = False,
 ) -> SweepResult:
-    """The Ray run (new, or options.resume finished), merged and reported. `phase`: "map" or
-    "candidates" for those commands (a resumed run keeps its recorded one); `run_sweep`: what a
+    """The Ray run (new, or options.resume finished), merged and reported. `phase`: map or
+    candidates for those commands (a resumed run keeps its recorded one); `run_sweep`: what a
     task runs (a stand-in for the GPU in tests); `retries`: Ray's reruns of a task whose worker
     or node was lost; `replicate`: a new run's units (a resumed run keeps what it was)."""
-    if replicate and phase == "candidates":
+    if replicate and phase is Phase.candidates:
         raise AuditError("--replicate: the candidate audit shards its problems; leave it out")
     if options.resume is None and phase is not None:
         options = replace(options, phase=phase)
-        if phase == "candidates":  # the plan is the problems: each audited once, on one GPU
+        if phase is Phase.candidates:  # the plan is the problems: each audited once, on one GPU
             options = replace(options, cases=candidate_problems(options.cases))
     fleet, shard_dirs = ray_fleet.run(options, address, run_sweep, retries, replicate)
     if fleet.replicate:
         for unit in shard_dirs:
-            if fleet.settings.phase == "map":
+            if fleet.settings.phase is Phase.map:
                 write_map_report(unit)
             else:
                 write_run_report(unit)

@@ -24,6 +24,7 @@ from cublas_audit.run import dispatch_map, multi_gpu
 from cublas_audit.run.sweep import Progress
 from cublas_audit.run.sweep_setup import Measured, SweepOptions
 from cublas_audit.run.sweep_setup import sweep as measure
+from cublas_audit.vocabulary import Phase
 
 ProgressFor = Callable[[Gpu], Progress]
 
@@ -48,9 +49,9 @@ def sweep(options: SweepOptions, progress: Progress | None = None) -> SweepResul
 
 
 def _report_of(measured: Measured, thresholds: Thresholds | None = None) -> Path:
-    if measured.phase == "map":
+    if measured.phase is Phase.map:
         return write_map_report(measured.run_dir, thresholds)
-    if measured.phase == "candidates":
+    if measured.phase is Phase.candidates:
         return write_candidates_report(measured.run_dir, measured.frame)
     return write_run_report(measured.run_dir)
 

@@ -29,10 +29,10 @@ from cublas_audit.observe.kernels import normalize
 from cublas_audit.planning.cases import Case
 from cublas_audit.table.candidates_table import problem_case
 from cublas_audit.table.dispatch import plain
-from cublas_audit.table.fix_file import Fix, FixSet, Pin, Problem, Stamp, Timed
-from cublas_audit.vocabulary import Severity
+from cublas_audit.table.fix_file import Fix, FixSet, Pin, Problem, Stamp, Timed, TorchOp
+from cublas_audit.vocabulary import FixKind, Severity
 
-FIXED_BY_SHAPE = {"unaligned-operand": "pad", "layout-penalty": "layout"}
+FIXED_BY_SHAPE = {"unaligned-operand": FixKind.pad, "layout-penalty": FixKind.layout}
 
 
 def fixes_of(audited: Audited, plan: Mapping[str, Case] | None = None) -> list[Fix]:
@@ -141,7 +141,7 @@ def _pin_fix(
     left, confirm = float(default["left_on_table"]), float(default["confirm_left_on_table"])
     return Fix(
         id=fix_id(problem),
-        kind="pin",
+        kind=FixKind.pin,
         problem=problem,
         default=_timed(default, basis, kernels.get(str(default["case_id"]))),
         fixed=_timed(best, basis),
@@ -235,7 +235,7 @@ def _shape_fix(rows: pd.DataFrame, finding: Finding, plan: Mapping[str, Case], s
     change = (
         f"pad to {instead.m}x{instead.n}x{instead.k} with zeros and take the "
         f"{problem.m}x{problem.n} slice"
-        if kind == "pad"
+        if kind is FixKind.pad
         else f"store the operands for layout {instead.layout} (transpose once, outside the loop)"
     )
     return Fix(
@@ -276,7 +276,7 @@ def case_of_row(row: pd.Series, plan: Mapping[str, Case]) -> Case:
 def with_torch_ops(fixes: FixSet, table: pd.DataFrame) -> FixSet:
     """Each fix whose exact problem a PyTorch trace ran (observe.torch_trace's problem table,
     cuBLAS terms) with that op, its row-major shape and its share of the trace's GEMM time."""
-    ops: dict[Problem, dict[str, Any]] = {}
+    ops: dict[Problem, TorchOp] = {}
     for _, row in table.iterrows():
         problem = _traced_problem(row)
         if problem is not None:
@@ -310,10 +310,10 @@ def _traced_problem(row: pd.Series) -> Problem | None:
     return Problem.of_case(case)
 
 
-def _torch_side(row: pd.Series) -> dict[str, Any]:
-    return {
-        "op": str(row["op"]),
-        "shape": f"{int(row['M'])}x{int(row['N'])}x{int(row['K'])}",
-        "batch": int(row["batch"]),
-        "share": round(float(row["share"]), 4),
-    }
+def _torch_side(row: pd.Series) -> TorchOp:
+    return TorchOp(
+        op=str(row["op"]),
+        shape=f"{int(row['M'])}x{int(row['N'])}x{int(row['K'])}",
+        batch=int(row["batch"]),
+        share=round(float(row["share"]), 4),
+    )

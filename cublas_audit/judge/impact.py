@@ -35,7 +35,7 @@ from cublas_audit.judge.thresholds import Thresholds
 from cublas_audit.judge.timed_rows import ratio_verdict
 from cublas_audit.judge.verdicts import Verdict
 from cublas_audit.table.dispatch import plain
-from cublas_audit.table.fix_file import Fix, FixSet
+from cublas_audit.table.fix_file import Fix, FixSet, TorchOp
 from cublas_audit.table.trace_record import TracedProblem, TraceRecord
 from cublas_audit.vocabulary import Severity
 
@@ -343,6 +343,6 @@ def model_fixes(
             left.append(NotProposed(fix.id, fix.problem.name, why))
         else:
             batch = traced.batch
-            side = {"op": traced.ops, "shape": traced.shape, "batch": batch, "share": traced.share}
+            side = TorchOp(traced.ops, traced.shape, batch, traced.share)
             kept.append(replace(fix, torch=side))
     return replace(fixes, fixes=tuple(kept)), left

@@ -30,6 +30,7 @@ from cublas_audit.errors import AuditError
 from cublas_audit.planning.cases import LOOP_ROUTINE
 from cublas_audit.planning.modes import pipe_name
 from cublas_audit.table.dispatch import main_launches
+from cublas_audit.vocabulary import FloorKind
 
 DATA_DIR = Path(__file__).resolve().parent.parent / "data"
 DEFAULT_MODEL = DATA_DIR / "noise_h100.json"
@@ -52,7 +53,13 @@ HOST_BOUND_FLOOR = 0.5
 # at the power limit, and their time moves with the clock by up to 8 % between runs where FP32
 # kernels move by 2 %). Within a run, for two contenders timed interleaved (the reference and the
 # call): how far their ratio moves between runs, `call_ratio` / `kernel_ratio`.
-BASE_KINDS = ("call", "kernel", "kernel_tensor", "call_ratio", "kernel_ratio")
+BASE_KINDS = (
+    FloorKind.call,
+    FloorKind.kernel,
+    FloorKind.kernel_tensor,
+    FloorKind.call_ratio,
+    FloorKind.kernel_ratio,
+)
 # A map (device.map_engine) times 5 calls of a problem back to back in queued chunks, over tens of
 # thousands of problems. Its reruns on the H100 show what the sweep's reruns (about 100 cases)
 # never reached: about one problem in a thousand shifted between runs, all 5 of its calls alike,
@@ -60,25 +67,30 @@ BASE_KINDS = ("call", "kernel", "kernel_tensor", "call_ratio", "kernel_ratio")
 # 0.45 ms, 14 % at 0.05 ms: tests/fixtures/h100-map-reruns). Its kinds are fitted on map
 # reruns alone, pooled below POOLED_BELOW_MS (the largest shift anywhere there), and widen the
 # base kinds wherever a map is compared (NoiseModel.for_maps).
-MAP_PREFIX = "map_"
-MAP_KINDS = ("map_call", "map_kernel", "map_kernel_tensor")
+MAP_KINDS = (FloorKind.map_call, FloorKind.map_kernel, FloorKind.map_kernel_tensor)
 POOLED_BELOW_MS = 1.0
 KINDS = BASE_KINDS + MAP_KINDS
 # A kind a model lacks is judged with the floor of the kind that bounds it. The kernels' time and a
 # ratio measured interleaved are never noisier than the call's event time between runs; tensor
 # kernels have no bound but the call's; a map kind the model lacks widens nothing.
 FALLBACK = {
-    "kernel": "call",
-    "kernel_tensor": "call",
-    "call_ratio": "call",
-    "kernel_ratio": "kernel",
-    **{kind: kind.removeprefix(MAP_PREFIX) for kind in MAP_KINDS},
+    FloorKind.kernel: FloorKind.call,
+    FloorKind.kernel_tensor: FloorKind.call,
+    FloorKind.call_ratio: FloorKind.call,
+    FloorKind.kernel_ratio: FloorKind.kernel,
+    **{kind: kind.base for kind in MAP_KINDS},
 }
+# The between-run kinds a map measures too (FloorKind.on_map): a ratio is timed by no map.
+ON_MAPS = tuple(kind.base for kind in MAP_KINDS)
 # The table column each between-run kind reads, and the (numerator, denominator) of each ratio.
-COLUMNS = {"call": "time_ms", "kernel": "kernel_time_ms", "kernel_tensor": "kernel_time_ms"}
+COLUMNS = {
+    FloorKind.call: "time_ms",
+    FloorKind.kernel: "kernel_time_ms",
+    FloorKind.kernel_tensor: "kernel_time_ms",
+}
 RATIOS = {
-    "call_ratio": ("ref_time_ms", "time_ms"),
-    "kernel_ratio": ("ref_kernel_time_ms", "kernel_time_ms"),
+    FloorKind.call_ratio: ("ref_time_ms", "time_ms"),
+    FloorKind.kernel_ratio: ("ref_kernel_time_ms", "kernel_time_ms"),
 }
 
 
@@ -87,44 +99,46 @@ class NoiseModel:
     edges_ms: tuple[float, ...]
     floors: tuple[float, ...]  # the call's event time between runs, per bin: 0.3 = 30 %
     source: dict[str, Any] = field(default_factory=dict)
-    others: dict[str, tuple[float, ...]] = field(default_factory=dict)  # kernel, ratios
+    others: dict[FloorKind, tuple[float, ...]] = field(default_factory=dict)  # kernel, ratios
 
-    def floors_of(self, kind: str = "call") -> tuple[float, ...]:
+    def floors_of(self, kind: str = FloorKind.call) -> tuple[float, ...]:
         """The floors of one kind (KINDS), or of the kind that bounds it where not measured."""
-        while kind != "call" and kind not in self.others:
+        kind = FloorKind(kind)
+        while kind is not FloorKind.call and kind not in self.others:
             kind = FALLBACK[kind]
-        return self.floors if kind == "call" else self.others[kind]
+        return self.floors if kind is FloorKind.call else self.others[kind]
 
     def for_maps(self) -> NoiseModel:
         """The model of a comparison with a map on either side: each between-run kind's floors
         widened, bin by bin, by its map kind's (where this model has one)."""
 
         def widened(kind: str) -> tuple[float, ...]:
-            base, mapped = self.floors_of(kind), MAP_PREFIX + kind
-            if mapped not in self.others:
+            base, mapped = self.floors_of(kind), _on_map(kind)
+            if mapped is None or mapped not in self.others:
                 return base
             return tuple(max(b, m) for b, m in zip(base, self.others[mapped], strict=True))
 
         others = {
             kind: widened(kind)
             for kind in BASE_KINDS[1:]
-            if self.has(kind) or MAP_PREFIX + kind in self.others
+            if self.has(kind) or _on_map(kind) in self.others
         }
-        return NoiseModel(self.edges_ms, widened("call"), {**self.source, "for": "maps"}, others)
+        call = widened(FloorKind.call)
+        return NoiseModel(self.edges_ms, call, {**self.source, "for": "maps"}, others)
 
     def has(self, kind: str) -> bool:
-        return kind == "call" or kind in self.others
+        return kind == FloorKind.call or kind in self.others
 
-    def floor(self, time_per_launch_ms: float, kind: str = "call") -> float:
+    def floor(self, time_per_launch_ms: float, kind: str = FloorKind.call) -> float:
         """The relative change noise alone can make at this time per launch."""
         floors = self.floors_of(kind)
         return floors[self.bin(time_per_launch_ms)]
 
-    def between_runs(self, time_per_launch_ms: float, kind: str = "call") -> float:
+    def between_runs(self, time_per_launch_ms: float, kind: str = FloorKind.call) -> float:
         """The floor of a comparison of two runs: infinite for a host-bound call time (its
         fitted floor at least HOST_BOUND_FLOOR), which then can only be unsure."""
         floor = self.floor(time_per_launch_ms, kind)
-        return math.inf if kind == "call" and floor >= HOST_BOUND_FLOOR else floor
+        return math.inf if kind == FloorKind.call and floor >= HOST_BOUND_FLOOR else floor
 
     def bin(self, time_per_launch_ms: float) -> int:
         if not math.isfinite(time_per_launch_ms) or time_per_launch_ms <= 0:
@@ -134,7 +148,7 @@ class NoiseModel:
 
     def to_json(self) -> dict[str, Any]:
         edges = [edge if math.isfinite(edge) else None for edge in self.edges_ms]
-        floors = {"call": list(self.floors), **{k: list(v) for k, v in self.others.items()}}
+        floors = {FloorKind.call: list(self.floors), **{k: list(v) for k, v in self.others.items()}}
         return {"edges_ms": edges, "floors": floors, "source": self.source}
 
     @classmethod
@@ -142,15 +156,15 @@ class NoiseModel:
         """Reads a model; `floors` is a mapping of KINDS, or (first models) the call's list."""
         edges = tuple(math.inf if e is None else float(e) for e in data["edges_ms"])
         raw = data["floors"]
-        kinds = raw if isinstance(raw, dict) else {"call": raw}
+        kinds = raw if isinstance(raw, dict) else {FloorKind.call: raw}
         unknown = set(kinds) - set(KINDS)
-        if unknown or "call" not in kinds:
+        if unknown or FloorKind.call not in kinds:
             raise ValueError(f"floors must be of {', '.join(KINDS)}, with call")
-        parsed = {kind: tuple(float(f) for f in values) for kind, values in kinds.items()}
+        parsed = {FloorKind(kind): tuple(float(f) for f in v) for kind, v in kinds.items()}
         for values in parsed.values():
             if len(values) != len(edges) or not all(math.isfinite(f) and f >= 0 for f in values):
                 raise ValueError("edges_ms and floors must pair up, floors finite and >= 0")
-        call = parsed.pop("call")
+        call = parsed.pop(FloorKind.call)
         return cls(edges, call, dict(data.get("source") or {}), parsed)
 
 
@@ -173,7 +187,7 @@ def time_per_launch(rows: pd.DataFrame, column: str = "time_ms") -> pd.Series:
     return rows[column].astype(float) / launches(rows)
 
 
-def pair_spreads(tables: Sequence[pd.DataFrame], kind: str = "call") -> pd.DataFrame:
+def pair_spreads(tables: Sequence[pd.DataFrame], kind: str = FloorKind.call) -> pd.DataFrame:
     """For every case measured in two of the tables: its time per launch and the spread of this
     kind between them, |log(t_i / t_j)| (or of the ratio, for a ratio kind), one row per pair."""
     measured = [table for table in (_measured(t, kind) for t in tables) if not table.empty]
@@ -198,7 +212,7 @@ def pair_spreads(tables: Sequence[pd.DataFrame], kind: str = "call") -> pd.DataF
 
 def _measured(table: pd.DataFrame, kind: str) -> pd.DataFrame:
     """case_id, time per launch and the log of the measured value, where this table has it."""
-    rows = main_launches(table)
+    rows, kind = main_launches(table), FloorKind(kind)
     if kind in RATIOS:
         numerator, column = RATIOS[kind]
     else:
@@ -207,8 +221,9 @@ def _measured(table: pd.DataFrame, kind: str) -> pd.DataFrame:
     if not set(needed) <= set(rows.columns):
         return pd.DataFrame()
     rows = rows.dropna(subset=needed)
-    if kind.startswith("kernel"):  # kernel floors are per pipe, ratios (FP32 reference) FMA
-        rows = rows[on_tensor_pipe(rows) == (kind == "kernel_tensor")]
+    if FloorKind(kind) in (FloorKind.kernel, FloorKind.kernel_tensor, FloorKind.kernel_ratio):
+        # kernel floors are per pipe, ratios (FP32 reference) FMA
+        rows = rows[on_tensor_pipe(rows) == (kind == FloorKind.kernel_tensor)]
     if numerator:  # the ratio of two contenders timed interleaved on the same row
         rows = rows[interleaved_with_reference(rows)]
         value = np.log(rows[numerator].astype(float) / rows[column].astype(float))
@@ -225,9 +240,14 @@ def on_tensor_pipe(rows: pd.DataFrame) -> pd.Series:
     return modes.map(lambda mode: pipe_name(str(mode)) == "tensor-pipe").astype(bool)
 
 
-def kernel_kind(mode: str) -> str:
+def kernel_kind(mode: str) -> FloorKind:
     """The noise model kind of a kernel time measured in this mode."""
-    return "kernel_tensor" if pipe_name(mode) == "tensor-pipe" else "kernel"
+    return FloorKind.kernel_tensor if pipe_name(mode) == "tensor-pipe" else FloorKind.kernel
+
+
+def _on_map(kind: str) -> FloorKind | None:
+    """The map kind of a between-run kind; None for a ratio (no map times one interleaved)."""
+    return FloorKind(kind).on_map if kind in ON_MAPS else None
 
 
 def interleaved_with_reference(rows: pd.DataFrame) -> pd.Series:
@@ -262,19 +282,19 @@ def fit(
         if not spreads.empty:
             fitted[kind] = _envelope(spreads, margin)
     fitted.update(map_floors(maps, margin))
-    if "call" not in fitted:
+    if FloorKind.call not in fitted:
         raise AuditError("fitting a noise model needs at least two tables with a shared case")
-    call = fitted.pop("call")
+    call = fitted.pop(FloorKind.call)
     return NoiseModel(EDGES_MS, call, source, fitted)
 
 
 def map_floors(
     maps: Sequence[Sequence[pd.DataFrame]], margin: float = MARGIN
-) -> dict[str, tuple[float, ...]]:
+) -> dict[FloorKind, tuple[float, ...]]:
     """The map kinds' floors from groups of reruns of one map each (paired within a group)."""
     fitted = {}
     for kind in MAP_KINDS:
-        found = [pair_spreads(group, kind.removeprefix(MAP_PREFIX)) for group in maps]
+        found = [pair_spreads(group, kind.base) for group in maps]
         found = [spreads for spreads in found if not spreads.empty]
         if found:
             spreads = pd.concat(found, ignore_index=True)

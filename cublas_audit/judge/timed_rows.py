@@ -20,6 +20,7 @@ import pandas as pd
 from cublas_audit.judge import noise
 from cublas_audit.judge.noise import NoiseModel
 from cublas_audit.judge.verdicts import Judgement, Timed, Verdict, judge
+from cublas_audit.vocabulary import FloorKind
 
 # The two times a comparison can judge -> the prefix of their table columns.
 # The kernels' time answers "did the dispatch get worse", the call's "did the call get slower".
@@ -73,9 +74,17 @@ def judged_ratio(rows: pd.DataFrame, kernels: pd.Series, fast: str, slow: str) -
     return ratio("kernel").where(kernels, by_call) if kernels.any() else by_call
 
 
-def floor_kind(on: str, mode: str) -> str:
+def floor_kind(on: str, mode: str) -> FloorKind:
     """The noise model kind of a time compared between runs: the kernels' by their pipe."""
-    return noise.kernel_kind(mode) if on == "kernel" else "call"
+    return noise.kernel_kind(mode) if on == "kernel" else FloorKind.call
+
+
+def floor_kinds(kernels: pd.Series, interleaved: pd.Series) -> np.ndarray:
+    """Each row's floor kind (`kernels`: `on_kernels`' answer): of its judged time between runs,
+    or of the two times' ratio where they were timed interleaved (FloorKind.interleaved)."""
+    between = np.where(kernels, FloorKind.kernel, FloorKind.call)
+    ratio = np.where(kernels, FloorKind.kernel.interleaved, FloorKind.call.interleaved)
+    return np.where(interleaved, ratio, between)
 
 
 def at_slower(model: NoiseModel, kind: str) -> FloorOf:
@@ -131,7 +140,7 @@ def row_verdicts(rows: pd.DataFrame, fast: str, slow: str, threshold: float) -> 
     judged = []
     for record in rows[read].to_dict("records"):
         on = "kernel" if record.get("judged_on") == "kernel" else "call"
-        floor = at_slower(model, str(record.get("floor_kind") or "call"))
+        floor = at_slower(model, FloorKind(record.get("floor_kind") or FloorKind.call))
         judgement = judge_sides(record, record, on, threshold, floor, sides=(fast, slow))
         judged.append(Verdict.same if judgement is None else judgement.verdict)
     return pd.Series(judged, index=rows.index, dtype=object)

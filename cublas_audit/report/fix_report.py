@@ -96,13 +96,11 @@ def fix_row(fix: Fix) -> list[str]:
 
 def torch_words(fix: Fix) -> str:
     """'aten::mm 2048x5632x2048, 28.5 % of GEMM time' where the trace is known, else '—'."""
-    if not fix.torch:
+    if fix.torch is None:
         return "—"
-    batch = f" batch {fix.torch['batch']}" if int(fix.torch.get("batch", 1)) > 1 else ""
-    share = float(fix.torch.get("share", 0.0))
-    return (
-        f"{fix.torch.get('op', '')} {fix.torch.get('shape', '')}{batch}, {share:.1%} of GEMM time"
-    )
+    torch = fix.torch
+    batch = f" batch {torch.batch}" if torch.batch > 1 else ""
+    return f"{torch.op} {torch.shape}{batch}, {torch.share:.1%} of GEMM time"
 
 
 def environment_lines(environment: dict[str, str]) -> str:

@@ -34,6 +34,7 @@ from cublas_audit.table.tunableop_file import (
     TunableFile,
     TunableRow,
 )
+from cublas_audit.vocabulary import FixKind
 
 FILE_NAME = "tunableop.csv"  # what PYTORCH_TUNABLEOP_FILENAME names
 DEVICE_FILE_NAME = "tunableop0.csv"  # what TunableOp reads on device 0, and what is written
@@ -147,7 +148,7 @@ def tunableop_environment(directory: Path, workspace_kib: int) -> dict[str, str]
 def not_carried_reason(fix: Fix) -> str:
     """Why a TunableOp row cannot carry this fix; '' when it can."""
     problem = fix.problem
-    if fix.kind != "pin" or fix.pin is None:
+    if fix.kind is not FixKind.pin or fix.pin is None:
         instead = f" (it runs {fix.instead.name})" if fix.instead else ""
         return (
             f"a {fix.kind} fix changes the call itself{instead}; TunableOp only chooses the "

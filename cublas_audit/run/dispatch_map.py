@@ -32,6 +32,7 @@ from cublas_audit.run import multi_gpu
 from cublas_audit.run.sweep import Progress
 from cublas_audit.run.sweep_setup import Measured, SweepOptions, sweep
 from cublas_audit.table import rundir
+from cublas_audit.vocabulary import Phase
 
 DEFAULT_REPS = 5  # timed and traced calls per case (kernel times vary ~1 % call to call)
 DEFAULT_FOLLOW_UP = 8  # findings the follow-up takes deep, largest effect first
@@ -61,7 +62,7 @@ def run(
 ) -> MapResult:
     """The map (new or resumed; on one GPU, or spread over several), then with `follow_up` the
     deep tier for that many findings (on the first GPU)."""
-    options = replace(options, phase="map")
+    options = replace(options, phase=Phase.map)
     if spread is None:
         mapped = sweep(options, progress)
     else:
@@ -69,7 +70,7 @@ def run(
         if plan.replicate:
             return MapResult(plan.run_dir, None, shards=shards)
         frame = multi_gpu.merged_table(plan, shards)
-        mapped = Measured(plan.run_dir, frame, "map")
+        mapped = Measured(plan.run_dir, frame, Phase.map)
     found = map_findings(mapped.frame, thresholds)  # once: the follow-up and the report share it
     deep = None
     if follow_up:
@@ -118,7 +119,7 @@ def run_follow_up(
         probe_env={} if started else dict(record.get("probe_env") or {}),
         candidate_limit=None if started else FOLLOW_UP_CANDIDATES,
         command=[*options.command, f"(follow-up of {len(cases)} cases)"],
-        phase=None if started else "time",
+        phase=None if started else Phase.time,
         warm=None if started else options.warm,
         # ncu where it can run (the sweep's default); events where the map was told not to trace
         observer=Observer.events

@@ -3,8 +3,9 @@
 The engine boundary: the tool plans, runs one shard, merges and judges; Ray places and restarts.
 Each task (`num_gpus=1`; Ray sets its CUDA_VISIBLE_DEVICES) runs the same sweep as
 `--shard I/N` on its node, into a node-local temporary run directory, and returns that directory
-as bytes (a tar); the driver unpacks it under `<run>/shards/shard-I/`. No shared filesystem is
-needed, and one node works alike. The driver then merges the shards (jobs.merge) into `<run>`.
+as bytes (a tar of its compact files: the plans as stated, a large table columnar, the probe's
+results gzipped: rundir.compact_results); the driver unpacks it under `<run>/shards/shard-I/`.
+No shared filesystem is needed, and one node works alike. The driver then merges the shards (jobs.merge) into `<run>`.
 
     <run>/env.json          engine "ray", its address, the shard count, the settings every
                             shard runs with, and each shard's node, host and GPU
@@ -43,6 +44,7 @@ from cublas_audit.run.run_archive import pack, unpack
 from cublas_audit.run.sweep_setup import SweepOptions, check_new_run_dir, sweep
 from cublas_audit.table import merge, rundir
 from cublas_audit.version import __version__
+from cublas_audit.vocabulary import Phase
 
 INSTALL_HINT = "pip install 'cublas-audit[ray]'"
 ENGINE = "ray"
@@ -194,7 +196,7 @@ def engine_record(fleet: FleetRun, placed: dict[str, Any] | None = None) -> dict
         "ray_address": fleet.address,
         "shard_count": fleet.count,
         "plan_fingerprint": fingerprint(fleet.whole),
-        "phase": fleet.settings.phase or "time",
+        "phase": fleet.settings.phase or Phase.time,
         "ray_settings": settings,
         "ray_shards": placed or {},
         "replicate": fleet.replicate,
@@ -221,6 +223,7 @@ def recorded(run_dir: Path, address: str | None) -> FleetRun:
         settings = dict(env["ray_settings"])
         settings["cublas_lib"] = Path(settings["cublas_lib"]) if settings["cublas_lib"] else None
         settings["observer"] = Observer(settings["observer"]) if settings["observer"] else None
+        settings["phase"] = Phase(settings["phase"]) if settings.get("phase") else None
         options = SweepOptions(**settings)
         count = int(env["shard_count"])
     except (KeyError, TypeError, ValueError) as exc:
@@ -275,6 +278,7 @@ def run_shard(
     with tempfile.TemporaryDirectory(prefix="cublas-audit-shard-") as scratch:
         out = Path(scratch) / f"shard-{index}"
         run_sweep(replace(options, out=out, device=device))
+        rundir.compact_results(out)  # the probe's raw streams gzipped: what travels is compact
         node = ray.get_runtime_context().get_node_id()
         return ShardDone(index, pack(out), node, socket.gethostname(), ",".join(gpu))
 
@@ -373,7 +377,7 @@ def _reason(error: Exception) -> str:
 
 def missing_message(fleet: FleetRun, failures: dict[int, str]) -> str:
     names = ", ".join(f"{fleet.name(i)} ({why})" for i, why in sorted(failures.items()))
-    command = {"map": "map", "candidates": "candidates"}.get(fleet.settings.phase or "", "sweep")
+    command = Phase.of(fleet.settings.phase).command
     plural = "s" if len(failures) > 1 else ""
     kind = "" if fleet.replicate else f"shard{plural} "  # (a unit's name says unit-I)
     return (

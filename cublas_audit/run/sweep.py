@@ -45,6 +45,7 @@ from cublas_audit.table.rundir import (
     PROFILE_RESULTS,
     TIME_RESULTS,
 )
+from cublas_audit.vocabulary import Phase
 
 # Cases per ncu process: each start costs seconds (interpreter, CUDA context, ncu attach), so
 # the default batched grid (36 profiled cases) runs in one; resume redoes at most one chunk.
@@ -77,17 +78,20 @@ class SweepConfig:
     candidate_min_reps: int = candidates_table.DEFAULT_MIN_REPS
     workspace_bytes: int = DEFAULT_WORKSPACE_BYTES
     cublas_lib: Path | None = None
-    # "time": the sweep's timing (full check, event timing, then CUPTI); "map": the dispatch
+    # time: the sweep's timing (full check, event timing, then CUPTI); map: the dispatch
     # map's fast pass (quick check, min_reps calls timed and traced at once, no recheck);
-    # "candidates": the cuBLASLt candidate audit of the plan's problems and nothing else.
-    phase: str = "time"
+    # candidates: the cuBLASLt candidate audit of the plan's problems and nothing else.
+    phase: Phase = Phase.time
     # The timed calls find their operands in L2 (--warm); else cold: L2 flushed before each
     warm: bool = False
+
+    def __post_init__(self) -> None:
+        self.phase = Phase(self.phase)  # a member however it was given (another word: ValueError)
 
     @property
     def measures_calls(self) -> bool:
         """Whether the run profiles and times the planned calls (every phase but candidates)."""
-        return self.phase != "candidates"
+        return self.phase is not Phase.candidates
 
 
 @dataclass
@@ -121,7 +125,7 @@ def run(config: SweepConfig, progress: Progress | None = None) -> pd.DataFrame:
                 _profile_chunk(config, index, chunk, progress)
         with _timed(phase_seconds, "time"):
             _time_cases(config, pending_time, progress)
-        if config.phase == "time":
+        if config.phase is Phase.time:
             with _timed(phase_seconds, "recheck"):
                 _recheck_unsure(config, progress)
         if config.candidate_limit is not None:
@@ -129,7 +133,7 @@ def run(config: SweepConfig, progress: Progress | None = None) -> pd.DataFrame:
                 _audit_candidates(config, progress)
     except KeyboardInterrupt:
         rundir.add_interrupted_part(config.run_dir, time.perf_counter() - started, phase_seconds)
-        command = {"candidates": "candidates", "map": "map"}.get(config.phase, "sweep")
+        command = config.phase.command
         finished, total = _saved_on_interrupt(config)
         raise InterruptedSweepError(
             f"interrupted: {finished} of {total} cases are saved in {config.run_dir}; "

@@ -35,6 +35,7 @@ from cublas_audit.table import candidates_table, rundir
 from cublas_audit.table.trace_record import TraceRecord, write_trace_record
 from cublas_audit.table.validation import check_env
 from cublas_audit.version import __version__
+from cublas_audit.vocabulary import Phase
 
 DEFAULT_MIN_REPS = 20
 
@@ -67,9 +68,9 @@ class SweepOptions:
     # How the launches are observed (observe.observer); None: ncu where it can run, else CUPTI
     # with a notice (--no-profile means CUPTI).
     observer: Observer | None = None
-    # "time" (a sweep), "map" (the dispatch map's fast pass: cupti or events, never ncu) or
-    # "candidates" (the cuBLASLt candidate audit alone: `candidates --devices`).
-    phase: str | None = None
+    # time (a sweep), map (the dispatch map's fast pass: cupti or events, never ncu) or
+    # candidates (the cuBLASLt candidate audit alone: `candidates --devices`).
+    phase: Phase | None = None
     # The GPU (nvidia-smi's index) a shard of a sharded run measures on; its probe is pinned to
     # it through CUDA_VISIBLE_DEVICES in probe_env (cublas_audit.run.multi_gpu).
     device: int | None = None
@@ -79,9 +80,6 @@ class SweepOptions:
     trace: TraceRecord | None = None
 
 
-PHASES = ("time", "map", "candidates")
-
-
 @dataclass(frozen=True)
 class Measured:
     """A finished run: its directory and its table (dispatch.csv; candidates.csv for a candidates
@@ -89,7 +87,7 @@ class Measured:
 
     run_dir: Path
     frame: pd.DataFrame
-    phase: str
+    phase: Phase
 
 
 # option -> (env.json key, default): the settings a resumed sweep takes from its record.
@@ -104,7 +102,7 @@ RECORDED: dict[str, tuple[str, Any]] = {
     "candidate_threshold": ("candidate_threshold", candidates.DEFAULT_THRESHOLD),
     "candidate_min_reps": ("candidate_min_reps", candidates_table.DEFAULT_MIN_REPS),
     "workspace_bytes": ("workspace_bytes", DEFAULT_WORKSPACE_BYTES),
-    "phase": ("phase", "time"),
+    "phase": ("phase", Phase.time),
     "device": ("device_index", None),
     "warm": ("warm", False),
 }
@@ -148,7 +146,7 @@ def _observer_here(
 ) -> SweepOptions:
     """The observer this sweep uses. Asked for ncu (or a resumed profiled run): ncu or exit 3.
     Not asked: ncu where it can run, else CUPTI, said in one line, never a stop."""
-    if options.observer in MAP_OBSERVERS or options.phase in ("map", "candidates"):
+    if options.observer in MAP_OBSERVERS or options.phase in (Phase.map, Phase.candidates):
         return replace(options, profile=False)
     if options.observer is Observer.ncu or not options.profile or options.resume is not None:
         return options
@@ -175,14 +173,13 @@ def checked(options: SweepOptions) -> SweepOptions:
         for name, (_key, default) in RECORDED.items()
     }
     options = replace(options, **decided)
-    if options.phase not in PHASES:
-        raise AuditError(f"phase {options.phase!r} is not one of {', '.join(PHASES)}")
-    if options.phase == "map" and options.observer is Observer.ncu:
+    options = replace(options, phase=_phase(options.phase))
+    if options.phase is Phase.map and options.observer is Observer.ncu:
         raise AuditError(
             "--observer ncu: a map observes with cupti or events; --follow-up takes the cases it "
             "flags to ncu"
         )
-    if options.phase == "candidates":  # the audit of cuBLASLt's algorithms and nothing else
+    if options.phase is Phase.candidates:  # the audit of cuBLASLt's algorithms and nothing else
         limit = options.candidate_limit or candidates_table.DEFAULT_LIMIT
         options = replace(options, candidate_limit=limit, profile=False, reference=False)
     if options.observer is Observer.events:  # the probe then times with CUDA events alone
@@ -201,6 +198,15 @@ def checked(options: SweepOptions) -> SweepOptions:
     return replace(options, probe_python=python)
 
 
+def _phase(given: str | None) -> Phase:
+    """The phase as a member (a resumed run's is its env.json's word): one line for another."""
+    try:
+        return Phase(given or Phase.time)
+    except ValueError:
+        words = ", ".join(Phase)
+        raise AuditError(f"phase {given!r} is not one of {words}") from None
+
+
 def resumed(options: SweepOptions) -> SweepOptions:
     """The options of the recorded run, or an error naming the option that contradicts it."""
     assert options.resume is not None
@@ -216,6 +222,8 @@ def resumed(options: SweepOptions) -> SweepOptions:
         recorded = record.get(key)
         if name == "cublas_lib" and recorded is not None:
             recorded = Path(recorded)
+        if name == "phase" and recorded is not None:
+            recorded = _phase(recorded)
         given = getattr(options, name)
         # A recorded null is a setting too (the system's cuBLAS, no candidate audit); only a run
         # recorded before the key existed leaves the option free.
@@ -279,9 +287,9 @@ def _config(
         candidate_min_reps=_setting(options, "candidate_min_reps"),
         workspace_bytes=_setting(options, "workspace_bytes"),
         cublas_lib=options.cublas_lib,
-        phase=options.phase or "time",
+        phase=options.phase or Phase.time,
         # a map's fast pass leaves its operands warm, whatever --warm says (its follow-up obeys)
-        warm=bool(options.warm) or options.phase == "map",
+        warm=bool(options.warm) or options.phase is Phase.map,
     )
 
 

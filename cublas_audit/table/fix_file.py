@@ -23,11 +23,12 @@ from cublas_audit.planning.cases import MAX_DIMENSION, Case
 from cublas_audit.planning.lt_enums import NUMBER_LIMITS, split_k_fault
 from cublas_audit.planning.modes import MODE_NAMES
 from cublas_audit.table.json_records import as_list, as_text, record, require
+from cublas_audit.vocabulary import FixKind
 
 SCHEMA = "cublas-audit-fix"
 SCHEMA_VERSION = 1
 FIX_FILE = "fix.json"
-KINDS = ("pin", "pad", "layout")
+KINDS = tuple(FixKind)
 TIMINGS = ("kernel", "call")  # CUPTI's kernel time, CUDA events around the call
 
 
@@ -177,12 +178,24 @@ class Stamp:
 
 
 @dataclass(frozen=True)
+class TorchOp:
+    """A fix's `torch`: the PyTorch op of a trace that makes the fix's call, its row-major shape
+    ('2048x5632x2048'), batch and share of the trace's GEMM time (0..1). fix.json holds it as an
+    object of these four fields, in this order."""
+
+    op: str
+    shape: str
+    batch: int
+    share: float
+
+
+@dataclass(frozen=True)
 class Fix:
-    """One confirmed finding's fix. `kind` 'pin': run `pin` on `problem`; 'pad' / 'layout':
+    """One confirmed finding's fix. `kind` pin: run `pin` on `problem`; pad / layout:
     run `instead` (the problem padded, or in the other layout) and take the result's slice."""
 
     id: str
-    kind: str
+    kind: FixKind
     problem: Problem
     default: Timed
     fixed: Timed
@@ -192,7 +205,11 @@ class Fix:
     pin: Pin | None = None
     instead: Problem | None = None
     source: dict[str, str] = field(default_factory=dict)  # run, case_id, rule
-    torch: dict[str, Any] | None = None  # the trace's op and its share of GPU time
+    torch: TorchOp | None = None  # the trace's op and its share of GPU time
+
+    def __post_init__(self) -> None:
+        # the kind is a member however the fix was made (a word FixKind lacks: ValueError)
+        object.__setattr__(self, "kind", FixKind(self.kind))
 
     @property
     def speedup(self) -> float:
@@ -305,18 +322,18 @@ def _fix(entry: Any, index: int) -> Fix:
     if not isinstance(entry, dict):
         raise ValueError(f"{where} is not an object")
     require(entry, FIX_KEYS, where)
-    kind = entry.get("kind")
-    if kind not in KINDS:
-        raise ValueError(f"{where}.kind {kind!r} is not one of {', '.join(KINDS)}")
+    if entry.get("kind") not in KINDS:
+        raise ValueError(f"{where}.kind {entry.get('kind')!r} is not one of {', '.join(KINDS)}")
+    kind = FixKind(entry["kind"])
     problem = _problem(entry["problem"], f"{where}.problem")
     pin = _pin(entry["pin"], f"{where}.pin") if entry.get("pin") is not None else None
     instead = entry.get("instead")
-    if kind == "pin" and pin is None:
+    if kind is FixKind.pin and pin is None:
         raise ValueError(f"{where}: a pin fix without its 'pin'")
     fault = split_k_fault(pin.split_k, problem.k) if pin is not None else ""
     if fault:
         raise ValueError(f"{where}.pin.{fault}")
-    if kind != "pin" and instead is None:
+    if kind is not FixKind.pin and instead is None:
         raise ValueError(f"{where}: a {kind} fix without the problem to run 'instead'")
     fix = Fix(
         id=as_text(entry["id"], f"{where}.id"),
@@ -373,24 +390,13 @@ def _pin(data: Any, where: str) -> Pin:
     return pin
 
 
-@dataclass(frozen=True)
-class _TorchOp:
-    """A fix's `torch`, as judge.fixes writes it: the trace's op, its row-major shape, batch and
-    share of the trace's GEMM time."""
-
-    op: str
-    shape: str
-    batch: int
-    share: float
-
-
-def _torch(data: Any, where: str) -> dict[str, Any]:
-    op = record(_TorchOp, data, where)
+def _torch(data: Any, where: str) -> TorchOp:
+    op = record(TorchOp, data, where)
     if op.batch < 1:
         raise ValueError(f"{where}.batch {op.batch} is not a batch count")
     if not 0 <= op.share <= 1:
         raise ValueError(f"{where}.share {op.share} is not in 0..1 (a share of GEMM time)")
-    return asdict(op)
+    return op
 
 
 def _timed(data: Any, where: str) -> Timed:

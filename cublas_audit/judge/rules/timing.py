@@ -12,6 +12,7 @@ from cublas_audit.judge import noise
 from cublas_audit.judge.finding import Finding, kernel_of, of_group, ratio_range, size_list
 from cublas_audit.judge.rules.frame import RuleContext, by_kernel
 from cublas_audit.judge.timed_rows import (
+    floor_kinds,
     judged_on,
     judged_ratio,
     on_kernels,
@@ -117,7 +118,7 @@ def _judged(
     rows = rows.assign(
         ratio=judged_ratio(rows, kernels, fast, ""),
         judged_on=on,
-        floor_kind=on + np.where(interleaved, "_ratio", ""),
+        floor_kind=floor_kinds(kernels, interleaved),
     )
     return rows.assign(verdict=row_verdicts(rows, fast, "", margin_pct / 100))
 
