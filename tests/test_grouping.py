@@ -42,6 +42,18 @@ def odd() -> Audited:
     return audit_dataset(load_run(ODD))
 
 
+@pytest.fixture(scope="module")
+def odd_ungrouped(odd: Audited) -> tuple[Finding, ...]:
+    """The 2073 run's findings before grouping (judged once for the module: a test that
+    changes them works on a list of its own)."""
+    return tuple(ungrouped(odd))
+
+
+@pytest.fixture(scope="module")
+def layouts() -> Audited:
+    return audit_dataset(load_run(K140_LAYOUTS))
+
+
 def ungrouped(judged: Audited) -> list[Finding]:
     """The rules' findings of a judged run before grouping, as judge.audited runs them."""
     return audit(
@@ -59,10 +71,12 @@ def said(found: list[Finding]) -> list[tuple[str, str, list[int], list[int], str
     return sorted((f.rule, f.api, f.rows, f.compared, f.message[:60]) for f in found)
 
 
-def test_2073_is_one_finding_with_the_other_rules_as_its_evidence(odd: Audited) -> None:
+def test_2073_is_one_finding_with_the_other_rules_as_its_evidence(
+    odd: Audited, odd_ungrouped: tuple[Finding, ...]
+) -> None:
     """The eight findings of 2073^3 are one: unaligned-operand (the cause), high (the highest of
     the eight), naming both calls; the seven others kept whole inside it, none lost."""
-    before = [f for f in ungrouped(odd) if problem_of(f) == AT_2073]
+    before = [f for f in odd_ungrouped if problem_of(f) == AT_2073]
     assert len(before) == 8
     assert {(f.rule, f.api) for f in before} == {
         (rule, api)
@@ -82,7 +96,9 @@ def test_2073_is_one_finding_with_the_other_rules_as_its_evidence(odd: Audited) 
     assert set(rows.loc[every_row(finding), "shape"]) == {"2073"}
 
 
-def test_the_workaround_names_the_problems_own_dimensions_and_values(odd: Audited) -> None:
+def test_the_workaround_names_the_problems_own_dimensions_and_values(
+    odd: Audited, layouts: Audited
+) -> None:
     """2073 rounds up to 2080 (8 bf16 elements), the padded companion the run measured; K = 140
     rounds up to 144. No fixed example ('round K up to 144') on a 2073 problem."""
     (finding,) = odd.findings
@@ -95,19 +111,20 @@ def test_the_workaround_names_the_problems_own_dimensions_and_values(odd: Audite
     )
     for member in members(finding):
         assert "144" not in member.workaround
-    (k140,) = audit_dataset(load_run(K140_LAYOUTS)).findings
+    (k140,) = layouts.findings
     assert k140.workaround == (
         "Pad to a multiple of 16 bytes with zeros: round K = 140 up to 144. Zeros add nothing "
         "to the product, and the Hopper kernels become eligible."
     )
 
 
-def test_the_k140_layouts_are_one_finding_and_keep_every_fix() -> None:
+def test_the_k140_layouts_are_one_finding_and_keep_every_fix(layouts: Audited) -> None:
     """1024x1024x140: unaligned-operand, layout-penalty (nt, every leading dimension aligned,
     faster) and size-inversion (144 sooner), each per api, are one finding; the problem's shape
     fixes (pad, layout: one each, the cuBLASLt call's measurement, judge.fixes) are still made
     from the observations it holds."""
-    judged = audit_dataset(load_run(K140_LAYOUTS))
+    judged = layouts
+    raw = ungrouped(judged)
     (finding,) = judged.findings
     assert finding.rule == "unaligned-operand" and finding.sizes == ["1024x1024x140"]
     assert sorted({f.rule for f in members(finding)}) == [
@@ -115,15 +132,17 @@ def test_the_k140_layouts_are_one_finding_and_keep_every_fix() -> None:
         "size-inversion",
         "unaligned-operand",
     ]
-    assert said(members(finding)) == said(ungrouped(judged))
+    assert said(members(finding)) == said(raw)
     source = str(judged.dataset.path)
     fixes = shape_fixes(judged.rows, judged.findings, {}, source)
-    before = shape_fixes(judged.rows, ungrouped(judged), {}, source)
+    before = shape_fixes(judged.rows, raw, {}, source)
     assert sorted(f.id for f in fixes) == sorted(f.id for f in before)
     assert sorted(f.kind for f in fixes) == ["layout", "pad"]
 
 
-def test_findings_of_other_problems_or_causes_stay_their_own(odd: Audited) -> None:
+def test_findings_of_other_problems_or_causes_stay_their_own(
+    odd_ungrouped: tuple[Finding, ...],
+) -> None:
     """The k140 run's two problems (packed, and with ldb 144) stay two findings, each with its
     own size-inversion. A finding over several sizes, or of another cause (a candidate the
     heuristic ranked lower), is no observation of the one problem's unaligned dimension; nor is
@@ -133,7 +152,7 @@ def test_findings_of_other_problems_or_causes_stay_their_own(odd: Audited) -> No
     for finding in judged.findings:
         assert [m.rule for m in members(finding)] == ["unaligned-operand", "size-inversion"]
         assert {tuple(m.sizes) for m in members(finding)} == {tuple(finding.sizes)}
-    found = ungrouped(odd)
+    found = list(odd_ungrouped)
     low = next(i for i, f in enumerate(found) if f.rule == "low-utilization")
     cliff = next(i for i, f in enumerate(found) if f.rule == "dispatch-cliff")
     found[low] = replace(found[low], sizes=["2073", "4096"])
