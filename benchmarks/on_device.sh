@@ -26,6 +26,9 @@
 #               `cublas-audit atlas` of it into reports/<label>/atlas/<mode>/
 #   map-full    the FP32 map 64..8192 step 64, single and batch 8, with --follow-up, into
 #               reports/<label>/maps/<timestamp>-fp32-64-8192/
+#   fleet       benchmarks/fleet_scaling.py: the BF16 full grid as a quarter shard alone (--shard 1/4),
+#               on every GPU (--devices all) and through a local Ray (--ray auto, where Ray imports),
+#               end to end, into benchmarks/results/fleet_scaling_<label>x<GPUs>.json (maps in $MAPS)
 #   multi-map   a 2,000-case FP32 map on one GPU, then the same on every GPU (--devices all), into
 #               benchmarks/results/map-2k-<label>-{1gpu,all}/, then benchmarks/multi_gpu_speed.py
 #   replicate   the default batched sweep on every GPU (--devices all --replicate) into
@@ -268,6 +271,17 @@ read_table(Path(sys.argv[1])).to_parquet(sys.argv[2], compression="zstd")' \
         step map-full 480 $py -m cublas_audit map --sizes 64:8192:64 --batches 1,8 \
             --follow-up --gpu-label "$label" --out "$full"
         made+=("$full")
+        ;;
+    fleet)
+        # Issue 40 items 4-5: each leg one `map` process timed from start to exit; the figures
+        # are committed, the maps stay in $MAPS/fleet
+        gpus=$(nvidia-smi -L | wc -l)
+        legs=quarter,all
+        $py -c 'import ray' 2>/dev/null && legs+=,ray
+        step fleet 540 $py benchmarks/fleet_scaling.py \
+            "benchmarks/results/fleet_scaling_${label}x$gpus.json" --legs "$legs" \
+            --maps "${MAPS:-/tmp/maps}/fleet" --gpu-label "$label"
+        made+=("benchmarks/results/fleet_scaling_${label}x$gpus.json")
         ;;
     multi-map)
         axis=64:4096:64
