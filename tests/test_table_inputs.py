@@ -86,9 +86,20 @@ def test_fix_refuses_a_candidates_value_out_of_range(
     assert not out.exists()
 
 
+def test_cublaslts_own_split_k_values_read() -> None:
+    """The Llama trace's candidate audit reads: cuBLASLt's own split-K values for its GEMV
+    algorithms (-1 and 0) beside 1 and 8, and a time of every timed row above 0 (the quick
+    suite's part of the test below)."""
+    table = REPORTS / "h100" / "traces" / "20261125-093616-llama-v2" / "candidates.csv"
+    assert {-1, 0, 1, 8} <= set(read_candidates(table)["split_k"].dropna().astype(int))
+
+
+@pytest.mark.heavy
 def test_the_recorded_candidates_tables_stay_readable() -> None:
     """Every candidates.csv recorded under reports/ reads: cuBLASLt's own split-K values for its
-    GEMV algorithms (-1 and 0, the Llama traces) and a time of every timed row above 0."""
+    GEMV algorithms (-1 and 0, the Llama traces) and a time of every timed row above 0. Heavy
+    (20 tables, 2.5 s of CPU): the quick suite reads the Llama trace's table (the test above)
+    and the bundled runs' through their reports."""
     tables = sorted(REPORTS.rglob("candidates.csv"))
     assert len(tables) > 10
     splits = set()
