@@ -100,3 +100,21 @@ def test_a_large_maps_findings_are_gzipped_and_read_back_as_written(
     assert not (tmp_path / rundir.FINDINGS_FILE).exists()
     assert written.stat().st_size * 5 < (recorded_run / rundir.FINDINGS_FILE).stat().st_size
     assert recorded_findings(tmp_path) == found
+
+
+def test_a_finished_runs_results_fold_and_still_read(tmp_path: Path) -> None:
+    """compact_results: the probe's records of the H100's 256-problem map gzipped (the plain file
+    and the probe's case lists gone), read back as they were; a record appended after (a resumed
+    run) reads after them."""
+    recorded = MAP.parent / "20261123-235543-fp32-64-4096" / rundir.TIME_RESULTS
+    results = tmp_path / rundir.TIME_RESULTS
+    shutil.copy(recorded, results)
+    (tmp_path / "timing.cases").write_text("cublas.fp32.64x64x64.b1.nn\n")
+    before = rundir.read_results(results)
+    rundir.compact_results(tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [rundir.TIME_RESULTS + ".gz"]
+    assert (tmp_path / (rundir.TIME_RESULTS + ".gz")).stat().st_size * 3 < recorded.stat().st_size
+    assert rundir.read_results(results) == before and len(before) == 256
+    rundir.append_record(results, {"event": "done", "case_id": "later"})
+    rundir.compact_results(tmp_path)  # a second member after the first
+    assert list(rundir.read_results(results)) == [*before, "later"]

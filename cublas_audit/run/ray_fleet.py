@@ -5,7 +5,8 @@ Each task (`num_gpus=1`; Ray sets its CUDA_VISIBLE_DEVICES) runs the same sweep 
 `--shard I/N` on its node, into a node-local temporary run directory, and returns that directory
 as bytes (a tar of its compact files: the plans as stated, a large table columnar, the probe's
 results gzipped: rundir.compact_results); the driver unpacks it under `<run>/shards/shard-I/`.
-No shared filesystem is needed, and one node works alike. The driver then merges the shards (jobs.merge) into `<run>`.
+No shared filesystem is needed, and one node works alike. The driver then merges the shards
+(jobs.merge) into `<run>`.
 
     <run>/env.json          engine "ray", its address, the shard count, the settings every
                             shard runs with, and each shard's node, host and GPU

@@ -13,7 +13,8 @@ are cublas_audit.files).
       candidates.csv    the cuBLASLt candidate audit (with --candidates), candidates.log beside it,
                         candidates.jsonl: each problem's rows as it finished (what resume keeps)
       profile.jsonl     the probe's results under ncu, one JSON line per finished case
-      timing.jsonl      the probe's un-profiled results, likewise
+      timing.jsonl      the probe's un-profiled results, likewise (.jsonl.gz: folded once a
+                        shard finished, compact_results)
       probe.log         what the probe printed besides its progress lines
       ncu/              chunk-NNN.ncu-rep, its CSV export, its log and case list
       report.md         the rendered findings, plots/ beside it
@@ -188,16 +189,36 @@ def with_earlier_parts(
 
 
 def records(path: Path) -> Iterator[dict[str, Any]]:
-    """The JSON objects of a .jsonl file; a torn last line (a crash mid-write) is skipped."""
-    if not path.exists():
-        return
-    for line in path.read_text().splitlines():
+    """The JSON objects of a .jsonl file, those folded into its .gz first (compact_results); a
+    torn last line (a crash mid-write) is skipped."""
+    folded = Path(path).with_name(Path(path).name + ".gz")
+    lines = gzip.decompress(folded.read_bytes()).decode().splitlines() if folded.is_file() else []
+    if path.exists():
+        lines += path.read_text().splitlines()
+    for line in lines:
         try:
             record = json.loads(line)
         except ValueError:
             continue
         if isinstance(record, dict):
             yield record
+
+
+def compact_results(run_dir: Path) -> None:
+    """A finished run's raw streams folded: each probe results file gzipped onto its .gz (a new
+    gzip member: read back by `records` before anything appended later, so --resume still
+    knows every finished case), and the probe's last lists of cases (*.cases) removed. A full
+    map's timing.jsonl was ~1 KB a problem (285 MB), about an eighth gzipped."""
+    run_dir = Path(run_dir)
+    for name in (PROFILE_RESULTS, TIME_RESULTS):
+        plain = run_dir / name
+        if plain.is_file():
+            folded = run_dir / (name + ".gz")
+            before = folded.read_bytes() if folded.is_file() else b""
+            write_file(folded, before + gzip.compress(plain.read_bytes(), 6, mtime=0))
+            plain.unlink()
+    for listed in run_dir.glob("*.cases"):
+        listed.unlink()
 
 
 def append_record(path: Path, record: Mapping[str, Any]) -> None:
