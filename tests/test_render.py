@@ -15,6 +15,7 @@ import functools
 import json
 import re
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -24,6 +25,7 @@ from cublas_audit.cli import app
 from cublas_audit.errors import AuditError
 from cublas_audit.jobs.reports import write_run_report
 from cublas_audit.judge.audited import audit_all
+from cublas_audit.judge.stall_pairs import StallPairs
 from cublas_audit.judge.thresholds import Thresholds
 from cublas_audit.report.markdown import md_code, md_text, shorten, template
 from cublas_audit.report.render import render_report
@@ -193,6 +195,21 @@ def test_stall_breakdown_sets_a_flagged_case_beside_a_healthy_one() -> None:
     assert "#### low-utilization: xmma\\_32x32x8 at 256, batch 4" in text
     assert "|pipe utilization %|18|82|" in text
     assert "|long\\_scoreboard|111.0|0.3|" in text
+
+
+def test_the_judge_chooses_the_stall_pairs_the_report_renders() -> None:
+    """The healthy comparison case is the judge's choice (judge.stall_pairs, on the Audited):
+    on the H100 k140 run, each padded-away call beside the best-utilized unflagged bf16 call;
+    the report renders what it is handed and picks nothing of its own."""
+    (judged,) = audit_all(load_inputs([REPO / "reports/h100/checks/20261125-074637-k140"]))
+    rows, chosen = judged.rows, judged.stalls
+    assert [p.finding.rule for p in chosen.pairs] == ["unaligned-operand"] * 2 and not chosen.more
+    flagged = rows.loc[[p.flagged for p in chosen.pairs], "shape"].tolist()
+    assert flagged == ["1024x1024x140", "1024x1024x140 ldb144"]
+    (healthy,) = {p.healthy for p in chosen.pairs}
+    assert rows.loc[healthy, "shape"] == "1024x1024x144" and round(rows.loc[healthy, "util"]) == 38
+    assert "### Stall breakdown" in render_report([judged])
+    assert "### Stall breakdown" not in render_report([replace(judged, stalls=StallPairs())])
 
 
 def test_two_runs_of_one_gpu_get_distinct_sections() -> None:

@@ -17,6 +17,7 @@ from cublas_audit.judge.impact import TraceVerdict, trace_verdict, weigh
 from cublas_audit.judge.map_audit import MAP_RULES
 from cublas_audit.judge.roofline import Machine, machine_of, with_roofline
 from cublas_audit.judge.rules import audit, prepare
+from cublas_audit.judge.stall_pairs import StallPairs, stall_pairs
 from cublas_audit.judge.thresholds import Thresholds
 from cublas_audit.table.inputs import Dataset
 
@@ -42,6 +43,8 @@ class Audited:
     unjudged: list[Unjudged] = field(default_factory=list)
     machine: Machine | None = None  # the roofline's figures the findings were judged with
     trace: TraceVerdict | None = None  # a trace audit's verdict on the model (judge.impact)
+    # the stall breakdown's flagged cases and the healthy case each is compared with
+    stalls: StallPairs = field(default_factory=StallPairs)
 
 
 def audit_dataset(dataset: Dataset, thresholds: Thresholds | None = None) -> Audited:
@@ -56,7 +59,10 @@ def audit_dataset(dataset: Dataset, thresholds: Thresholds | None = None) -> Aud
     found = weigh(found, rows, dataset.trace, thresholds)  # what each is worth (a trace's too)
     found = by_cause(found)  # one finding per cause and problem, the rest its observations
     verdict = trace_verdict(dataset.trace, verdicts, found, thresholds)
-    return Audited(dataset, rows, found, verdicts, thresholds, unjudged(dataset), machine, verdict)
+    pairs = stall_pairs(rows, found)
+    return Audited(
+        dataset, rows, found, verdicts, thresholds, unjudged(dataset), machine, verdict, pairs
+    )
 
 
 def audit_all(datasets: Sequence[Dataset], thresholds: Thresholds | None = None) -> list[Audited]:

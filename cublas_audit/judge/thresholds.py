@@ -13,6 +13,11 @@ from dataclasses import dataclass
 
 from cublas_audit.errors import AuditError
 
+# At most this many rows in one table, or items in one list, of a Markdown report: its size is
+# bounded whatever its input's (a 1,000,000-row table's report.md was 285 MB). JSON stays whole.
+# Here, below the reports, since the judge chooses within it (judge.stall_pairs).
+LISTED_MAX = 200
+
 
 @dataclass(frozen=True)
 class Thresholds:

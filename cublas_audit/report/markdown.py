@@ -14,12 +14,12 @@ from collections.abc import Iterable, Sequence
 import jinja2
 from tabulate import tabulate
 
+from cublas_audit.judge.thresholds import LISTED_MAX
 from cublas_audit.table.dispatch import plain
 
+__all__ = ["LISTED_MAX"]  # the reports' row limit, set below them (the judge picks within it)
+
 SHORT_NAME_MAX = 40
-# At most this many rows in one table, or items in one list, of a Markdown report: its size is
-# bounded whatever its input's (a 1,000,000-row table's report.md was 285 MB). JSON stays whole.
-LISTED_MAX = 200
 
 # Markdown's punctuation that can start emphasis, code, links, HTML, tables, headings or
 # strikethrough; a backslash escapes each on GitHub.

@@ -90,7 +90,7 @@ def _section(judged: Audited, plots: Path | None) -> dict[str, Any]:
     flags = _flags(found)
     listed = {s: [f for f in found if f.severity == s] for s in SEVERITIES}
     highs = listed[Severity.high]
-    stalls, stalls_cut = stall_tables(rows, found)
+    stalls, stalls_cut = stall_tables(rows, judged.stalls)
     dispatch = _dispatch_tables(rows, flags)
     efficiency, efficiency_cut = _efficiency_table(rows)
     return {

@@ -1,5 +1,5 @@
-"""The report's stall breakdown: each flagged case (its largest size) beside the best-utilized
-unflagged case of its mode, the stall reasons ncu measured for both."""
+"""The report's stall breakdown: the pairs the judge chose (judge.stall_pairs: each flagged case
+beside the healthy case of its mode), the stall reasons ncu measured for both."""
 
 from __future__ import annotations
 
@@ -7,38 +7,31 @@ from collections.abc import Sequence
 
 import pandas as pd
 
-from cublas_audit.judge.finding import Finding
-from cublas_audit.judge.grouping import every_row
-from cublas_audit.report.markdown import LISTED_MAX, md_number, md_table, md_text
+from cublas_audit.judge.stall_pairs import StallPairs
+from cublas_audit.report.markdown import md_number, md_table, md_text
 
 STALLS_SHOWN = 8
 
 
-def stall_tables(rows: pd.DataFrame, found: Sequence[Finding]) -> tuple[list[dict[str, str]], int]:
-    """Each flagged case (its largest size) beside the best-utilized unflagged case of its mode,
-    for the first LISTED_MAX findings that have both; and how many more have."""
-    stalls = [c for c in rows.columns if c.startswith("stall_")]
-    if not stalls:
-        return [], 0
-    measured = rows.dropna(subset=[*stalls[:1], "util"])
-    flagged_rows = {row for f in found for row in every_row(f)}
-    healthy_pool = measured[~measured.index.isin(list(flagged_rows))]
-    # which findings have a table, told without a filter of the table per finding
-    labels, modes = set(measured.index), set(healthy_pool["mode"])
-    shown = [f for f in found if f.mode in modes and any(row in labels for row in f.rows)]
+def stall_tables(rows: pd.DataFrame, chosen: StallPairs) -> tuple[list[dict[str, str]], int]:
+    """A table for each chosen pair (its rows' labels in `rows`, the prepared table); and how
+    many more findings have one."""
     tables = []
-    for finding in shown[:LISTED_MAX]:
-        flagged = measured[measured.index.isin(finding.rows)]
-        healthy = healthy_pool[healthy_pool["mode"] == finding.mode]
-        case = flagged.sort_values("size").iloc[-1]
-        good = healthy.sort_values("util", kind="stable").iloc[-1]
+    for pair in chosen.pairs:
+        case, good = _row(rows, pair.flagged), _row(rows, pair.healthy)
         tables.append(
             {
-                "heading": md_text(f"{finding.rule}: {_case_name(case)}"),
-                "table": _stall_table(case, good, stalls),
+                "heading": md_text(f"{pair.finding.rule}: {_case_name(case)}"),
+                "table": _stall_table(case, good, chosen.stalls),
             }
         )
-    return tables, len(shown) - len(tables)
+    return tables, chosen.more
+
+
+def _row(rows: pd.DataFrame, label: int) -> pd.Series:
+    found = rows.loc[label]
+    assert isinstance(found, pd.Series)  # index labels of a prepared table are unique
+    return found
 
 
 def _case_name(row: pd.Series) -> str:
