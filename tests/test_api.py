@@ -8,6 +8,8 @@ import io
 import re
 from pathlib import Path
 
+import pytest
+
 import cublas_audit as ca
 
 API_DOC = Path(__file__).resolve().parent.parent / "docs" / "api.md"
@@ -20,7 +22,11 @@ def api_example() -> str:
     return match.group(1)
 
 
+@pytest.mark.heavy
 def test_api_example_runs_and_prints_the_findings() -> None:
+    """docs/api.md's example, run as written (it loads, judges, renders and diffs both bundled
+    runs and plans a sweep: 2 s of CPU), in CI's second step; the quick suite calls the same API
+    on the bundled H100 run (test_api_audit_matches_the_cli_findings)."""
     printed = io.StringIO()
     scope: dict[str, object] = {}
     with contextlib.redirect_stdout(printed):

@@ -293,11 +293,14 @@ def _cuts(name: str) -> list[tuple[str, bool]]:
 BAD_SHORT_NAMES = {"", "Kernel2", "void", "T1", "Params", "cutlass"}
 
 
+@pytest.mark.heavy
 def test_cut_names_keep_the_short_name_and_never_name_the_wrapper() -> None:
     """Property over every recorded templated or mangled name (the forms ncu and CUPTI cut):
     a cut that keeps the whole inner name has the whole name's short name; any cut has a short
     name that is not the wrapper, the return type or a parameter; a tile read from a cut name
-    is the whole name's tile."""
+    is the whole name's tile. Heavy (over 1,000 cuts, 2 s of CPU): the quick suite checks the
+    recorded cut forms one by one (test_a_cut_name_gets_the_short_name_of_the_whole_one,
+    test_every_printed_form_gets_the_inner_kernels_short_name)."""
     templated = [n for n in recorded_names() if "<" in n or n.startswith("_Z")]
     assert len(templated) >= 30
     checked = 0

@@ -21,7 +21,14 @@ COUNTERS = ("fma_pct", "fma_inst_pct", "tensor_pct")
 runner = CliRunner()
 
 
-@pytest.mark.parametrize("trace", sorted(TRACES.glob("*.json.gz")), ids=lambda p: p.name)
+def _heavy_ops(trace: Path) -> object:
+    """The ops trace (33 problems, 1.5 s of CPU) in CI's second step: the quick suite reports it
+    in test_trace_impact (test_a_small_worth_is_info_on_a_call_the_model_makes)."""
+    marks = [pytest.mark.heavy] if trace.name == "ops.json.gz" else []
+    return pytest.param(trace, marks=marks, id=trace.name)
+
+
+@pytest.mark.parametrize("trace", [_heavy_ops(t) for t in sorted(TRACES.glob("*.json.gz"))])
 def test_every_recorded_trace_is_reported(trace: Path) -> None:
     result = runner.invoke(app, ["report", "--torch-trace", str(trace)])
     assert result.exit_code == 0, result.output
