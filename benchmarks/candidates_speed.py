@@ -73,7 +73,7 @@ def one_run(
         "cases": len(summary),
         "skipped": int((summary["status"] == "skipped").sum()),
         "findings": [
-            f["evidence"][0]["case_id"] for f in candidates.find_better_candidates(frame, threshold)
+            f.evidence[0]["case_id"] for f in candidates.find_better_candidates(frame, threshold)
         ],
         "left_on_table": _by_case(summary, "left_on_table"),
         "default_rank": _by_case(summary, "default_rank"),

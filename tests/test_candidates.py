@@ -22,6 +22,7 @@ from cublas_audit.planning.cases import Case, candidate_problems
 from cublas_audit.report import candidates_report
 from cublas_audit.table import candidates_table as ct
 from cublas_audit.table.rundir import CANDIDATES_FILE
+from cublas_audit.vocabulary import Verdict
 from tests.conftest import REPORTS
 
 RECORDED = REPORTS / "h100" / "20261123-012340-batched"
@@ -88,24 +89,30 @@ def test_a_skipped_case_keeps_its_reason(recorded: pd.DataFrame) -> None:
 # ----- findings --------------------------------------------------------------------------------
 def test_the_confirmed_gap_is_the_only_better_candidate_finding(recorded: pd.DataFrame) -> None:
     (finding,) = cd.find_better_candidates(recorded, 0.10)
-    assert finding["rule"] == "better-candidate"
-    assert (finding["api"], finding["mode"], finding["batch"]) == ("cublasLt", "fp32", 8)
-    assert finding["sizes"] == ["256x256x256"]
-    default, best = finding["evidence"]
+    assert finding.rule == "better-candidate"
+    assert (finding.api, finding.mode, finding.batch) == ("cublasLt", "fp32", 8)
+    assert finding.sizes == ["256x256x256"]
+    default, best = finding.evidence
     assert (default["role"], default["tile"], default["case_id"]) == ("default", "32x32", FLAGGED)
     assert (best["role"], best["tile"], best["candidate"]) == ("best", "64x64", 5)
     assert best["confirm_left_on_table"] == pytest.approx(1.17, abs=0.005)
     # the claim is the pairwise round's 1.17x, the screen of every candidate beside it
-    assert "takes 1.17x" in finding["message"] and "measured 1.12x" in finding["message"]
-    assert finding["effect"] == pytest.approx(1 - 1 / best["confirm_left_on_table"], abs=1e-4)
-    json.dumps(finding)  # plain Python values only
+    assert "takes 1.17x" in finding.message and "measured 1.12x" in finding.message
+    assert finding.effect == pytest.approx(1 - 1 / best["confirm_left_on_table"], abs=1e-4)
+    json.dumps(finding.to_json())  # plain Python values only
 
 
-def test_findings_have_the_fields_of_a_finding_record(recorded: pd.DataFrame) -> None:
+def test_better_candidates_are_finding_records(recorded: pd.DataFrame) -> None:
+    """find_better_candidates gives Findings (no dict 'with the fields of one' to rebuild): the
+    rule places it as it is, its JSON the finding's record in field order."""
+    from dataclasses import fields
+
     from cublas_audit.judge.finding import Finding
 
     (finding,) = cd.find_better_candidates(recorded, 0.10)
-    assert Finding(**finding).to_json() == finding
+    assert type(finding) is Finding and finding.verdict is Verdict.slower
+    assert list(finding.to_json()) == [f.name for f in fields(Finding)]
+    assert finding.rows == [int(label) for label in finding.rows]  # the candidates table's
 
 
 @pytest.mark.parametrize(("threshold", "flagged"), [(0.10, True), (0.125, False), (0.05, True)])
@@ -114,7 +121,7 @@ def test_findings_need_both_rounds_above_the_threshold(
 ) -> None:
     # 4096x4096x4096 batch 16 left 1.09x in the audit round but was below the 1.10 bar, so it
     # got no confirmation round: it is never flagged, whatever the threshold.
-    found = {f["evidence"][0]["case_id"] for f in cd.find_better_candidates(recorded, threshold)}
+    found = {f.evidence[0]["case_id"] for f in cd.find_better_candidates(recorded, threshold)}
     assert found == ({FLAGGED} if flagged else set())
 
 

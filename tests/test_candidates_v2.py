@@ -153,9 +153,9 @@ def test_version_1_tables_read_with_their_layout_unknown(path: Path) -> None:
 def test_version_1_findings_say_call_time_and_carry_no_layout() -> None:
     (finding,) = cd.find_better_candidates(ct.read_candidates(RECORDED), 0.10)
     # the claim is the pairwise round's 1.17x; the screen's 1.12x beside it
-    assert "takes 1.17x the call time of" in finding["message"]
-    assert "the screen of every candidate measured 1.12x" in finding["message"]
-    default, best = finding["evidence"]
+    assert "takes 1.17x the call time of" in finding.message
+    assert "the screen of every candidate measured 1.12x" in finding.message
+    default, best = finding.evidence
     assert default["timing_basis"] == "call" and default["kernel_ms"] is None
     assert default["transa"] is None and best["workspace_limit_bytes"] is None
 
@@ -217,17 +217,17 @@ def test_a_kernel_time_finding_says_so_and_carries_the_kernels(
     loop_against_batched: pd.DataFrame,
 ) -> None:
     (finding,) = cd.find_better_candidates(loop_against_batched, 0.10)
-    assert "takes 3.99x the kernel time of its heuristic's candidate #5" in finding["message"]
-    assert "takes 3.99x the kernel time" in finding["message"]
-    assert "when the two run alone, interleaved" in finding["message"]
-    default, best = finding["evidence"]
+    assert "takes 3.99x the kernel time of its heuristic's candidate #5" in finding.message
+    assert "takes 3.99x the kernel time" in finding.message
+    assert "when the two run alone, interleaved" in finding.message
+    default, best = finding.evidence
     assert default["timing_basis"] == "kernel" and default["kernel_ms"] == recorded(LOOP)
     assert best["kernel_confirm_ms"] == recorded(BATCHED, AGAIN)
     assert best["confirm_time_ms"] == recorded(BATCHED, AGAIN, "time_ms")
     assert "split_k_kernel" in default["kernels"] and " + " in default["kernels"]
     assert (best["transa"], best["transb"], best["lda"], best["bias"]) == ("n", "n", 0, 0)
     assert best["workspace_limit_bytes"] == DEFAULT_WORKSPACE_BYTES
-    json.dumps(finding)
+    json.dumps(finding.to_json())
 
 
 def test_the_kernel_time_report_shows_layout_basis_and_kernel_times(

@@ -240,5 +240,5 @@ def test_the_h100s_sharded_audit_finds_the_gap_its_single_gpu_audits_found() -> 
     pd.testing.assert_frame_equal(merged, shard)
     assert merged["case_id"].nunique() == 18
     found = candidates.find_better_candidates(merged)
-    assert [f["sizes"] for f in found] == [["256x256x256"]] and found[0]["batch"] == 8
-    assert 1.10 <= found[0]["evidence"][0]["left_on_table"] <= 1.20  # 1.12 in 20261123-145452
+    assert [f.sizes for f in found] == [["256x256x256"]] and found[0].batch == 8
+    assert 1.10 <= found[0].evidence[0]["left_on_table"] <= 1.20  # 1.12 in 20261123-145452

@@ -134,7 +134,8 @@ def candidates_command(
         frame = _here(case_list, out, settings)
     verdicts = judge_candidates(frame, gap)
     if format is opt.Format.json:
-        opt.print_json({"candidates": frame_records(frame), "findings": verdicts.flagged})
+        found = [finding.to_json() for finding in verdicts.flagged]
+        opt.print_json({"candidates": frame_records(frame), "findings": found})
     else:
         typer.echo(render_markdown(verdicts))
     if fix:

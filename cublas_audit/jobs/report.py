@@ -70,7 +70,7 @@ def _report(job: ReportJob, inputs: list[Path], terminal: bool, echo: Echo) -> N
         datasets = with_trace(datasets, job.torch_trace)
     audited = audit_all(datasets, limits)
     if job.format == "json":
-        found = findings_json(audited) + [item for a in audits for item in a.flagged]
+        found = findings_json(audited) + [item.to_json() for a in audits for item in a.flagged]
         _emit(json.dumps(json_ready(found), indent=2, allow_nan=False) + "\n", job.out, echo)
         return
     extra = "".join("\n" + candidates_report.render_markdown(a) for a in audits)

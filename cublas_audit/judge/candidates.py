@@ -16,6 +16,7 @@ from typing import Any
 
 import pandas as pd
 
+from cublas_audit.judge.finding import Finding
 from cublas_audit.judge.thresholds import Thresholds
 from cublas_audit.judge.timed_rows import ratio_verdict
 from cublas_audit.judge.verdicts import Verdict
@@ -151,13 +152,13 @@ def floor_words(threshold: float) -> str:
 
 def find_better_candidates(
     frame: pd.DataFrame, threshold: float = DEFAULT_THRESHOLD
-) -> list[dict[str, Any]]:
+) -> list[Finding]:
     """`better-candidate` findings: cases whose best candidate beats the default by >= threshold
     in the audit round and again in the confirmation round.
 
-    Each is a dict with exactly the fields of `judge.finding.Finding` (`Finding(**d)`):
-    `rows` are the index labels of the default's and the best's rows in `frame`, `evidence` their
-    records (role, case, configuration, times, both left_on_table measurements).
+    Each finding's `rows` are the index labels of the default's and the best's rows in `frame`
+    (the candidates table's: the rule `better-candidate` places it on the dispatch table's rows),
+    `evidence` their records (role, case, configuration, times, both left_on_table measurements).
     """
     # The gaps repeat on every row of a case: judge each case on its first, slice only the flagged.
     frame = frame.assign(basis_ms=basis_ms(frame))
@@ -176,42 +177,42 @@ def find_better_candidates(
     return findings
 
 
-def _finding(first: pd.Series, default: pd.Series, best: pd.Series) -> dict[str, Any]:
+def _finding(first: pd.Series, default: pd.Series, best: pd.Series) -> Finding:
     left = float(first["left_on_table"])
     confirm = float(first["confirm_left_on_table"])
-    return {
-        "rule": RULE,
-        "severity": Severity.medium,
-        "gpu_label": plain(first["gpu_label"]) or "",
-        "api": "cublasLt",
-        "routine": "cublasLtMatmul",
-        "mode": str(first["mode"]),
-        "batch": int(first["batch"]),
-        "sizes": [f"{first['m']}x{first['n']}x{first['k']}"],
-        "kernel": describe(default),
-        "message": (
+    return Finding(
+        rule=RULE,
+        severity=Severity.medium,
+        gpu_label=plain(first["gpu_label"]) or "",
+        api="cublasLt",
+        routine="cublasLtMatmul",
+        mode=str(first["mode"]),
+        batch=int(first["batch"]),
+        sizes=[f"{first['m']}x{first['n']}x{first['k']}"],
+        kernel=describe(default),
+        message=(
             f"{problem_name(first)}: cuBLASLt's default algorithm ({describe(default)}) takes "
             f"{confirm:.2f}x the {first['timing_basis']} time of its heuristic's candidate "
             f"#{int(best['candidate'])} ({describe(best)}) when the two run alone, interleaved "
             f"(the screen of every candidate measured {left:.2f}x)"
         ),
-        "workaround": (
+        workaround=(
             f"Run candidate #{int(best['candidate'])}: take it from "
             "cublasLtMatmulAlgoGetHeuristic's list, or build it with cublasLtMatmulAlgoInit and "
             "cublasLtMatmulAlgoConfigSetAttribute (the repro below); nvmath-python's "
             "Matmul.autotune() finds it too."
         ),
-        "kernel_name": "",
-        "rows": [plain(default.name), plain(best.name)],
-        "evidence": [_evidence(default, "default"), _evidence(best, "best")],
-        "compared": [],
+        kernel_name="",
+        rows=[plain(default.name), plain(best.name)],
+        evidence=[_evidence(default, "default"), _evidence(best, "best")],
+        compared=[],
         # the share of the default's time the best saves, by the pairwise round: the claim
         # (table.fix_file.Fix.claimed says why not the screen's)
-        "effect": round(1 - 1 / confirm, 4),
-        "observations": [],  # judge.grouping: a heuristic's ranking explains no other finding
-        "impact": {},  # judge.impact weighs it (the time it saves a call; a trace's share)
-        "verdict": Verdict.slower,  # the default, in both rounds (is_better)
-    }
+        effect=round(1 - 1 / confirm, 4),
+        observations=[],  # judge.grouping: a heuristic's ranking explains no other finding
+        impact={},  # judge.impact weighs it (the time it saves a call; a trace's share)
+        verdict=Verdict.slower,  # the default, in both rounds (is_better)
+    )
 
 
 _EVIDENCE_COLUMNS = (
@@ -284,7 +285,7 @@ class CandidateVerdicts:
 
     frame: pd.DataFrame
     summary: pd.DataFrame
-    flagged: list[dict[str, Any]]
+    flagged: list[Finding]
     threshold: float
 
 

@@ -131,10 +131,8 @@ def _rule_severity(finding: Finding) -> Severity:
 # ----- pins --------------------------------------------------------------------------------------
 
 
-def _pin_fix(
-    frame: pd.DataFrame, flagged: Mapping[str, Any], source: str, kernels: Mapping[str, Any]
-) -> Fix:
-    default, best = (_row(frame, label) for label in flagged["rows"])
+def _pin_fix(frame: pd.DataFrame, flagged: Finding, source: str, kernels: Mapping[str, Any]) -> Fix:
+    default, best = (_row(frame, label) for label in flagged.rows)
     basis = _basis(default)
     problem = problem_of_candidates_row(default)
     pin = pin_of(best)
@@ -152,7 +150,7 @@ def _pin_fix(
         ),
         change=f"pin cuBLASLt's candidate #{int(best['candidate'])}: {pin.words()}",
         pin=pin,
-        source={"run": source, "case_id": str(default["case_id"]), "rule": str(flagged["rule"])},
+        source={"run": source, "case_id": str(default["case_id"]), "rule": flagged.rule},
     )
 
 

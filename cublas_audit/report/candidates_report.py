@@ -12,6 +12,7 @@ import pandas as pd
 
 from cublas_audit.files import write_text_atomic
 from cublas_audit.judge.candidates import LAYOUT_UNKNOWN, RULE, CandidateVerdicts, problem_name
+from cublas_audit.judge.finding import Finding
 from cublas_audit.report.lt_repro import repro
 from cublas_audit.report.markdown import LISTED_MAX, cut_line, md_fence, md_table, md_text
 from cublas_audit.table import rundir
@@ -69,7 +70,7 @@ def render_markdown(verdicts: CandidateVerdicts, level: int = 2) -> str:
     cut = len(verdicts.summary) - LISTED_MAX
     lines += ["", cut_line(cut, "cases", "candidates.csv holds every case")] if cut > 0 else []
     for finding in verdicts.flagged[:LISTED_MAX]:
-        rows = frame[frame["case_id"] == finding["evidence"][0]["case_id"]]
+        rows = frame[frame["case_id"] == finding.evidence[0]["case_id"]]
         lines += ["", *_flagged_section(finding, rows, level + 1)]
     cut = len(verdicts.flagged) - LISTED_MAX
     said = "`report --format json` lists every one"
@@ -109,13 +110,14 @@ def _fmt(value: Any, spec: str) -> str:
     return "" if plain(value) is None else format(float(value), spec)
 
 
-def _flagged_section(finding: Mapping[str, Any], rows: pd.DataFrame, level: int) -> list[str]:
-    best = rows.loc[finding["rows"][1]]
+def _flagged_section(finding: Finding, rows: pd.DataFrame, level: int) -> list[str]:
+    best = rows.loc[finding.rows[1]]
+    assert isinstance(best, pd.Series)  # the candidates table's index labels are unique
     columns = _table_columns(rows)
     return [
         f"{'#' * level} {RULE}: {md_text(problem_name(rows.iloc[0]))}",
         "",
-        md_text(finding["message"]) + ".",
+        md_text(finding.message) + ".",
         "",
         md_table(
             list(columns.values()), [_candidate_cells(r, columns) for _, r in rows.iterrows()]

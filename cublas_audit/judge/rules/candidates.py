@@ -5,6 +5,7 @@ cuBLASLt rows of the same problem."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 import pandas as pd
@@ -21,9 +22,9 @@ def better_candidate(ctx: RuleContext) -> list[Finding]:
     label = str(ctx.rows["gpu_label"].iloc[0]) if len(ctx.rows) else ""
     found = []
     for item in ctx.candidates.flagged:
-        same = rows_of_problem(ctx.rows, item["mode"], item["evidence"][0])
+        same = rows_of_problem(ctx.rows, item.mode, item.evidence[0])
         rows = [int(index) for index in same.index]
-        found.append(Finding(**{**item, "gpu_label": item["gpu_label"] or label, "rows": rows}))
+        found.append(replace(item, gpu_label=item.gpu_label or label, rows=rows))
     return found
 
 
