@@ -8,6 +8,7 @@ regressions (and, reversed, improvements) the two runs show.
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 
@@ -18,7 +19,7 @@ from typer.testing import CliRunner
 from cublas_audit.cli import app
 from cublas_audit.errors import AuditError
 from cublas_audit.judge import noise
-from cublas_audit.judge.diff import compare
+from cublas_audit.judge.diff import Diff, compare
 from cublas_audit.judge.thresholds import Thresholds
 from cublas_audit.report.diff_report import to_json, to_markdown
 from cublas_audit.table.dispatch import write_table
@@ -38,8 +39,17 @@ def _published_gpu(tmp_path: Path, label: str, drop: tuple[str, ...] = ()) -> Pa
     return path
 
 
+@functools.cache
+def _smoke_vs_batched(zero_noise: bool) -> Diff:
+    """The smoke run against the batched one, without run-to-run noise or with the shipped
+    model: compared once per process for the tests that read it (none changes it)."""
+    return compare(
+        load_one_gpu(SMOKE), load_one_gpu(BATCHED), model=ZERO_NOISE if zero_noise else None
+    )
+
+
 def test_two_h100_runs_match_on_the_case_key() -> None:
-    diff = compare(load_one_gpu(SMOKE), load_one_gpu(BATCHED), model=ZERO_NOISE)
+    diff = _smoke_vs_batched(zero_noise=True)
     assert len(diff.matched) == 6  # 256 and 1024 at batch 8: batched, loop, cuBLASLt
     # The smoke run's 0.023 ms batched call at 256 took 0.027 ms in the longer run: +14 %.
     regressions = diff.rows("regression")
@@ -49,7 +59,7 @@ def test_two_h100_runs_match_on_the_case_key() -> None:
     ]
     assert diff.kernel_changes.empty
     # Within the H100's 78 % run-to-run floor at that time scale: unsure, never a regression.
-    shipped = compare(load_one_gpu(SMOKE), load_one_gpu(BATCHED))
+    shipped = _smoke_vs_batched(zero_noise=False)
     assert shipped.rows("regression").empty
     unsure = shipped.rows("unsure")
     assert sorted(zip(unsure["routine"], unsure["m"], strict=True)) == [
@@ -94,13 +104,13 @@ def test_missing_routine_matches_without_it(tmp_path: Path) -> None:
 
 
 def test_json_lists_regressions() -> None:
-    data = to_json(compare(load_one_gpu(SMOKE), load_one_gpu(BATCHED), model=ZERO_NOISE))
+    data = to_json(_smoke_vs_batched(zero_noise=True))
     assert data["matched"] == 6
     first = data["regressions"][0]
     assert first["time_ms_a"] == pytest.approx(0.0232, abs=1e-4)
     assert first["verdict"] == "regression"
     json.dumps(data)  # serializable as is
-    shipped = to_json(compare(load_one_gpu(SMOKE), load_one_gpu(BATCHED)))
+    shipped = to_json(_smoke_vs_batched(zero_noise=False))
     assert shipped["regressions"] == [] and shipped["unsure"][0]["verdict"] == "unsure"
     assert shipped["unsure"][0]["time_ms_a"] == pytest.approx(0.0232, abs=1e-4)
     json.dumps(shipped)
