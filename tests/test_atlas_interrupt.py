@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from cublas_audit.cli import app
 from cublas_audit.report import atlas_report, map_plots
 from cublas_audit.table.atlas_files import ATLAS_JSON, ATLAS_REPORT, GRID_FILE, KERNELS_FILE
-from tests.conftest import REPORTS
+from tests.conftest import REPORTS, without_pictures
 
 FP32 = REPORTS / "h100" / "maps" / "20261125-092546-fp32-random"
 runner = CliRunner()
@@ -46,6 +46,8 @@ def refused(path: Path) -> None:
 
 def atlas_stopped_at(monkeypatch: pytest.MonkeyPatch, where: str, out: Path) -> Path:
     with monkeypatch.context() as patch:
+        # stopped after the pictures: none drawn (tests/test_atlas.py's bf16 atlas draws them)
+        patch.setattr(map_plots, "draw", without_pictures)
         patch.setattr(*_STOPS[where], interrupted)
         result = runner.invoke(app, ["atlas", str(FP32), "--out", str(out)])
     assert result.exit_code == 130, result.output
