@@ -43,6 +43,7 @@ import tempfile
 import time
 import tokenize
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -55,12 +56,10 @@ DEFAULT_MODULES = ("cublas_audit/judge/**/*.py", "cublas_audit/table/*.py")
 
 RULE_TESTS = (
     "tests/rules",
-    "tests/test_findings.py",
     "tests/test_mutants_rules.py",
     "tests/test_layout_rules.py",
     "tests/test_map_rules.py",
     "tests/test_findings_kernel_time.py",
-    "tests/test_cause_removed.py",
 )
 # A rule module's own tests, run first.
 RULE_FIRST = {
@@ -269,8 +268,9 @@ def stages_of(module: str) -> tuple[tuple[str, ...], ...]:
             if name not in files and (TREE / name).exists():
                 files.append(name)
     own = RULE_FIRST.get(Path(module).stem, ()) if "/rules/" in module else ()
-    first = len(own) if own else 1
-    return tuple(stage for stage in (tuple(files[:first]), tuple(files[first:])) if stage)
+    if own:  # then every rule test: one second run (and one baseline) for all rule modules
+        return (own, tuple(sorted(files)))
+    return tuple(stage for stage in (tuple(files[:1]), tuple(files[1:])) if stage)
 
 
 # ----- the scratch trees and the forked runs -----------------------------------------------------
@@ -337,14 +337,21 @@ def pristine_pyc(path: Path) -> None:
     cached.unlink(missing_ok=True)
 
 
-def run(mutants: list[Mutant], trees: list[Path], floor_s: float) -> dict[str, Any]:
+def run(
+    mutants: list[Mutant],
+    trees: list[Path],
+    floor_s: float,
+    progress: Callable[[dict[str, Any]], object] = lambda outcome: None,
+) -> dict[str, Any]:
     jobs = len(trees)
     free = list(range(jobs))
     by_module: dict[str, list[Mutant]] = defaultdict(list)
     for mutant in mutants:
         by_module[mutant.file].append(mutant)
-    outcome: dict[str, Any] = {"killed": [], "survived": [], "timeouts": [], "not_judged": {}}
     baseline: dict[str, float] = {}
+    outcome: dict[str, Any] = {
+        "killed": [], "survived": [], "timeouts": [], "not_judged": {}, "baseline_s": baseline,
+    }  # fmt: skip
     try:
         # each stage's tests, unmutated (in parallel): they must pass, and give the timeout
         took: dict[tuple[str, ...], tuple[float, int]] = {}
@@ -408,10 +415,11 @@ def run(mutants: list[Mutant], trees: list[Path], floor_s: float) -> dict[str, A
             done += 1
             spent = time.monotonic() - began
             print(f"[{done}/{len(mutants)}] {kind:9} {spent:5.1f} s  {mutant.name}", flush=True)
+            if done % 10 == 0:
+                progress(outcome)  # the record so far: a run cut short still says what it did
     finally:
         for tree in trees:
             shutil.rmtree(tree, ignore_errors=True)
-    outcome["baseline_s"] = {module: round(s, 1) for module, s in sorted(baseline.items())}
     return outcome
 
 
@@ -468,41 +476,48 @@ def main(argv: list[str] | None = None) -> int:
 
     started = time.monotonic()
     tests = {module: stages_of(module) for module in sorted({m.file for m in chosen})}
-    outcome = run(chosen, trees, args.timeout)
+
+    def write(outcome: dict[str, Any], complete: bool = False) -> dict[str, Any]:
+        done = {m.key for kind in ("killed", "survived", "timeouts") for m in outcome[kind]}
+        judged = [m for m in chosen if m.key in done]
+        equivalent = [m for m in outcome["survived"] if m.key in allowed]
+        survived = [m for m in outcome["survived"] if m.key not in allowed]
+        detected = len(outcome["killed"]) + len(outcome["timeouts"])
+        scored = len(judged) - len(equivalent)
+        record = {
+            "what": "one-token mutation testing of cublas_audit/judge/ and cublas_audit/table/",
+            "date": datetime.date.today().isoformat(),
+            "command": " ".join(["python benchmarks/mutation.py", *(argv or sys.argv[1:])]),
+            "commit": rev,
+            "complete": complete,
+            "modules": [str(f.relative_to(TREE)) for f in files],
+            "mutants_generated": len(every),
+            "sample": args.sample or None,
+            "seed": args.seed if args.sample else None,
+            "totals": {
+                "mutants": len(chosen),
+                "judged": len(judged),
+                "killed": len(outcome["killed"]),
+                "timeouts": len(outcome["timeouts"]),
+                "equivalent": len(equivalent),
+                "survived": len(survived),
+                "score": round(detected / scored, 4) if scored else None,
+                "wilson_95": list(wilson(detected, scored)),
+            },
+            "not_judged": outcome["not_judged"],
+            "survived": [m.name for m in survived],
+            "timeouts": [m.name for m in outcome["timeouts"]],
+            "equivalent": [{"mutant": m.name, "reason": allowed[m.key]} for m in equivalent],
+            "tests": {module: [list(stage) for stage in st] for module, st in tests.items()},
+            "baseline_s": {m: round(t, 1) for m, t in sorted(outcome["baseline_s"].items())},
+            "wall_s": round(time.monotonic() - started, 1),
+        }
+        args.out.write_text(json.dumps(record, indent=1) + "\n")
+        return record
+
+    outcome = run(chosen, trees, args.timeout, write)
     shutil.rmtree(scratch, ignore_errors=True)
-    judged = [m for m in chosen if m.file not in outcome["not_judged"]]
-    equivalent = [m for m in outcome["survived"] if m.key in allowed]
-    survived = [m for m in outcome["survived"] if m.key not in allowed]
-    detected = len(outcome["killed"]) + len(outcome["timeouts"])
-    scored = len(judged) - len(equivalent)
-    record = {
-        "what": "one-token mutation testing of cublas_audit/judge/ and cublas_audit/table/",
-        "date": datetime.date.today().isoformat(),
-        "command": " ".join(["python benchmarks/mutation.py", *(argv or sys.argv[1:])]),
-        "commit": rev,
-        "modules": [str(f.relative_to(TREE)) for f in files],
-        "mutants_generated": len(every),
-        "sample": args.sample or None,
-        "seed": args.seed if args.sample else None,
-        "totals": {
-            "mutants": len(chosen),
-            "judged": len(judged),
-            "killed": len(outcome["killed"]),
-            "timeouts": len(outcome["timeouts"]),
-            "equivalent": len(equivalent),
-            "survived": len(survived),
-            "score": round(detected / scored, 4) if scored else None,
-            "wilson_95": list(wilson(detected, scored)),
-        },
-        "not_judged": outcome["not_judged"],
-        "survived": [m.name for m in survived],
-        "timeouts": [m.name for m in outcome["timeouts"]],
-        "equivalent": [{"mutant": m.name, "reason": allowed[m.key]} for m in equivalent],
-        "tests": {module: [list(stage) for stage in stages] for module, stages in tests.items()},
-        "baseline_s": outcome["baseline_s"],
-        "wall_s": round(time.monotonic() - started, 1),
-    }
-    args.out.write_text(json.dumps(record, indent=1) + "\n")
+    record = write(outcome, complete=True)
     print(json.dumps(record["totals"]))
     return 0
 
