@@ -12,10 +12,10 @@ result. It also answers the import check the sweep makes before a run directory 
 PYTHONPATH. In the `candidates` phase it copies a recorded candidates.csv into the run directory.
 
 Every start (`-c` or `-m`) is recorded in `probe-seen.jsonl` beside the script: its whole argv
-(argv[0] is the interpreter path the sweep started) and the environment variables named in
-`env_keys`; `seen(tmp_path)` reads them back. The `probe` record's `cublas_paths` can be replaced:
-`"preloaded"` reports the libcublas* files LD_PRELOAD named (what the dynamic linker maps first),
-a list reports that list.
+(argv[0] is the interpreter path the sweep started), the environment variables named in
+`env_keys` and the process id of its parent (the sweep's process); `seen(tmp_path)` reads them
+back. The `probe` record's `cublas_paths` can be replaced: `"preloaded"` reports the libcublas*
+files LD_PRELOAD named (what the dynamic linker maps first), a list reports that list.
 
 A fake ncu likewise stands in for the profiler: it records each call, runs the probe command it
 wraps, and exports a recorded ncu CSV. Two stand-ins for the machine complete them: a --cublas-lib
@@ -56,7 +56,8 @@ import argparse, json, os, shutil, sys
 CONFIG = json.loads({config!r})
 with open(CONFIG["seen"], "a") as seen:
     wanted = {{key: os.environ.get(key) for key in CONFIG["env_keys"]}}
-    seen.write(json.dumps({{"argv": sys.argv, "env": wanted}}) + "\\n")
+    # ppid: the process that started it (a --devices shard's own process)
+    seen.write(json.dumps({{"argv": sys.argv, "env": wanted, "ppid": os.getppid()}}) + "\\n")
 if sys.argv[1:2] == ["-c"]:
     # the import check: `import cupy, cupy_backends.cuda.libs.cublas, <probe module>`
     import importlib.util
@@ -174,6 +175,9 @@ with open(args.results, "a", buffering=1) as out:
             os._exit(139)
         emit(done[case_id])
         print(CONFIG["done_line"] + case_id, flush=True)
+        if CONFIG["pause_s"]:  # a shard still at work when the test interrupts it
+            import time
+            time.sleep(CONFIG["pause_s"])
 '''
 
 FAKE_NCU = '''\
@@ -220,6 +224,7 @@ def fake_probe(
     env_keys: Sequence[str] = ("LD_PRELOAD", "PYTHONPATH"),
     candidates: Path | None = None,
     candidates_per_problem: bool = False,
+    pause_s: float = 0.0,
 ) -> tuple[ProbeCommand, Path]:
     """The fake probe interpreter and the file it records its calls in, one JSON line a call."""
     calls = tmp_path / "probe-calls.jsonl"
@@ -234,6 +239,7 @@ def fake_probe(
         "cublas_paths": cublas_paths if isinstance(cublas_paths, str | None) else [*cublas_paths],
         "candidates": str(candidates) if candidates else None,
         "candidates_per_problem": candidates_per_problem,
+        "pause_s": pause_s,
         "start_line": START_LINE,
         "done_line": DONE_LINE,
     }
@@ -308,6 +314,28 @@ def cublas_dir(path: Path, *, cuda_layout: bool = False) -> Path:
         else:
             (path / f"{stem}.so.13").touch()
     return path
+
+
+def as_h100s(uuids: Sequence[str]) -> None:
+    """In a --devices shard's own process (run.shard_processes.CHILD_SETUP, with
+    functools.partial): environment.collect finds the bundled run's H100 under the shard's GPU
+    index and the UUID `uuids` gives that index, and the roofline's DRAM measurement records
+    which process ran it. A spawned process starts clean: one that finds the test's own
+    measure_dram (the parent's, refusing any GPU work there) was forked, and says so."""
+    from cublas_audit.device import roofline
+    from cublas_audit.observe import environment
+
+    if roofline.measure_dram.__module__ != roofline.__name__:
+        raise AssertionError("the shard's process was forked: it holds the parent's patches")
+
+    def collect(ncu: str | None = None, device: int | None = None) -> Environment:
+        return replace(h100_environment(ncu), device_index=device, gpu_uuid=uuids[device or 0])
+
+    def measure_dram(device: int = 0) -> dict[str, Any]:
+        return {"measured_by_pid": os.getpid(), "device": device}
+
+    environment.collect = collect
+    roofline.measure_dram = measure_dram
 
 
 def h100_environment(ncu: str | None = None) -> Environment:

@@ -5,6 +5,7 @@ the other one is audited again."""
 
 from __future__ import annotations
 
+import functools
 import json
 import subprocess
 import sys
@@ -16,7 +17,7 @@ import pytest
 from cublas_audit.observe import environment
 from cublas_audit.observe.environment import Gpu, list_gpus
 from cublas_audit.planning.cases import candidate_problems
-from cublas_audit.run import multi_gpu
+from cublas_audit.run import multi_gpu, shard_processes
 from cublas_audit.table import candidates_table, rundir
 
 pytestmark = pytest.mark.gpu
@@ -66,6 +67,13 @@ def test_candidates_on_every_gpu_then_resumed_from_the_journal(tmp_path: Path) -
     assert journal.read_text().splitlines()[0] == kept[0]
 
 
+def as_twins(index: int) -> None:
+    """In a shard's process: environment.collect finds GPU `index` (what nvidia-smi says of it)
+    under whichever name the shard gives it."""
+    found = environment.collect(None, index)
+    environment.collect = lambda ncu=None, device=None: replace(found, device_index=device)
+
+
 def test_two_shards_of_one_gpu_audit_at_once_and_merge(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -79,10 +87,9 @@ def test_two_shards_of_one_gpu_audit_at_once_and_merge(
 
     gpu = list_gpus()[0]
     twins = [gpu, Gpu(gpu.index + 100, gpu.uuid, gpu.name)]  # one device, two shard names
-    found = environment.collect(None, gpu.index)  # what nvidia-smi says of it, under either name
-    monkeypatch.setattr(
-        environment, "collect", lambda ncu=None, device=None: replace(found, device_index=device)
-    )
+    # each shard's process (spawned: it sees no patch of this one) finds that GPU under either name
+    setup = functools.partial(as_twins, gpu.index)
+    monkeypatch.setattr(shard_processes, "CHILD_SETUP", setup)
     cases = plan_from_options(False, True, "256,512", "", "4,8", "fp32", "cublasLt", None)
     options = SweepOptions(
         cases=candidate_problems(cases),

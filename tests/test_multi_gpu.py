@@ -12,7 +12,9 @@ planted kernel change in one of them.
 
 from __future__ import annotations
 
+import functools
 import gzip
+import os
 import shutil
 from dataclasses import replace
 from pathlib import Path
@@ -20,18 +22,21 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from cublas_audit.errors import AuditError
+from cublas_audit.device import roofline
+from cublas_audit.errors import AuditError, InterruptedSweepError, OperandMismatch, ToolMissingError
 from cublas_audit.jobs import measure as jobs
 from cublas_audit.judge import units
 from cublas_audit.observe import environment
 from cublas_audit.observe.environment import Gpu
 from cublas_audit.planning import shards as shards_plan
 from cublas_audit.report import map_plots, units_report
-from cublas_audit.run import multi_gpu
+from cublas_audit.run import multi_gpu, shard_processes
+from cublas_audit.run.sweep import Progress
 from cublas_audit.run.sweep_setup import SweepOptions
 from cublas_audit.table import rundir
 from cublas_audit.table.inputs import load_run
-from tests.fakeprobe import deadline, fake_probe, h100_environment, seen
+from cublas_audit.vocabulary import Phase
+from tests.fakeprobe import as_h100s, deadline, fake_probe, h100_environment, seen
 from tests.test_map import MAP, map_cases
 from tests.test_resume import stand_in_machine
 
@@ -80,10 +85,20 @@ def two_gpus(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         return replace(found, device_index=device, gpu_uuid=H100S[device or 0].uuid)
 
     monkeypatch.setattr(environment, "collect", collect)
+    # each shard runs in a spawned process of its own, which sees none of these patches
+    uuids = [gpu.uuid for gpu in H100S]
+    monkeypatch.setattr(shard_processes, "CHILD_SETUP", functools.partial(as_h100s, uuids))
+    monkeypatch.setattr(roofline, "measure_dram", no_gpu_work_here)
     # the pictures are tests/test_map.py's; here they would only cost seconds
     monkeypatch.setattr(map_plots, "draw", lambda rows, plots, flagged=(): [])
     probe, _calls = fake_probe(tmp_path, replay=MAP, env_keys=("CUDA_VISIBLE_DEVICES",))
     return Path(probe.python)
+
+
+def no_gpu_work_here(device: int = 0) -> dict[str, object]:
+    """The parent of --devices' shards never touches a GPU (no CUDA context: its shards are
+    spawned, and a CUDA context does not survive a fork anyway)."""
+    raise AssertionError("the parent process measured on a GPU")
 
 
 def map_options(tmp_path: Path, probe: Path) -> SweepOptions:
@@ -104,8 +119,10 @@ def test_a_sharded_map_pins_each_probe_and_merges_one_table(tmp_path: Path, two_
         result = jobs.dispatch_map_run(map_options(tmp_path, two_gpus), spread=spread)
 
     starts = [s for s in seen(tmp_path) if "--only" in s["argv"]]
-    pinned = {s["env"]["CUDA_VISIBLE_DEVICES"] for s in starts}
-    assert pinned == {"GPU-aaaa-0", "GPU-bbbb-1"}  # one probe per GPU, each pinned to its own
+    pinned = {s["env"]["CUDA_VISIBLE_DEVICES"]: s["ppid"] for s in starts}
+    assert set(pinned) == {"GPU-aaaa-0", "GPU-bbbb-1"}  # one probe per GPU, each pinned to its own
+    # each shard in a process of its own (not this one): its probe's parent, its roofline's
+    assert len(set(pinned.values())) == 2 and os.getpid() not in pinned.values()
     frame = result.frame
     assert frame is not None and len(frame) == 128 and frame["status"].eq("ok").all()
     by_device = frame.groupby("device_index")["case_id"].apply(set)
@@ -118,6 +135,9 @@ def test_a_sharded_map_pins_each_probe_and_merges_one_table(tmp_path: Path, two_
     env = rundir.read_env(result.run_dir)
     assert [d["uuid"] for d in env["devices"]] == ["GPU-aaaa-0", "GPU-bbbb-1"]
     assert set(env["shard_seconds"]) == {"gpu0", "gpu1"}
+    for gpu in H100S:
+        shard_env = rundir.read_env(multi_gpu.shard_dir(result.run_dir, gpu))
+        assert shard_env["roofline"]["measured_by_pid"] == pinned[gpu.uuid]
 
 
 def test_a_resumed_sharded_map_redoes_only_each_shards_missing_cases(
@@ -214,3 +234,110 @@ def test_a_table_of_mixed_models_loads_per_model(tmp_path: Path) -> None:
     from cublas_audit.table.inputs import load_inputs
 
     assert sorted(d.gpu_label for d in load_inputs([run])) == ["h100", "h200"]
+
+
+# ----- the shards' processes: progress, errors and Ctrl-C across the process boundary -----------
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        AuditError("bad input"),
+        ToolMissingError("no ncu here"),
+        InterruptedSweepError("interrupted: 3 of 64 cases are saved"),
+        OperandMismatch("operand a: float16, built for float32"),
+    ],
+)
+def test_a_shards_audit_error_reaches_the_parent_whole(error: AuditError) -> None:
+    copy = shard_processes.portable(error)
+    assert type(copy) is type(error) and str(copy) == str(error)
+    assert isinstance(copy, AuditError) and copy.exit_code == error.exit_code
+
+
+class Unpicklable(AuditError):
+    def __init__(self, message: str, detail: object) -> None:  # pickle calls it with one arg
+        super().__init__(message)
+        self.detail = detail
+
+
+def test_an_error_that_does_not_pickle_keeps_its_text_and_exit_code() -> None:
+    wrong = Unpicklable("no GPU in the probe", object())
+    wrong.exit_code = 3
+    copy = shard_processes.portable(wrong)
+    assert type(copy) is AuditError and str(copy) == "no GPU in the probe" and copy.exit_code == 3
+    try:
+        raise ZeroDivisionError("a bug")
+    except ZeroDivisionError as bug:
+        crashed = shard_processes.portable(bug)
+    assert isinstance(crashed, ZeroDivisionError)  # an internal error, exit 4, with where it was
+    assert "in the shard's process" in crashed.__notes__[0] and "a bug" in crashed.__notes__[0]
+
+
+@pytest.mark.heavy  # two spawned interpreters (~1 s of CPU each: pandas)
+def test_ctrl_c_stops_every_shard_process_and_each_error_crosses_whole(
+    tmp_path: Path, two_gpus: Path
+) -> None:
+    """GPU 0's shard is at work (its probe slow) when Ctrl-C comes to this process, on its first
+    finished case; GPU 1's shard has already failed (its probe would see no GPU: exit 3). The
+    parent forwards the interrupt, GPU 0's shard stops, keeps what it finished and says so as an
+    InterruptedSweepError; GPU 1's ToolMissingError arrives as itself."""
+    fake_probe(tmp_path, replay=MAP, env_keys=("CUDA_VISIBLE_DEVICES",), pause_s=0.3)
+    options = replace(map_options(tmp_path, two_gpus), phase=Phase.map)
+    plan = multi_gpu.start(options, H100S, replicate=False)
+    cases = multi_gpu.shard(plan.cases, 2)
+    jobs = [
+        multi_gpu.shard_options(options, plan, gpu, part)
+        for gpu, part in zip(H100S, cases, strict=True)
+    ]
+    jobs[1] = replace(jobs[1], probe_env={"CUDA_VISIBLE_DEVICES": "none"})
+    seen_here: list[str] = []
+
+    def advance(case_id: str) -> None:
+        seen_here.append(case_id)
+        raise KeyboardInterrupt  # as SIGINT does, in this process's main thread
+
+    bar = Progress(advance=advance)
+    with deadline(DEADLINE_S):
+        outcome = shard_processes.run_all(jobs, [bar, None])
+
+    assert outcome.interrupted and set(outcome.failures) == {0, 1}
+    stopped, failed = outcome.failures[0], outcome.failures[1]
+    assert type(stopped) is InterruptedSweepError and "finish with: cublas-audit map" in str(
+        stopped
+    )
+    assert type(failed) is ToolMissingError and failed.exit_code == 3
+    kept = rundir.read_results(multi_gpu.shard_dir(plan.run_dir, 0) / rundir.TIME_RESULTS)
+    assert seen_here[0] in kept and 1 <= len(kept) < len(cases[0])  # stopped, not finished
+
+
+@pytest.mark.parametrize(
+    ("outcome", "raised", "message"),
+    [
+        (
+            shard_processes.Outcome({}, interrupted=True),
+            InterruptedSweepError,
+            "finish with: --resume",
+        ),
+        (
+            shard_processes.Outcome({0: InterruptedSweepError("stopped")}, interrupted=False),
+            InterruptedSweepError,
+            "finish with: --resume",
+        ),
+        (
+            shard_processes.Outcome({1: ToolMissingError("no GPU")}, interrupted=False),
+            ToolMissingError,
+            "GPU 1: no GPU; what the shards finished is kept: --resume .* goes on",
+        ),
+    ],
+)
+def test_how_the_shards_ended_is_the_runs_one_error(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    outcome: shard_processes.Outcome,
+    raised: type[AuditError],
+    message: str,
+) -> None:
+    monkeypatch.setattr(shard_processes, "run_all", lambda jobs, progress: outcome)
+    plan = multi_gpu.start(replace(SweepOptions(cases=map_cases()), out=tmp_path), H100S, False)
+    with pytest.raises(raised, match=message):
+        multi_gpu.run(SweepOptions(), plan)

@@ -11,17 +11,16 @@
       units.md, units.json      replicated: the unit comparison (unit-mismatch findings, the
                                 spread of unit speed, clocks and power beside it)
 
-Each shard is a sweep (or a map) of its own, started in a thread of this process: its probe (and
-its ncu, where ncu observes) runs pinned to its GPU with CUDA_VISIBLE_DEVICES=<UUID>, so the
-shards run at the same time without sharing a device. A shard streams its results into its own
-directory as a single-GPU run does, so `--resume` of the run resumes every shard where it
-stopped. Shards are balanced by estimated work (planning.shards: FLOPs plus a per-case cost),
-largest first, as `--shard I/N` splits a plan.
+Each shard is a sweep (or a map) of its own, in a process of its own (run.shard_processes: the
+shards' host work shares no interpreter lock): its probe (and its ncu, where ncu observes) runs
+pinned to its GPU with CUDA_VISIBLE_DEVICES=<UUID>, so the shards run at the same time without
+sharing a device. A shard streams its results into its own directory as a single-GPU run does, so
+`--resume` of the run resumes every shard where it stopped. Shards are balanced by estimated
+work (planning.shards: FLOPs plus a per-case cost), largest first, as `--shard I/N` splits a plan.
 """
 
 from __future__ import annotations
 
-import concurrent.futures
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -36,8 +35,9 @@ from cublas_audit.observe.environment import Gpu, list_gpus
 from cublas_audit.planning.cases import Case, candidate_problems, read_plan, write_plan
 from cublas_audit.planning.grid import check_label, label_from_gpu_name
 from cublas_audit.planning.shards import shard
+from cublas_audit.run import shard_processes
 from cublas_audit.run.sweep import Progress
-from cublas_audit.run.sweep_setup import SweepOptions, check_new_run_dir, default_run_dir, sweep
+from cublas_audit.run.sweep_setup import SweepOptions, check_new_run_dir, default_run_dir
 from cublas_audit.table import candidates_table, rundir
 from cublas_audit.table.merge import in_plan_order, read_tables
 from cublas_audit.table.trace_record import write_trace_record
@@ -233,8 +233,9 @@ def run(
     plan: Plan,
     progress_for: Callable[[Gpu], Progress] | None = None,
 ) -> list[Path]:
-    """Every shard at once, one thread each (the work is in their child processes). Ctrl-C
-    stops them all; each keeps what it finished, and --resume of the run goes on."""
+    """Every shard at once, a process each (shard_processes: their host work shares no
+    interpreter lock). Ctrl-C stops them all; each keeps what it finished, and --resume of the
+    run goes on."""
     shards = (
         [list(plan.cases) for _ in plan.devices]
         if plan.replicate
@@ -245,18 +246,12 @@ def run(
         for gpu, cases in zip(plan.devices, shards, strict=True)
         if cases
     ]
-    with concurrent.futures.ThreadPoolExecutor(max_workers=len(jobs)) as pool:
-        futures = {
-            pool.submit(folded_sweep, job, progress_for(gpu) if progress_for else None): gpu
-            for gpu, job in jobs
-        }
-        failures = []
-        for future in concurrent.futures.as_completed(futures):
-            error = future.exception()
-            if error is not None:
-                failures.append((futures[future], error))
-    interrupted = [gpu for gpu, error in failures if isinstance(error, InterruptedSweepError)]
-    if interrupted:
+    outcome = shard_processes.run_all(
+        [job for _gpu, job in jobs],
+        [progress_for(gpu) if progress_for else None for gpu, _job in jobs],
+    )
+    failures = [(jobs[index][0], error) for index, error in sorted(outcome.failures.items())]
+    if outcome.interrupted or any(isinstance(e, InterruptedSweepError) for _g, e in failures):
         raise InterruptedSweepError(
             f"interrupted: what the shards finished is saved in {plan.run_dir}; finish with: "
             f"--resume {plan.run_dir}"
@@ -268,17 +263,6 @@ def run(
         kept = f"what the shards finished is kept: --resume {plan.run_dir} goes on"
         raise type(error)(f"GPU {gpu.index}: {error}; {kept}")
     return [shard_dir(plan.run_dir, gpu) for gpu, _job in jobs]
-
-
-def folded_sweep(options: SweepOptions, progress: Progress | None) -> object:
-    """A shard's sweep, then its raw streams folded (rundir.compact_results: a full map's
-    timing.jsonl, ~285 MB, gzipped to about a seventh), in its own thread while the other
-    shards still run."""
-    done = sweep(options, progress)
-    where = options.out or options.resume
-    if where is not None:
-        rundir.compact_results(where)
-    return done
 
 
 def merged_table(plan: Plan, shards: Sequence[Path]) -> pd.DataFrame:

@@ -1,0 +1,223 @@
+"""The shards of a --devices run, each in a process of its own.
+
+A shard's host work outside its probe child (starting up, reading the probe's timing.jsonl back,
+building the shard's table, folding its streams) is Python: in threads of one process the four
+shards of a full map took 83-84 s each against 47 s alone, every one of them waiting on the one
+interpreter lock (benchmarks/results/fleet_scaling_h100x4.json, "shard_contention"). Here each
+shard's sweep runs in an interpreter of its own, started with "spawn" (a fresh interpreter, never
+a fork: the parent holds no CUDA context to fork and must never need one), and this process only
+relays what they report:
+
+- progress: the child's Progress hooks are batched onto one queue, at most every FLUSH_S, and
+  replayed here in order on the hooks the caller gave for that GPU (its bar);
+- the end: each child's error (an AuditError crosses whole: its class, message and exit code) or
+  None;
+- Ctrl-C: the terminal sends SIGINT to every process of the group, the shards included; this
+  process forwards it too (for a SIGINT sent to it alone), a shard acts on the first it gets,
+  stops its probe and keeps what it finished, and this process waits for every shard to say so.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import os
+import pickle
+import queue
+import signal
+import threading
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from types import FrameType
+from typing import Any, Final
+
+from cublas_audit.errors import AuditError, InterruptedSweepError
+from cublas_audit.run.sweep import Progress
+from cublas_audit.run.sweep_setup import SweepOptions, sweep
+from cublas_audit.table import rundir
+
+START_METHOD: Final = "spawn"  # a fresh interpreter: never a fork of this process
+FLUSH_S = 0.05  # progress events are batched this long: a map reports two a case, ~65k cases
+WAIT_S = 0.2  # how often the parent looks for a shard process that ended without a word
+# Run first in every shard process, before its sweep. Tests stand in for the machine with it (a
+# spawned interpreter sees none of the parent's patches); a module-level callable (it is pickled).
+CHILD_SETUP: Callable[[], None] | None = None
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How the shards ended: each failed one's error by job index; whether Ctrl-C came here."""
+
+    failures: dict[int, BaseException]
+    interrupted: bool
+
+
+def folded_sweep(options: SweepOptions, progress: Progress | None) -> None:
+    """A shard's sweep, then its raw streams folded (rundir.compact_results: a full map's
+    timing.jsonl, ~285 MB, gzipped to about a seventh) while the other shards still run."""
+    sweep(options, progress)
+    where = options.out or options.resume
+    if where is not None:
+        rundir.compact_results(where)
+
+
+def run_all(jobs: Sequence[SweepOptions], progress: Sequence[Progress | None]) -> Outcome:
+    """Every job's folded_sweep at once, a spawned process each; returns when all have ended."""
+    context = multiprocessing.get_context(START_METHOD)
+    events: Any = context.Queue()
+    processes = [
+        context.Process(
+            target=shard_main,
+            args=(index, job, events, CHILD_SETUP),
+            name=f"cublas-audit shard {index}",
+        )
+        for index, job in enumerate(jobs)
+    ]
+    ended: dict[int, BaseException | None] = {}
+    interrupted = False
+    try:
+        for process in processes:
+            process.start()
+        while len(ended) < len(processes):
+            try:
+                _relay(events, processes, progress, ended)
+            except KeyboardInterrupt:  # each shard keeps what it finished: wait for them to say so
+                interrupted = True
+                _forward_interrupt(processes)
+    finally:
+        for process in processes:  # alive only where this process failed (a hook, a deadline)
+            if process.is_alive():
+                process.terminate()
+            if process.pid is not None:
+                process.join()
+    failures = {index: error for index, error in ended.items() if error is not None}
+    return Outcome(failures, interrupted)
+
+
+def _relay(
+    events: Any,
+    processes: Sequence[Any],
+    progress: Sequence[Progress | None],
+    ended: dict[int, BaseException | None],
+) -> None:
+    """Replays what the shards report until each has ended (its last word, or its exit)."""
+    while len(ended) < len(processes):
+        # snapshot first: whatever a process wrote before it died is in the pipe by now
+        dead = [i for i, p in enumerate(processes) if i not in ended and not p.is_alive()]
+        try:
+            index, kind, payload = events.get(timeout=WAIT_S)
+        except queue.Empty:
+            for i in dead:
+                code = processes[i].exitcode
+                ended[i] = AuditError(f"its process ended without a result (exit code {code})")
+            continue
+        if kind == "events":
+            hooks = progress[index]
+            for hook, value in payload if hooks is not None else ():
+                getattr(hooks, hook)(value)
+        else:
+            ended[index] = payload
+
+
+def _forward_interrupt(processes: Sequence[Any]) -> None:
+    for process in processes:
+        if process.is_alive() and process.pid is not None:
+            with contextlib.suppress(ProcessLookupError):  # it ended in between
+                os.kill(process.pid, signal.SIGINT)
+
+
+# ----- in the shard's process ---------------------------------------------------------------------
+
+
+class _Relay:
+    """The shard's Progress, its events batched onto the queue by a thread every FLUSH_S."""
+
+    def __init__(self, index: int, events: Any) -> None:
+        self.index, self.events = index, events
+        self.pending: list[tuple[str, object]] = []
+        self.lock = threading.Lock()
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self._flush_every, daemon=True)
+        self.thread.start()
+
+    def progress(self) -> Progress:
+        return Progress(
+            start=lambda total: self._add("start", total),
+            current=lambda case_id: self._add("current", case_id),
+            advance=lambda case_id: self._add("advance", case_id),
+            note=lambda message: self._add("note", message),
+        )
+
+    def _add(self, hook: str, value: object) -> None:
+        with self.lock:
+            self.pending.append((hook, value))
+
+    def flush(self) -> None:
+        with self.lock:
+            batch, self.pending = self.pending, []
+        if batch:
+            self.events.put((self.index, "events", batch))
+
+    def _flush_every(self) -> None:
+        while not self.stopped.wait(FLUSH_S):
+            self.flush()
+
+    def close(self) -> None:
+        self.stopped.set()
+        self.thread.join()
+        self.flush()
+
+
+def shard_main(
+    index: int, options: SweepOptions, events: Any, setup: Callable[[], None] | None
+) -> None:
+    """A shard process's whole life: its sweep, then its last word (None or the error)."""
+    signal.signal(signal.SIGINT, _interrupt_once)
+    signal.signal(signal.SIGTERM, _exit_on_term)
+    if setup is not None:
+        setup()
+    relay = _Relay(index, events)
+    error: BaseException | None = None
+    try:
+        folded_sweep(options, relay.progress())
+    except KeyboardInterrupt:  # before the sweep's own handling started, or after it ended
+        error = InterruptedSweepError(f"interrupted: {options.out or options.resume}")
+    except Exception as exc:  # every error goes to the parent, which decides
+        error = portable(exc)
+    finally:
+        relay.close()
+    events.put((index, "done", error))
+
+
+def _interrupt_once(signum: int, frame: FrameType | None) -> None:
+    """The first SIGINT stops the sweep; later ones (the parent forwards what the terminal sent
+    already) must not cut short the saving of what it finished."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    raise KeyboardInterrupt
+
+
+def _exit_on_term(signum: int, frame: FrameType | None) -> None:
+    """Terminated by the parent: SystemExit unwinds through the sweep, which kills its probe."""
+    raise SystemExit(128 + signum)
+
+
+def portable(error: Exception) -> BaseException:
+    """The error as the parent will read it: itself where it survives pickling (an AuditError:
+    its class, message and exit code), else an AuditError or RuntimeError of its text; anything
+    but an AuditError carries the shard's traceback as a note (the CLI logs it, exit 4)."""
+    if not isinstance(error, AuditError):
+        where = "".join(traceback.format_exception(error))
+        error.add_note(f"in the shard's process {os.getpid()}:\n{where}")
+    try:
+        copy: BaseException = pickle.loads(pickle.dumps(error))
+    except Exception:  # an exception class that does not pickle
+        text = f"{type(error).__name__}: {error}"
+        if isinstance(error, AuditError):
+            stand_in = AuditError(str(error))
+            stand_in.exit_code = error.exit_code
+            return stand_in
+        copy = RuntimeError(text)
+        for note in getattr(error, "__notes__", []):
+            copy.add_note(note)
+    return copy
