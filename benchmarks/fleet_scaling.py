@@ -7,7 +7,7 @@ Each leg is one `cublas-audit map` process over the grid (M, N, K on --axis), ti
 start to its exit (plan, shards, merge, judging, report), into --maps/<leg>:
 
     quarter  `--shard 1/4` on one GPU (CUDA_VISIBLE_DEVICES=0): what a fleet of four should take
-    all      `--devices all`: a shard a GPU, threads of this host
+    all      `--devices all`: a shard a GPU, each in a process of its own (run.shard_processes)
     ray      `--ray auto`: a local Ray instance, one num_gpus=1 task a GPU
     one      the whole grid on one GPU
 
