@@ -162,9 +162,12 @@ def _plane(
     for column, (title, inside) in enumerate(slices):
         part, part_labels = rows[inside.to_numpy()], labels[inside.to_numpy()]
         kernel_axis, speed_axis = axes[0][column], axes[1][column]
-        for kernel in dict.fromkeys(part_labels):
-            picked = part[part_labels == kernel]
+        drawn = list(dict.fromkeys(part_labels))
+        top = _on_top(part, part_labels, drawn)
+        for kernel in drawn:
+            picked = part.loc[top.index[top == kernel]]
             kernel_axis.scatter(picked["m"], picked["n"], s=10, color=palette[kernel], marker="s")
+        part = part.drop_duplicates(["m", "n"], keep="last")  # the speed panel's top markers
         shown = speed_axis.scatter(
             part["m"], part["n"], c=part["rate"], s=10, marker="s", cmap="viridis",
             vmin=low, vmax=high,
@@ -183,6 +186,16 @@ def _plane(
         figure.colorbar(shown, ax=list(axes[1]), label="TFLOP/s")
     figure.suptitle(f"{name}: kernel chosen over (M, N) (top), TFLOP/s (bottom)")
     return _save(figure, f"{name} plane", plots)
+
+
+def _on_top(part: pd.DataFrame, labels: pd.Series, drawn: list[str]) -> pd.Series:
+    """The kernel of the marker seen at each (M, N) of a panel, on the rows that draw them:
+    squares of one size at one place hide those drawn before them, and a band of K put ~16 at
+    each place (a full map's plane drew 4 million markers). The panel draws each kernel of
+    `drawn` in turn, each in row order: the last row of the last kernel drawn there is seen."""
+    rank = labels.map({kernel: i for i, kernel in enumerate(drawn)})
+    ordered = part[["m", "n"]].assign(rank=rank).sort_values("rank", kind="stable")
+    return labels.loc[ordered.drop_duplicates(["m", "n"], keep="last").index]
 
 
 def _k_slices(k: pd.Series) -> list[tuple[str, pd.Series]]:
