@@ -365,12 +365,14 @@ _AS_IS = frozenset({str, int, bool})  # exactly these types: JSON-ready as they 
 
 def json_ready(data: Any) -> Any:
     """Nested data with every cell `plain`: NA, NaN and infinities become None (strict JSON)."""
-    if data is None or type(data) in _AS_IS:  # (a full map's findings: 5 s of CPU, then 1.5)
+    if data is None or type(data) in _AS_IS:  # (a full map's 86,000 findings: 9 s, now 2)
         return data
-    if isinstance(data, dict):
-        return {str(k): json_ready(v) for k, v in data.items()}
+    if type(data) is float:
+        return data if math.isfinite(data) else None
+    if isinstance(data, dict):  # (a plain leaf taken here, without a call)
+        return {str(k): v if type(v) in _AS_IS else json_ready(v) for k, v in data.items()}
     if isinstance(data, (list, tuple)):
-        return [json_ready(v) for v in data]
+        return [v if type(v) in _AS_IS else json_ready(v) for v in data]
     value = plain(data)
     if isinstance(value, float) and math.isinf(value):
         return None
