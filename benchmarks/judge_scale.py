@@ -37,6 +37,7 @@ sys.path.insert(0, str(REPO))
 
 from cublas_audit.judge.map_audit import audit_map, map_findings  # noqa: E402
 from cublas_audit.report import map_report  # noqa: E402
+from cublas_audit.table.env_record import EnvRecord  # noqa: E402
 from cublas_audit.table.inputs import Dataset  # noqa: E402
 from cublas_audit.table.validation import read_table  # noqa: E402
 
@@ -129,7 +130,7 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     build_s, frame = timed(lambda: full_grid(recorded_map(), args.step))
     judge_s, found = timed(lambda: map_findings(frame))
-    dataset = Dataset("h100 (speed workload)", "h100", MAP_10K, frame, {})
+    dataset = Dataset("h100 (speed workload)", "h100", MAP_10K, frame, EnvRecord())
     with tempfile.TemporaryDirectory() as tmp:
         # the map judged as its run does (its prepared rows: the report's to render)
         render_s, _ = timed(

@@ -118,7 +118,9 @@ def test_a_resumed_run_reads_its_phase_as_a_member(tmp_path: Path) -> None:
     assert resumed(SweepOptions(resume=run)).phase is Phase.candidates
     env = json.loads((run / "env.json").read_text())
     (run / "env.json").write_text(json.dumps({**env, "phase": "sweep"}))
-    with pytest.raises(AuditError, match=r"^phase 'sweep' is not one of time, map, candidates$"):
+    with pytest.raises(
+        AuditError, match=r"env\.json: phase 'sweep' is not one of time, map, candidates$"
+    ):
         resumed(SweepOptions(resume=run))
 
 

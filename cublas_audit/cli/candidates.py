@@ -219,7 +219,6 @@ def _as_shard(
     into a run directory of its own (resumable, joined by merge); with its recorded threshold."""
     from cublas_audit.jobs.measure import sweep
     from cublas_audit.planning.cases import candidate_problems
-    from cublas_audit.table import rundir
 
     # the whole plan is the problems: every shard audits each of its problems once
     chosen = settings if resume is None else {}
@@ -229,7 +228,16 @@ def _as_shard(
     result = with_progress(lambda bars: sweep(options, bars.hooks()))
     typer.echo(f"run directory: {result.run_dir}\nreport: {result.report}", err=True)
     assert result.frame is not None  # a candidates run's table: candidates.csv
-    return result.frame, float(rundir.read_env(result.run_dir)["candidate_threshold"])
+    return result.frame, _recorded_threshold(result.run_dir)
+
+
+def _recorded_threshold(run_dir: Path) -> float:
+    """The gap a finished candidates run confirmed at (its env.json: the run just wrote it)."""
+    from cublas_audit.table.env_record import EnvRecord
+
+    threshold = EnvRecord.read(run_dir).candidate_threshold
+    assert threshold is not None  # every candidates run records it
+    return float(threshold)
 
 
 def _on_ray(
@@ -243,14 +251,13 @@ def _on_ray(
     """--ray: the problems sharded over a Ray cluster's GPUs (jobs.fleet), merged into one
     candidates.csv and its report; with the threshold the run recorded."""
     from cublas_audit.jobs.fleet import on_ray
-    from cublas_audit.table import rundir
     from cublas_audit.table.candidates_table import read_candidates
 
     chosen = settings if resume is None else {}
     options = opt.run_options(case_list, out, resume, probe, **chosen)
     result = on_ray(options, address, Phase.candidates)
     typer.echo(f"run directory: {result.run_dir}\nreport: {result.report}", err=True)
-    threshold = float(rundir.read_env(result.run_dir)["candidate_threshold"])
+    threshold = _recorded_threshold(result.run_dir)
     return read_candidates(result.run_dir), threshold
 
 
@@ -265,7 +272,6 @@ def _on_devices(
     """The candidate audit sharded across GPUs (a probe pinned to each), into a run directory;
     with the threshold its gaps were confirmed at (a resumed run's: the recorded one)."""
     from cublas_audit.jobs.measure import candidates_on_devices
-    from cublas_audit.table import rundir
 
     # A resumed run keeps its recorded settings; a probe option given then is checked against it.
     chosen = settings if resume is None else {}
@@ -273,4 +279,4 @@ def _on_devices(
     multi = with_progress(lambda bars: candidates_on_devices(options, spread, bars.for_gpu))
     typer.echo(f"run directory: {multi.run_dir}\nreport: {multi.report}", err=True)
     assert multi.frame is not None  # a sharded run's merged table
-    return multi.frame, float(rundir.read_env(multi.run_dir)["candidate_threshold"])
+    return multi.frame, _recorded_threshold(multi.run_dir)

@@ -20,7 +20,9 @@ from cublas_audit.report.atlas_report import Atlas, atlas_of, write_atlas
 from cublas_audit.report.output import input_files
 from cublas_audit.table import rundir
 from cublas_audit.table.atlas_files import ATLAS_REPORT, atlas_bytes
+from cublas_audit.table.env_record import EnvRecord
 from cublas_audit.table.inputs import load_run
+from cublas_audit.vocabulary import Phase
 
 Echo = Callable[..., None]
 
@@ -114,10 +116,10 @@ def check_map_run(path: Path) -> None:
             f"{path}: not a run directory (no {rundir.TABLE_FILE}); the atlas reads the run "
             "directory of a `cublas-audit map`"
         )
-    phase = rundir.read_env(path).get("phase")
-    if phase != "map":
-        made = "a candidate audit" if phase == "candidates" else "a sweep"
+    phase = EnvRecord.read(path).phase
+    if phase is not Phase.map:
+        made = "a candidate audit" if phase is Phase.candidates else "a sweep"
         raise AuditError(
-            f"{path}: the run directory of {made}, not of a map (env.json phase {phase!r}); the "
-            "atlas reads the run directory of a `cublas-audit map`"
+            f"{path}: the run directory of {made}, not of a map (env.json phase "
+            f"{str(phase)!r}); the atlas reads the run directory of a `cublas-audit map`"
         )

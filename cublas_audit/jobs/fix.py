@@ -26,6 +26,7 @@ from cublas_audit.planning.cases import read_plan
 from cublas_audit.report.output import check_output_dir, input_files
 from cublas_audit.table import rundir
 from cublas_audit.table.candidates_table import read_candidates
+from cublas_audit.table.env_record import EnvRecord, as_record
 from cublas_audit.table.fix_file import FIX_FILE, KINDS, Fix, FixSet, Stamp, write_fix_file
 from cublas_audit.table.inputs import load_run
 from cublas_audit.table.trace_record import TraceRecord, read_trace_record, run_record
@@ -66,7 +67,8 @@ def _fixes_of_input(path: Path, limits: Thresholds, given: Mapping[str, Any]) ->
     deep = path / rundir.FOLLOW_UP_DIR
     if rundir.has_table(deep):
         return _fixes_of_input(deep, limits, given)
-    env = rundir.read_env(path) or dict(given)
+    recorded = EnvRecord.read(path)
+    env = recorded if recorded.recorded else as_record(given)
     if rundir.is_candidates_run(path):
         verdicts = recorded_verdicts(path, read_candidates(path), limits.candidate_gap_pct / 100)
         return stamp_of(env, verdicts.frame), pin_fixes(verdicts, str(path)), str(path)

@@ -22,7 +22,9 @@ from cublas_audit.jobs.reports import write_candidates_report, write_map_report,
 from cublas_audit.planning import plan_file
 from cublas_audit.run.sweep_setup import check_new_run_dir
 from cublas_audit.table import candidates_table, merge, rundir
+from cublas_audit.table.env_record import EnvRecord
 from cublas_audit.table.trace_record import read_trace_record, write_trace_record
+from cublas_audit.vocabulary import Phase
 
 
 @dataclass(frozen=True)
@@ -79,10 +81,10 @@ def _check_given_once(runs: list[Path]) -> None:
 
 
 def _report(out: Path, merged: merge.Merged) -> Path:
-    phase = merged.env.get("phase") or "time"
-    if phase == "map":
+    phase = EnvRecord.of(merged.env, out / rundir.ENV_FILE).phase
+    if phase is Phase.map:
         return write_map_report(out, frame=merged.table)  # (in memory: not read again)
-    if phase == "candidates":
+    if phase is Phase.candidates:
         assert merged.candidates is not None  # check_shards: every candidates shard has one
         return write_candidates_report(out, merged.candidates)
     return write_run_report(out)

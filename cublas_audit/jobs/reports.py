@@ -18,6 +18,7 @@ from cublas_audit.judge.thresholds import Thresholds
 from cublas_audit.judge.units import compare_units
 from cublas_audit.report import candidates_report, map_report, render, units_report
 from cublas_audit.table import rundir
+from cublas_audit.table.env_record import EnvRecord
 from cublas_audit.table.inputs import Dataset, load_inputs, load_run
 from cublas_audit.table.trace_record import run_record
 
@@ -62,10 +63,7 @@ def write_candidates_report(run_dir: Path, frame: pd.DataFrame) -> Path:
 def recorded_verdicts(run_dir: Path, frame: pd.DataFrame, fallback: float) -> CandidateVerdicts:
     """A candidates run's audit judged at the threshold its env.json recorded (it confirmed its
     gaps at that one), else at `fallback`."""
-    env = rundir.ENV_FILE
-    recorded = (
-        rundir.read_env(run_dir).get("candidate_threshold") if (run_dir / env).is_file() else None
-    )
+    recorded = EnvRecord.read(run_dir).candidate_threshold
     return judge_candidates(frame, float(recorded) if recorded is not None else fallback)
 
 

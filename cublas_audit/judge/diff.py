@@ -23,8 +23,8 @@ from cublas_audit.judge.timed_rows import TIMES, between_runs, floor_kind, judge
 from cublas_audit.judge.verdicts import Judgement, Verdict, detectable_slowdown
 from cublas_audit.table.dispatch import CASE_KEY, TableSource, cell_records
 from cublas_audit.table.inputs import Dataset
-from cublas_audit.table.rundir import env_value, operands_of
-from cublas_audit.vocabulary import Gate
+from cublas_audit.table.rundir import env_value
+from cublas_audit.vocabulary import Gate, Phase
 
 # env.json keys the header compares; env.json may lack any of them (a bare table has none).
 ENV_KEYS = (
@@ -38,7 +38,7 @@ ENV_KEYS = (
     "ncu_version",
     "ncu_clock_control",
     "tool_version",
-    "operands",  # table.rundir.operands_of: cold, warm, or warm before cold timing
+    "operands",  # table.env_record.EnvRecord.operands: cold, warm, or warm before cold timing
 )
 # Provenance a table carries in its own columns, for inputs without env.json.
 TABLE_ENV_COLUMNS = ("gpu_name", "cc", "driver_version", "cublas_version")
@@ -197,7 +197,7 @@ def _sorted_parts(merged: pd.DataFrame, by: list[str]) -> dict[str, pd.DataFrame
 def is_map(side: Dataset) -> bool:
     """Whether a side was measured by `cublas-audit map` (its env.json says so, or the one
     beside its dispatch.csv: table.inputs; a table with neither is judged as a sweep's)."""
-    return side.env.get("phase") == "map"
+    return side.env.phase is Phase.map
 
 
 def _case_key(a: pd.DataFrame, b: pd.DataFrame) -> list[str]:
@@ -412,7 +412,8 @@ def _env(dataset: Dataset) -> dict[str, str]:
     for column in TABLE_ENV_COLUMNS:
         if column in dataset.frame.columns and dataset.frame[column].notna().any():
             values[column] = dataset.frame[column].dropna().iloc[0]
-    values.update({k: v for k, v in dataset.env.items() if k in ENV_KEYS and v not in (None, "")})
-    if dataset.env:  # cold against warm moves memory-bound times by up to 2x: said in the header
-        values["operands"] = operands_of(dataset.env)
+    recorded = dataset.env.raw  # the header's keys as env.json holds them
+    values.update({k: v for k, v in recorded.items() if k in ENV_KEYS and v not in (None, "")})
+    if dataset.env.recorded:  # cold against warm moves memory-bound times by up to 2x: said
+        values["operands"] = dataset.env.operands
     return {k: env_value(v) for k, v in values.items()}

@@ -29,6 +29,7 @@ from cublas_audit.observe.kernels import normalize
 from cublas_audit.planning.cases import Case
 from cublas_audit.table.candidates_table import problem_case
 from cublas_audit.table.dispatch import plain
+from cublas_audit.table.env_record import EnvRecord, as_record
 from cublas_audit.table.fix_file import Fix, FixSet, Pin, Problem, Stamp, Timed, TorchOp
 from cublas_audit.vocabulary import FixKind, Severity
 
@@ -69,12 +70,16 @@ def _repeated(ids: Sequence[str]) -> str:
     return next(i for i in ids if ids.count(i) > 1)
 
 
-def stamp_of(env: Mapping[str, Any], frame: pd.DataFrame | None = None, label: str = "") -> Stamp:
+def stamp_of(
+    given: EnvRecord | Mapping[str, Any], frame: pd.DataFrame | None = None, label: str = ""
+) -> Stamp:
     """The machine a run measured on, from its env.json, else its table's columns."""
+    env = as_record(given)
 
     def value(name: str) -> str:
-        if env.get(name) not in (None, ""):
-            return str(env[name])
+        recorded = getattr(env, name)
+        if recorded not in (None, ""):
+            return str(recorded)
         if frame is None or name not in frame.columns:
             return "unknown"
         found = frame[name].dropna()
@@ -85,7 +90,7 @@ def stamp_of(env: Mapping[str, Any], frame: pd.DataFrame | None = None, label: s
         cc=value("cc"),
         cublas_version=value("cublas_version"),
         driver_version=value("driver_version"),
-        gpu_label=label or str(env.get("gpu_label") or ""),
+        gpu_label=label or env.gpu_label or "",
     )
 
 

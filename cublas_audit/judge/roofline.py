@@ -25,6 +25,7 @@ import pandas as pd
 
 from cublas_audit.planning.modes import MODES
 from cublas_audit.table.dispatch import unshared
+from cublas_audit.table.env_record import EnvRecord, as_record
 
 # Dense math per SM and clock (FLOP): FP32 FMA lanes x 2, and the tensor cores per input type
 # (NVIDIA's A100 and H100 whitepapers: 64 / 128 FP32 lanes per SM; 1024 / 2048 TF32 and 2048 /
@@ -76,16 +77,17 @@ class Machine:
         return peak * 1e12 / (self.dram_gbps * 1e9)
 
 
-def machine_of(env: Mapping[str, Any], frame: pd.DataFrame) -> Machine | None:
+def machine_of(given: EnvRecord | Mapping[str, Any], frame: pd.DataFrame) -> Machine | None:
     """The GPU's figures: measured (env.json's `roofline`), else derived; None if unknown."""
-    name = str(env.get("gpu_name") or _first(frame, "gpu_name") or "")
+    env = as_record(given)
+    name = str(env.gpu_name or _first(frame, "gpu_name") or "")
     peaks = _derived_peaks(env, frame)
     peak_source = (
         "SMs x SM clock x issue rate per SM and clock (compute capability "
-        f"{env.get('cc') or _first(frame, 'cc')})"
+        f"{env.cc or _first(frame, 'cc')})"
     )
-    measured = env.get("roofline")
-    if isinstance(measured, Mapping) and measured.get("dram_gbps"):
+    measured = env.roofline
+    if measured is not None and measured.get("dram_gbps"):
         recorded = {str(k): float(v) for k, v in (measured.get("peaks_tflops") or {}).items()}
         return Machine(
             name,
@@ -106,10 +108,10 @@ def machine_of(env: Mapping[str, Any], frame: pd.DataFrame) -> Machine | None:
     )
 
 
-def _derived_peaks(env: Mapping[str, Any], frame: pd.DataFrame) -> dict[str, float]:
-    cc = str(env.get("cc") or _first(frame, "cc") or "")
-    sms = env.get("sm_count") or _first(frame, "sm_count")
-    clock = env.get("sm_clock_max_mhz")
+def _derived_peaks(env: EnvRecord, frame: pd.DataFrame) -> dict[str, float]:
+    cc = str(env.cc or _first(frame, "cc") or "")
+    sms = env.sm_count or _first(frame, "sm_count")
+    clock = env.sm_clock_max_mhz
     rates = FLOP_PER_SM_CLOCK.get(cc, {})
     if not rates or not sms or not clock:
         return {}

@@ -95,7 +95,7 @@ def _meta(atlas: Atlas) -> dict[str, Any]:
         "kernels": len(atlas.grid.kernels),
         "findings": {"total": len(atlas.found), "written": min(len(atlas.found), FINDINGS_KEPT)},
         "command": list(atlas.command),
-        "env": dataset.env,
+        "env": dict(dataset.env.raw),
     }
 
 
@@ -149,7 +149,7 @@ def _summary(atlas: Atlas) -> str:
         *((dim.upper(), _axis(rows[dim])) for dim in ("m", "n", "k")),
         ("series", "; ".join(series[:5]) + more),
         ("kernels dispatched", str(len(atlas.grid.kernels))),
-        ("observer", str(atlas.judged.dataset.env.get("observer") or "not recorded")),
+        ("observer", atlas.judged.dataset.env.observer or "not recorded"),
         ("map time", map_time(atlas.judged.dataset.env)),
     ]  # fmt: skip
     return md_table(["", ""], [(name, md_text(value)) for name, value in items])
@@ -263,8 +263,8 @@ def _size(path: Path) -> str:
 
 
 def _regenerate(atlas: Atlas) -> str:
-    command = atlas.judged.dataset.env.get("command")
-    mapped = shlex.join(str(a) for a in command) if isinstance(command, list) else "not recorded"
+    command = atlas.judged.dataset.env.command
+    mapped = shlex.join(command) if command is not None else "not recorded"
     return "\n\n".join(
         [
             "The map and its full tables (on the GPU):",

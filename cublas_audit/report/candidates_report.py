@@ -17,6 +17,7 @@ from cublas_audit.report.lt_repro import repro
 from cublas_audit.report.markdown import LISTED_MAX, cut_line, md_fence, md_table, md_text
 from cublas_audit.table import rundir
 from cublas_audit.table.dispatch import plain
+from cublas_audit.table.env_record import EnvRecord
 
 TABLE_COLUMNS = {
     "candidate": "#",
@@ -47,7 +48,7 @@ BASIS_NOTE = (
 
 def write_candidates_run_report(run_dir: Path, verdicts: CandidateVerdicts) -> Path:
     """report.md of a candidates run: its audit as judged (at the run's recorded threshold)."""
-    label = rundir.read_env(run_dir).get("gpu_label")
+    label = EnvRecord.read(run_dir).gpu_label
     text = f"# cuBLASLt candidate audit: {label}\n\n" + render_markdown(verdicts)
     return write_text_atomic(run_dir / rundir.REPORT_FILE, text)
 

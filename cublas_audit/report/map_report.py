@@ -24,6 +24,7 @@ from cublas_audit.report import map_plots
 from cublas_audit.report.markdown import md_code, md_number, md_table, md_text, shorten
 from cublas_audit.report.render import env_rows
 from cublas_audit.table.dispatch import json_ready
+from cublas_audit.table.env_record import EnvRecord
 from cublas_audit.table.rundir import (
     FOLLOW_UP_DIR,
     PLOTS_DIR,
@@ -69,24 +70,23 @@ def render(judged: MapAudit, plots: Path | None) -> str:
     return "\n\n".join(part for part in parts if part) + "\n"
 
 
-def map_time(env: Mapping[str, Any]) -> str:
+def map_time(env: EnvRecord) -> str:
     """The map's measuring time, over every run of a resumed map (env.json's `parts`)."""
-    seconds = (env.get("phase_seconds") or {}).get("time")
+    seconds, parts = env.time_seconds, env.parts
     if not seconds:
         return "not recorded"
-    parts = int(env.get("parts") or 1)
     return f"{seconds:.1f} s" + (f" over {parts} runs (resumed)" if parts > 1 else "")
 
 
-def _summary(rows: pd.DataFrame, env: Mapping[str, Any]) -> str:
+def _summary(rows: pd.DataFrame, env: EnvRecord) -> str:
     status = rows["status"].fillna("not-run").value_counts()
-    seconds = (env.get("phase_seconds") or {}).get("time")
+    seconds = env.time_seconds
     done = int(status.drop("not-run", errors="ignore").sum())
     rate = f"{done / seconds:.1f}" if seconds else "not recorded"
     calls = rows["time_n"].dropna() if "time_n" in rows.columns else pd.Series(dtype=float)
     items = [
         ("cases", ", ".join(f"{count} {name}" for name, count in status.items())),
-        ("observer", str(env.get("observer") or "not recorded")),
+        ("observer", env.observer or "not recorded"),
         ("timed calls per case", str(int(calls.median())) if len(calls) else "none"),
         ("kernels dispatched", str(rows["kernel_short"].dropna().nunique())),
         ("map time", map_time(env)),
@@ -191,7 +191,7 @@ def _follow_up(rows: pd.DataFrame, judged: MapAudit, verdicts: FollowUpVerdicts)
     follow_up = verdicts.dataset
     deep = verdicts.rows
     offered = _candidates(verdicts.candidates)
-    observer = follow_up.env.get("observer") or "not recorded"
+    observer = follow_up.env.observer or "not recorded"
     parts = [
         f"The cases below were measured again in {md_code(FOLLOW_UP_DIR, in_table=False)} "
         f"(observer {md_text(observer)}; full-length timing, the reference kernel, cuBLASLt's "

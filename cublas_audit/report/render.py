@@ -38,8 +38,9 @@ from cublas_audit.report.markdown import (
 from cublas_audit.report.plots import plot
 from cublas_audit.report.stalls import stall_tables
 from cublas_audit.report.torch_trace_report import verdict_markdown
+from cublas_audit.table.env_record import EnvRecord
 from cublas_audit.table.inputs import Dataset, first_value
-from cublas_audit.table.rundir import PLOTS_DIR, env_value, operands_of
+from cublas_audit.table.rundir import PLOTS_DIR, env_value
 from cublas_audit.vocabulary import Severity
 
 # ----- report -----------------------------------------------------------------------------------
@@ -181,7 +182,7 @@ _ENV_ROWS = (
 
 def env_rows(dataset: Dataset) -> list[tuple[str, str]]:
     """Header rows from env.json; a bare table falls back on its own provenance columns."""
-    env = dataset.env or {
+    env = dataset.env.raw or {
         key: first_value(dataset.frame, key)
         for key in ("gpu_name", "cc", "driver_version", "cublas_version")
     }
@@ -194,18 +195,15 @@ def env_rows(dataset: Dataset) -> list[tuple[str, str]]:
         # The details in the pattern only when all are known: a bare table has the name alone.
         text = pattern.format(*map(env_value, values)) if complete else env_value(values[0])
         rows.append((title, md_text(text)))
-    if not dataset.env:
+    if not dataset.env.recorded:
         rows.append(("source", md_text("a bare table: no env.json, environment not recorded")))
     else:  # docs/report.md, "How each number is measured"
-        rows.append(("operands", md_text(operands_of(dataset.env))))
+        rows.append(("operands", md_text(dataset.env.operands)))
     return rows
 
 
-def _command(env: Mapping[str, Any]) -> str:
-    command = env.get("command")
-    if isinstance(command, list) and command:
-        return shlex.join(str(arg) for arg in command)
-    return ""
+def _command(env: EnvRecord) -> str:
+    return shlex.join(env.command) if env.command else ""
 
 
 # ----- tables -----------------------------------------------------------------------------------

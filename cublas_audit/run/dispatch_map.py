@@ -32,6 +32,7 @@ from cublas_audit.run import multi_gpu
 from cublas_audit.run.sweep import Progress
 from cublas_audit.run.sweep_setup import Measured, SweepOptions, sweep
 from cublas_audit.table import rundir
+from cublas_audit.table.env_record import EnvRecord
 from cublas_audit.vocabulary import Phase
 
 DEFAULT_REPS = 5  # timed and traced calls per case (kernel times vary ~1 % call to call)
@@ -107,24 +108,22 @@ def run_follow_up(
         (progress or Progress()).note("follow-up: the map flagged nothing")
         return None
     started = (out / rundir.PLAN_FILE).exists()
-    record = rundir.read_env(mapped.run_dir)  # the map's probe settings, also when resumed
-    cublas_lib = record.get("cublas_lib")
+    record = EnvRecord.read(mapped.run_dir)  # the map's probe settings, also when resumed
+    cublas_lib = record.cublas_lib
     deep = SweepOptions(
         cases=[] if started else cases,
-        gpu_label=str(record.get("gpu_label") or options.gpu_label or "") or None,
+        gpu_label=str(record.gpu_label or options.gpu_label or "") or None,
         out=None if started else out,
         resume=out if started else None,
-        probe_python=None if started else record.get("probe_python"),
+        probe_python=None if started else record.probe_python,
         cublas_lib=None if started or not cublas_lib else Path(cublas_lib),
-        probe_env={} if started else dict(record.get("probe_env") or {}),
+        probe_env={} if started else dict(record.probe_env),
         candidate_limit=None if started else FOLLOW_UP_CANDIDATES,
         command=[*options.command, f"(follow-up of {len(cases)} cases)"],
         phase=None if started else Phase.time,
         warm=None if started else options.warm,
         # ncu where it can run (the sweep's default); events where the map was told not to trace
-        observer=Observer.events
-        if record.get("observer") == Observer.events and not started
-        else None,
+        observer=Observer.events if record.observer == Observer.events and not started else None,
     )
     (progress or Progress()).note(f"follow-up: {len(cases)} cases to the deep tier")
     return sweep(deep, progress).run_dir

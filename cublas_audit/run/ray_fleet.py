@@ -44,6 +44,7 @@ from cublas_audit.run.multi_gpu import SHARDS_DIR
 from cublas_audit.run.run_archive import pack, unpack
 from cublas_audit.run.sweep_setup import SweepOptions, check_new_run_dir, sweep
 from cublas_audit.table import merge, rundir
+from cublas_audit.table.env_record import EnvRecord
 from cublas_audit.version import __version__
 from cublas_audit.vocabulary import Phase
 
@@ -212,35 +213,35 @@ def is_ray_run(run_dir: Path | None) -> bool:
 
 
 def _engine(run_dir: Path) -> str | None:
-    return rundir.read_env(run_dir).get("engine")
+    return EnvRecord.read(run_dir).engine
 
 
 def recorded(run_dir: Path, address: str | None) -> FleetRun:
     """The Ray run `run_dir` records (`address`: another cluster to finish it on)."""
-    env = rundir.read_env(run_dir)
-    if env.get("engine") != ENGINE:
+    env = EnvRecord.read(run_dir)
+    if env.engine != ENGINE:
         raise AuditError(f"--resume: {run_dir} is no Ray run: leave out --ray")
     try:
-        settings = dict(env["ray_settings"])
+        settings = dict(env.raw["ray_settings"])
         settings["cublas_lib"] = Path(settings["cublas_lib"]) if settings["cublas_lib"] else None
         settings["observer"] = Observer(settings["observer"]) if settings["observer"] else None
         settings["phase"] = Phase(settings["phase"]) if settings.get("phase") else None
         options = SweepOptions(**settings)
-        count = int(env["shard_count"])
+        count = int(env.raw["shard_count"])
     except (KeyError, TypeError, ValueError) as exc:
         raise AuditError(f"{run_dir / rundir.ENV_FILE}: its Ray record is not readable") from exc
     whole = read_plan(run_dir / rundir.PLAN_FILE)
-    if fingerprint(whole) != env.get("plan_fingerprint"):
+    if fingerprint(whole) != env.plan_fingerprint:
         raise AuditError(f"{run_dir}: its plan.json is not the plan its env.json names")
     return FleetRun(
         Path(run_dir).absolute(),
-        address or str(env.get("ray_address") or "auto"),
+        address or env.ray_address or "auto",
         count,
         whole,
         options,
-        [str(word) for word in env.get("command") or []],
-        bool(env.get("replicate")),
-        str(env.get("unit_label") or ""),
+        list(env.command or []),
+        env.replicate,
+        env.unit_label or "",
     )
 
 

@@ -14,6 +14,7 @@ from cublas_audit.observe import ncu_export as ncu_parse
 from cublas_audit.observe.environment import format_cublas_version
 from cublas_audit.planning.cases import Case, read_plan
 from cublas_audit.table import assemble, rundir
+from cublas_audit.table.env_record import EnvRecord
 from cublas_audit.table.rundir import NCU_DIR, PLAN_FILE, PROFILE_RESULTS, TIME_RESULTS
 
 
@@ -50,18 +51,18 @@ def collect_launches(run_dir: Path) -> list[ncu_parse.Launch]:
 def write_run_table(
     run_dir: Path, cases: Sequence[Case] | None = None, label: str = ""
 ) -> pd.DataFrame:
-    env = rundir.read_env(run_dir)
+    env = EnvRecord.read(run_dir)
     versions = probe_versions(run_dir)
     cublas = versions.get("cublas_version_int")
     context = {
-        "gpu_label": label or env.get("gpu_label"),
-        "gpu_name": env.get("gpu_name"),
-        "cc": env.get("cc"),
-        "sm_count": env.get("sm_count"),
-        "device_index": env.get("device_index"),
-        "gpu_uuid": env.get("gpu_uuid"),
-        "driver_version": env.get("driver_version"),
-        "cublas_version": format_cublas_version(cublas) if cublas else env.get("cublas_version"),
+        "gpu_label": label or env.gpu_label,
+        "gpu_name": env.gpu_name,
+        "cc": env.cc,
+        "sm_count": env.sm_count,
+        "device_index": env.device_index,
+        "gpu_uuid": env.gpu_uuid,
+        "driver_version": env.driver_version,
+        "cublas_version": format_cublas_version(cublas) if cublas else env.cublas_version,
     }
     frame = assemble.build_table(
         list(cases) if cases is not None else read_plan(run_dir / PLAN_FILE),

@@ -37,6 +37,7 @@ from cublas_audit.run.run_table import (
     write_run_table,
 )
 from cublas_audit.table import candidates_table, rundir
+from cublas_audit.table.env_record import EnvRecord
 from cublas_audit.table.rundir import (
     CANDIDATE_RESULTS,
     CANDIDATES_FILE,
@@ -325,7 +326,7 @@ def _audit_candidates(config: SweepConfig, progress: Progress) -> None:
             f"the candidate audit failed (exit code {code}; log: "
             f"{config.run_dir / rundir.CANDIDATES_LOG})"
         )
-    env = rundir.read_env(config.run_dir)
+    env = EnvRecord.read(config.run_dir)
     candidates_table.write_candidates(
         candidates_table.measured_on(candidates_table.read_candidates(path), env), path
     )

@@ -32,8 +32,8 @@ from cublas_audit.resources import package_view
 from cublas_audit.run import probe_process
 from cublas_audit.run.sweep import Progress, SweepConfig, run
 from cublas_audit.table import candidates_table, rundir
+from cublas_audit.table.env_record import EnvRecord
 from cublas_audit.table.trace_record import TraceRecord, write_trace_record
-from cublas_audit.table.validation import check_env
 from cublas_audit.version import __version__
 from cublas_audit.vocabulary import Phase
 
@@ -215,8 +215,8 @@ def resumed(options: SweepOptions) -> SweepOptions:
         raise AuditError(
             f"--resume: {run_dir} is not a cublas-audit run directory (no plan.json/env.json)"
         )
-    record = rundir.read_env(run_dir)
-    check_env(record, run_dir / rundir.ENV_FILE)
+    env = EnvRecord.read(run_dir)
+    record = env.raw  # the settings by their keys (RECORDED), as the run recorded them
     restored: dict[str, Any] = {}
     for name, (key, _default) in RECORDED.items():
         recorded = record.get(key)
@@ -233,7 +233,7 @@ def resumed(options: SweepOptions) -> SweepOptions:
                 f"the command line says {given!r} (leave it out to resume)"
             )
         restored[name] = given if given is not None else recorded
-    probe_env = dict(record.get("probe_env") or {})
+    probe_env = dict(env.probe_env)
     clashing = {k: v for k, v in options.probe_env.items() if probe_env.get(k) != v}
     if clashing:
         raise AuditError(
@@ -244,7 +244,7 @@ def resumed(options: SweepOptions) -> SweepOptions:
         options,
         **restored,
         cases=read_plan(run_dir / rundir.PLAN_FILE),
-        gpu_label=str(record.get("gpu_label") or "gpu"),
+        gpu_label=env.gpu_label or "gpu",
         probe_env={**probe_env, **options.probe_env},
     )
 

@@ -34,6 +34,7 @@ from cublas_audit.table.dispatch import (
     plain,
     row_number,
 )
+from cublas_audit.table.env_record import EnvRecord
 from cublas_audit.table.rundir import CANDIDATES_FILE, records
 from cublas_audit.table.validation import (
     DIMENSION,
@@ -258,12 +259,12 @@ def write_candidates(frame: pd.DataFrame, path: Path) -> Path:
     return write_csv_atomic(frame, path)
 
 
-def measured_on(frame: pd.DataFrame, env: Mapping[str, Any]) -> pd.DataFrame:
+def measured_on(frame: pd.DataFrame, env: EnvRecord) -> pd.DataFrame:
     """The table with the GPU its run's env.json names (nvidia-smi's index and UUID) on every
     row: a table merged from several GPUs says which measured each problem."""
     out = frame.copy()
-    out["device_index"] = pd.array([env.get("device_index")] * len(out), dtype=pd.Int64Dtype())
-    out["gpu_uuid"] = pd.array([env.get("gpu_uuid")] * len(out), dtype="string")
+    out["device_index"] = pd.array([env.device_index] * len(out), dtype=pd.Int64Dtype())
+    out["gpu_uuid"] = pd.array([env.gpu_uuid] * len(out), dtype="string")
     return out
 
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 
@@ -17,9 +16,9 @@ from cublas_audit.resources import shipped
 from cublas_audit.table.atlas_files import ATLAS_REPORT, check_whole, is_atlas, read_atlas
 from cublas_audit.table.candidates_table import read_candidates
 from cublas_audit.table.dispatch import TableSource, row_number
+from cublas_audit.table.env_record import EnvRecord
 from cublas_audit.table.rundir import (
     CANDIDATES_FILE,
-    ENV_FILE,
     PLAN_FILE,
     TABLE_COLUMNAR,
     TABLE_FILE,
@@ -27,7 +26,7 @@ from cublas_audit.table.rundir import (
     table_file,
 )
 from cublas_audit.table.trace_record import TraceRecord, read_trace_record
-from cublas_audit.table.validation import check_against_plan, check_env, read_table
+from cublas_audit.table.validation import check_against_plan, read_table
 
 
 @dataclass
@@ -38,11 +37,16 @@ class Dataset:
     gpu_label: str
     path: Path
     frame: pd.DataFrame
-    env: dict[str, Any] = field(default_factory=dict)
+    env: EnvRecord = field(default_factory=EnvRecord)
     # The run's cuBLASLt candidate audit (candidates.csv), when it has one.
     candidates: pd.DataFrame | None = None
     # A trace audit's record of the trace (trace.json: each problem's share of its GEMM time).
     trace: TraceRecord | None = None
+
+    def __post_init__(self) -> None:
+        # env.json's object given as it is (a library caller, a test) is read into its record
+        if not isinstance(self.env, EnvRecord):
+            self.env = EnvRecord.of(self.env)
 
 
 # ----- inputs -----------------------------------------------------------------------------------
@@ -88,7 +92,7 @@ def load_one_gpu(path: Path) -> Dataset:
     path = Path(path)
     if is_atlas(path):
         frame, meta = read_atlas(path)
-        return _dataset(path, frame, dict(meta.get("env") or {}))
+        return _dataset(path, frame, EnvRecord.of(meta.get("env") or {}, path / "atlas.json"))
     if path.is_dir():
         return load_run(path)
     frame = read_table(path)
@@ -96,16 +100,16 @@ def load_one_gpu(path: Path) -> Dataset:
     return _dataset(path, frame, _measured_by(path))
 
 
-def _measured_by(table: Path) -> dict[str, Any]:
+def _measured_by(table: Path) -> EnvRecord:
     """What a run's dispatch.csv given as a file says of its measurement: the phase of the
     env.json beside it (a map's rows are judged with the map's floors), else nothing."""
     if table.name not in (TABLE_FILE, TABLE_COLUMNAR):
-        return {}
+        return EnvRecord()
     try:
         phase = read_env(table.parent).get("phase")
+        return EnvRecord.of({"phase": phase}) if phase else EnvRecord()
     except AuditError:  # a broken env.json beside it: the table alone is still a table
-        return {}
-    return {"phase": phase} if phase else {}
+        return EnvRecord()
 
 
 def load_run(run_dir: Path, frame: pd.DataFrame | None = None) -> Dataset:
@@ -114,16 +118,15 @@ def load_run(run_dir: Path, frame: pd.DataFrame | None = None) -> Dataset:
     read; checked alike."""
     frame = read_table(run_dir) if frame is None else frame
     source = TableSource(table_file(run_dir))
-    env = read_env(run_dir)
-    if not env.get("allow_mixed"):  # a run over GPUs of several models is one table per model
+    env = EnvRecord.read(run_dir)
+    if not env.allow_mixed:  # a run over GPUs of several models is one table per model
         require_one_gpu(frame, source.path)
     plan = run_dir / PLAN_FILE
     if plan.is_file():
         check_against_plan(frame, plan_case_ids(plan), source)
-    check_env(env, run_dir / ENV_FILE)
-    if "sm_count" not in frame.columns and isinstance(env.get("sm_count"), int):
+    if "sm_count" not in frame.columns and env.sm_count is not None:
         # tables written before the column existed: the GPU's SMs, as env.json recorded them
-        frame = frame.assign(sm_count=pd.array([env["sm_count"]] * len(frame), dtype="Int64"))
+        frame = frame.assign(sm_count=pd.array([env.sm_count] * len(frame), dtype="Int64"))
     return _dataset(run_dir, frame, env)
 
 
@@ -137,20 +140,20 @@ def _load(path: Path) -> list[Dataset]:
         )
     if path.is_dir():
         run = load_run(path)
-        if not run.env.get("allow_mixed"):
+        if not run.env.allow_mixed:
             return [run]
         frame, env = run.frame, run.env
     else:
-        frame, env = read_table(path), {}
+        frame, env = read_table(path), EnvRecord()
     labels = frame["gpu_label"].fillna("")
     if labels.nunique() == 1:  # one GPU: the table itself, not a filtered copy of every column
         return [_dataset(path, frame, env)]
     return [_dataset(path, frame[labels == label], env) for label in labels.unique()]
 
 
-def _dataset(path: Path, frame: pd.DataFrame, env: dict[str, Any]) -> Dataset:
+def _dataset(path: Path, frame: pd.DataFrame, env: EnvRecord) -> Dataset:
     label = str(frame["gpu_label"].iloc[0])
-    name = env.get("gpu_name") or first_value(frame, "gpu_name")
+    name = env.gpu_name or first_value(frame, "gpu_name")
     title = f"{label}: {name}" if name and name != label else label
     found = path / CANDIDATES_FILE if path.is_dir() else None
     audited = read_candidates(found) if found and found.exists() else None

@@ -238,17 +238,6 @@ def env_value(value: Any) -> str:
     return str(value)
 
 
-def operands_of(env: Mapping[str, Any]) -> str:
-    """How a run's timed calls found their operands: 'cold' (L2 flushed before each, the default
-    since cold timing), 'warm' (--warm, and a map's fast pass), or warm before cold timing existed
-    (an env.json without the `warm` key: every timing then left L2 as the last call left it)."""
-    if env.get("phase") == "map":
-        return "warm (a map's fast pass)"
-    if "warm" not in env:
-        return "warm (recorded before cold timing)"
-    return "warm" if env["warm"] else "cold"
-
-
 def is_candidates_run(path: Path) -> bool:
     """A run directory of the candidate audit alone (`candidates --devices`, `--shard`, `--ray`):
     candidates.csv and no dispatch table."""

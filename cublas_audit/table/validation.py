@@ -211,16 +211,6 @@ def check_against_plan(frame: pd.DataFrame, plan_ids: list[str], source: TableSo
         )
 
 
-def check_env(env: Mapping[str, object], path: Path) -> None:
-    """env.json fields the tool reads back must have their types."""
-    from cublas_audit.errors import AuditError
-
-    for key, kind in (("probe_env", dict), ("command", list), ("gpu_label", str)):
-        value = env.get(key)
-        if value is not None and not isinstance(value, kind):
-            raise AuditError(f"{path}: {key} must be a {kind.__name__}, got {value!r}")
-
-
 def read_table(path: Path) -> pd.DataFrame:
     """Reads a dispatch table from a CSV or Parquet file, or from a run directory (once per
     process while the file is unchanged: read_once)."""
