@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import typer.testing
@@ -28,6 +28,9 @@ from hypothesis import settings
 sys.dont_write_bytecode = False
 
 from cublas_audit.judge.noise import NoiseModel  # noqa: E402
+
+if TYPE_CHECKING:
+    from cublas_audit.judge.audited import Audited
 
 # Property tests run a few examples in the everyday command (each example runs the CLI) and at
 # length in CI's second step: `pytest -q -m "heavy or hypothesis" --hypothesis-profile=thorough`
@@ -158,6 +161,17 @@ def atlas_made_by_the_command(run: Path, out: Path) -> Path:
     assert result.exit_code == 0, result.output
     (made,) = [path for path in out.iterdir() if path.is_dir()]
     return made
+
+
+@functools.cache
+def audited_run(run: Path) -> Audited:
+    """A recorded run directory loaded and judged as `report` judges it (default thresholds),
+    once per test process: several modules read the same run's findings and rows. Read it,
+    never change it (a test that changes a run's findings works on a list of its own)."""
+    from cublas_audit.judge.audited import audit_dataset
+    from cublas_audit.table.inputs import load_run
+
+    return audit_dataset(load_run(run))
 
 
 def without_pictures(*_: object, **__: object) -> list[Any]:

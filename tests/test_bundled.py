@@ -30,7 +30,7 @@ from cublas_audit.judge.audited import audit_dataset
 from cublas_audit.judge.diff import compare
 from cublas_audit.judge.rules import prepare
 from cublas_audit.judge.thresholds import Thresholds
-from cublas_audit.table.inputs import bundled_runs, load_inputs, load_one_gpu
+from cublas_audit.table.inputs import bundled_runs, load_one_gpu
 from cublas_audit.table.rundir import REPORT_FILE, TABLE_FILE
 from cublas_audit.table.validation import read_table
 from tests.conftest import (
@@ -39,6 +39,7 @@ from tests.conftest import (
     REPO,
     REPORTS,
     ZERO_NOISE,
+    audited_run,
     background_result,
     cell,
     run_process,
@@ -197,8 +198,8 @@ def test_both_hoppers_dispatch_the_same_kernels() -> None:
 
 @pytest.mark.parametrize("run", [H100, H200], ids=["h100", "h200"])
 def test_the_candidate_gap_at_256_batch_8_is_flagged_on_its_cublaslt_row(run: Path) -> None:
-    (dataset,) = load_inputs([run])
-    found = audit_dataset(dataset, Thresholds()).findings
+    judged = audited_run(run)  # at the default thresholds, once per process
+    dataset, found = judged.dataset, judged.findings
     (finding,) = [f for f in found if f.rule == "better-candidate"]
     assert (finding.gpu_label, finding.batch) == (run.parent.name, 8)
     assert finding.sizes == ["256x256x256"]

@@ -20,7 +20,7 @@ from cublas_audit.judge.grouping import members
 from cublas_audit.judge.timed_rows import judged_time, pair_verdict
 from cublas_audit.judge.verdicts import Verdict
 from cublas_audit.table.inputs import load_run
-from tests.conftest import REPORTS
+from tests.conftest import REPORTS, audited_run
 
 K140 = REPORTS / "h100" / "checks" / "20261125-074637-k140"
 # The sweep of docs/report.md's command, recorded on the H100: nn, the padded companion and the
@@ -41,7 +41,7 @@ def test_the_k140_finding_states_the_padded_gain_and_that_ldb_144_gives_none() -
     """The packed nn call: padded to 144 it runs 2.16x faster (beyond the noise model: high); its
     ldb 140 aligned to 144, K still 140, runs 1.01x: no gain measurably. The padded variant
     decides severity and the time given back, and its workaround is padding."""
-    first = causes(audit_dataset(load_run(K140)).findings)[0]
+    first = causes(audited_run(K140).findings)[0]
     assert first.sizes == ["1024x1024x140"]
     assert "padded to 1024x1024x144 it runs 2.16x faster on nvjet_tst" in first.message
     assert f"; {LDB144} it is no faster measurably (1.01x)." in first.message
@@ -96,7 +96,7 @@ def test_the_k140_finding_states_what_layout_nt_measured(api: str) -> None:
     the padded variant and nt with the ratio and verdict the recorded times give; severity and
     effect from the best variant faster beyond the noise model. layout-penalty, where it fires on
     this problem, says the same of nt as the finding does."""
-    judged = audit_dataset(load_run(K140_LAYOUTS))
+    judged = audited_run(K140_LAYOUTS)  # once per process: each api's test reads it
     rows = judged.rows.set_index("case_id", drop=False)
     nn, nt = (
         rows.loc[f"{api}.bf16.1024x1024x140.b8.nn"],

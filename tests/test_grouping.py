@@ -19,15 +19,14 @@ from dataclasses import replace
 import pytest
 from rich.console import Console
 
-from cublas_audit.judge.audited import Audited, audit_dataset
+from cublas_audit.judge.audited import Audited
 from cublas_audit.judge.finding import Finding
 from cublas_audit.judge.fixes import shape_fixes
 from cublas_audit.judge.grouping import by_cause, every_row, members, observed, problem_of, where
 from cublas_audit.judge.rules import audit
 from cublas_audit.report.render import findings_json, render_report
 from cublas_audit.report.terminal import show
-from cublas_audit.table.inputs import load_run
-from tests.conftest import REPORTS
+from tests.conftest import REPORTS, audited_run
 
 CHECKS = REPORTS / "h100" / "checks"
 ODD = CHECKS / "20261127-100356-2073"
@@ -39,7 +38,7 @@ AT_2073 = ("h100", "bf16", 1, "2073")
 
 @pytest.fixture(scope="module")
 def odd() -> Audited:
-    return audit_dataset(load_run(ODD))
+    return audited_run(ODD)
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +50,7 @@ def odd_ungrouped(odd: Audited) -> tuple[Finding, ...]:
 
 @pytest.fixture(scope="module")
 def layouts() -> Audited:
-    return audit_dataset(load_run(K140_LAYOUTS))
+    return audited_run(K140_LAYOUTS)
 
 
 def ungrouped(judged: Audited) -> list[Finding]:
@@ -147,7 +146,7 @@ def test_findings_of_other_problems_or_causes_stay_their_own(
     own size-inversion. A finding over several sizes, or of another cause (a candidate the
     heuristic ranked lower), is no observation of the one problem's unaligned dimension; nor is
     any finding of another run's problems."""
-    judged = audit_dataset(load_run(K140))
+    judged = audited_run(K140)
     assert [f.sizes for f in judged.findings] == [["1024x1024x140"], ["1024x1024x140 ldb144"]]
     for finding in judged.findings:
         assert [m.rule for m in members(finding)] == ["unaligned-operand", "size-inversion"]
@@ -157,7 +156,7 @@ def test_findings_of_other_problems_or_causes_stay_their_own(
     cliff = next(i for i, f in enumerate(found) if f.rule == "dispatch-cliff")
     found[low] = replace(found[low], sizes=["2073", "4096"])
     found[cliff] = replace(found[cliff], rule="better-candidate")
-    others = ungrouped(audit_dataset(load_run(BATCHED)))
+    others = ungrouped(audited_run(BATCHED))
     assert others
     grouped = by_cause([*found, *others])
     assert len(grouped) == 1 + 2 + len(others)

@@ -8,12 +8,9 @@ and the fp32 LM head measured on the H100 (../shared/DESIGN.md, 2026-11-25: cuBL
 
 from __future__ import annotations
 
-import functools
-
 import pandas as pd
 import pytest
 
-from cublas_audit.judge.audited import audit_dataset
 from cublas_audit.judge.finding import Finding
 from cublas_audit.judge.roofline import (
     Machine,
@@ -26,7 +23,7 @@ from cublas_audit.judge.rules import audit, prepare
 from cublas_audit.table.dispatch import from_records
 from cublas_audit.table.inputs import load_run
 from cublas_audit.table.rundir import read_env
-from tests.conftest import REPORTS
+from tests.conftest import REPORTS, audited_run
 
 H100_RUN = REPORTS / "h100" / "20261123-145452-batched"
 
@@ -100,7 +97,7 @@ def test_a_memory_bound_call_far_below_its_bandwidth_is_low_utilization_stating_
 
 
 def test_the_bundled_h100_run_gets_its_bounds_and_keeps_its_findings() -> None:
-    judged = audit_dataset(load_run(H100_RUN))
+    judged = audited_run(H100_RUN)
     rows = judged.rows.set_index("case_id")
     big = rows.loc["cublas.fp32.8192x8192x8192.b8.nn"]
     # 8192^3 fp32: 2 x 8192 / (4 x 3) = 1365 FLOP/B, far past the ridge: the FP32 peak bounds it
@@ -144,7 +141,7 @@ def test_the_llama_traces_memory_bound_calls_near_their_bound_are_no_findings() 
     swept with ncu: the fp32 LM head (gemmSN_TN_kernel, 13 % FMA pipe) moves 67 % of DRAM
     bandwidth, the attention bmm (64 x 512x512x128, 25-33 % tensor pipe) 72-80 %: the
     utilization rules flagged all of them against the 93 % of the MLP's GEMMs before."""
-    judged = audit_dataset(load_run(LLAMA))
+    judged = audited_run(LLAMA)
     rows = judged.rows.set_index("case_id")
     head = rows.loc["cublas.fp32.32000x4x2048.b1.tn"]
     assert head["bound_side"] == "memory" and 60 < head["roofline_pct"] < 75
@@ -160,10 +157,9 @@ def test_the_llama_traces_memory_bound_calls_near_their_bound_are_no_findings() 
 K140 = REPORTS / "h100" / "checks" / "20261125-074637-k140"
 
 
-@functools.cache
 def _k140_findings() -> tuple[Finding, ...]:
-    """The k140 run's findings, judged once for the two tests that read them."""
-    return tuple(audit_dataset(load_run(K140)).findings)
+    """The k140 run's findings, judged once per process (conftest.audited_run)."""
+    return tuple(audited_run(K140).findings)
 
 
 def test_the_k140_problem_reads_as_its_cause_with_the_padded_variants_measured_gain() -> None:

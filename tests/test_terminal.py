@@ -21,7 +21,7 @@ from cublas_audit.report.output import TERMINAL_REPORT
 from cublas_audit.report.terminal import cell, dispatch_grids, show
 from cublas_audit.table.inputs import bundled_runs, load_inputs
 
-from .conftest import REPORTS
+from .conftest import REPORTS, audited_run
 
 
 def test_findings_come_first_most_severe_first_then_the_grids() -> None:
@@ -61,10 +61,10 @@ SINGLE = REPORTS / "h100" / "20261123-012340-single"
 def _judged(run: Path, mode: str = "") -> Audited:
     """A recorded run judged once per process (only its rows of `mode`, where one is named: a
     grid shows one kind of call, and the ops run's 75 rows cost seconds to judge whole)."""
+    if not mode:
+        return audited_run(run)
     (dataset,) = load_inputs([run])
-    if mode:
-        dataset = replace(dataset, frame=dataset.frame[dataset.frame["mode"] == mode])
-    return audit_dataset(dataset)
+    return audit_dataset(replace(dataset, frame=dataset.frame[dataset.frame["mode"] == mode]))
 
 
 def _grids(run: Path, mode: str = "") -> dict[str, list[str]]:
