@@ -378,9 +378,9 @@ def on_ray(
 
 def is_shard_run(resume: Path | None) -> bool:
     """Whether --resume names the run directory of a --shard run."""
-    from cublas_audit.table import rundir
+    from cublas_audit.table.env_record import EnvRecord
 
-    return resume is not None and resume.is_dir() and "shard" in rundir.read_env(resume)
+    return resume is not None and resume.is_dir() and EnvRecord.read(resume).shard is not None
 
 
 def print_json(data: Any) -> None:

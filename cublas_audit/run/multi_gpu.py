@@ -39,6 +39,7 @@ from cublas_audit.run import shard_processes
 from cublas_audit.run.sweep import Progress
 from cublas_audit.run.sweep_setup import SweepOptions, check_new_run_dir, default_run_dir
 from cublas_audit.table import candidates_table, rundir
+from cublas_audit.table.env_record import EnvRecord
 from cublas_audit.table.merge import in_plan_order, read_tables
 from cublas_audit.table.trace_record import write_trace_record
 from cublas_audit.version import __version__
@@ -182,19 +183,19 @@ def start(options: SweepOptions, devices: Sequence[Gpu], replicate: bool) -> Pla
 
 def recorded(run_dir: Path) -> Plan | None:
     """The multi-GPU plan a run directory records, or None for a single-GPU run."""
-    env = rundir.read_env(run_dir)
-    if not isinstance(env.get("devices"), list):
+    env = EnvRecord.read(run_dir)
+    if env.devices is None:
         return None
     try:
-        devices = [Gpu(int(d["index"]), str(d["uuid"]), str(d["name"])) for d in env["devices"]]
+        devices = [Gpu(int(d["index"]), str(d["uuid"]), str(d["name"])) for d in env.devices]
     except (KeyError, TypeError, ValueError) as exc:
         raise AuditError(f"{run_dir / rundir.ENV_FILE}: its devices are not readable") from exc
     return Plan(
         Path(run_dir).absolute(),
-        str(env.get("gpu_label") or "gpu"),
+        env.gpu_label or "gpu",
         devices,
-        bool(env.get("replicate")),
-        bool(env.get("allow_mixed")),
+        env.replicate,
+        env.allow_mixed,
         read_plan(Path(run_dir) / rundir.PLAN_FILE),
     )
 

@@ -47,6 +47,7 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "plan_fingerprint": (str,),
     "unit_label": (str,),
     "devices": (list,),
+    "shard": (str,),
 }
 _WORDS = {int: "an integer", float: "a number", str: "text", bool: "true or false"}
 _WORDS.update({dict: "a dict", list: "a list"})
@@ -86,6 +87,7 @@ class EnvRecord:
     plan_fingerprint: str | None = None
     unit_label: str | None = None
     devices: tuple[Any, ...] | None = None  # a --devices run's GPUs
+    shard: str | None = None  # a --shard run's part, "I/N"
 
     @classmethod
     def of(cls, data: Mapping[str, Any], where: Path | str = "env.json") -> EnvRecord:
@@ -135,6 +137,7 @@ class EnvRecord:
             plan_fingerprint=data.get("plan_fingerprint"),
             unit_label=data.get("unit_label"),
             devices=None if devices is None else tuple(devices),
+            shard=data.get("shard"),
         )
 
     @classmethod

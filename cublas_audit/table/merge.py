@@ -26,7 +26,9 @@ from cublas_audit.planning.cases import Case, candidate_problems
 from cublas_audit.planning.plan_file import PlanFile
 from cublas_audit.planning.shards import ShardSpec, split
 from cublas_audit.table import candidates_table, rundir
+from cublas_audit.table.env_record import EnvRecord
 from cublas_audit.table.validation import read_table
+from cublas_audit.vocabulary import Phase
 
 # What must agree between shards for their rows to be one measurement (unless --allow-mixed):
 # the software measured, and every setting that decides what the probe measures.
@@ -75,6 +77,11 @@ class ShardRun:
     @functools.cached_property
     def cases(self) -> list[Case]:
         return self.plan.cases()
+
+    @functools.cached_property
+    def record(self) -> EnvRecord:
+        """Its env.json as the typed record (`env`: the object, for the checks key by key)."""
+        return EnvRecord.of(self.env, self.path / rundir.ENV_FILE)
 
     @functools.cached_property
     def whole(self) -> list[Case]:
@@ -128,7 +135,7 @@ def read_shard(path: Path) -> ShardRun:
     except AuditError as exc:
         raise AuditError(f"{path}: its env.json's shard: {exc}") from exc
     whole = _whole_plan((path / rundir.WHOLE_PLAN_FILE).read_bytes(), path)
-    recorded = str(env.get("plan_fingerprint"))
+    recorded = str(EnvRecord.of(env, path / rundir.ENV_FILE).plan_fingerprint)
     if recorded not in whole.fingerprints:
         if not whole.plan.matches(recorded):
             raise AuditError(
@@ -197,7 +204,7 @@ def check_shards(shards: Sequence[ShardRun], allow_mixed: bool = False) -> None:
 def result_file(shard: ShardRun) -> str:
     """The table a finished shard holds: candidates.csv for a candidates run, else its dispatch
     table (dispatch.csv, or dispatch.parquet where it wrote one)."""
-    if _phase(shard) == "candidates":
+    if shard.record.phase is Phase.candidates:
         return rundir.CANDIDATES_FILE
     return rundir.table_file(shard.path).name
 
@@ -262,7 +269,7 @@ def _check_models_labelled(shards: Sequence[ShardRun]) -> None:
     --allow-mixed): one label must not stand for two models."""
     models: dict[str, str] = {}
     for shard in shards:
-        label, name = str(shard.env.get("gpu_label")), str(shard.env.get("gpu_name"))
+        label, name = str(shard.record.gpu_label), str(shard.record.gpu_name)
         if models.setdefault(label, name) != name:
             raise AuditError(
                 f"gpu_label {label!r} names two GPU models ({models[label]}, {name}); merged "
@@ -322,7 +329,7 @@ def _merged_candidates(whole: Sequence[Case], frames: Sequence[pd.DataFrame]) ->
 def merged_env(shards: Sequence[ShardRun], command: list[str]) -> dict[str, Any]:
     """The first shard's record of what was measured, each shard's own listed, the merge's."""
     first = shards[0]
-    models = sorted({str(s.env.get("gpu_name")) for s in shards})
+    models = sorted({str(s.record.gpu_name) for s in shards})
     shared = {k: v for k, v in first.env.items() if k not in PER_SHARD}
     return {
         **shared,
@@ -353,7 +360,3 @@ def _values(shards: Sequence[ShardRun], key: str) -> set[str]:
 
 def _canonical(value: Any) -> str:
     return json.dumps(value, sort_keys=True, default=str)
-
-
-def _phase(shard: ShardRun) -> str:
-    return str(shard.env.get("phase") or "time")
