@@ -165,13 +165,15 @@ def atlas_made_by_the_command(run: Path, out: Path) -> Path:
 
 @functools.cache
 def audited_run(run: Path) -> Audited:
-    """A recorded run directory loaded and judged as `report` judges it (default thresholds),
-    once per test process: several modules read the same run's findings and rows. Read it,
-    never change it (a test that changes a run's findings works on a list of its own)."""
+    """A recorded run (its directory, or a table of one GPU) loaded and judged as `report`
+    judges it (default thresholds), once per test process: several modules read the same run's
+    findings and rows. Read it, never change it (a test that changes a run's findings works on
+    a list of its own)."""
     from cublas_audit.judge.audited import audit_dataset
-    from cublas_audit.table.inputs import load_run
+    from cublas_audit.table.inputs import load_inputs
 
-    return audit_dataset(load_run(run))
+    (dataset,) = load_inputs([run])
+    return audit_dataset(dataset)
 
 
 def without_pictures(*_: object, **__: object) -> list[Any]:

@@ -18,13 +18,11 @@ import pytest
 from rich.console import Console
 
 from cublas_audit.errors import AuditError
-from cublas_audit.judge.audited import audit_all
 from cublas_audit.report import candidates_report, render, terminal
 from cublas_audit.table.dispatch import TableSource, validate
-from cublas_audit.table.inputs import load_inputs
 from cublas_audit.table.text import PER_ROW_TEXT
 from cublas_audit.table.validation import read_table, typed_csv
-from tests.conftest import FIXTURES, REPORTS
+from tests.conftest import FIXTURES, REPORTS, audited_run
 
 MAP = FIXTURES / "h100-map-10k-n192" / "dispatch.csv"
 BATCHED = REPORTS / "h100" / "20261123-145452-batched"
@@ -90,7 +88,7 @@ def _cut_to(monkeypatch: pytest.MonkeyPatch, most: int) -> None:
 def test_a_large_tables_markdown_is_cut_and_says_what_was_cut(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    audited = audit_all(load_inputs([MAP]))
+    audited = [audited_run(MAP)]
     rows = len(audited[0].rows)  # one call kind: one dispatch table
     medium = sum(f.severity == "medium" for f in audited[0].findings)
     assert medium > 5
@@ -113,7 +111,7 @@ def test_a_large_tables_markdown_is_cut_and_says_what_was_cut(
 
 
 def test_the_efficiency_and_candidates_tables_are_cut_too(monkeypatch: pytest.MonkeyPatch) -> None:
-    audited = audit_all(load_inputs([BATCHED]))
+    audited = [audited_run(BATCHED)]
     timed = audited[0].rows.dropna(subset=["time_ms", "ref_time_ms"])
     assert audited[0].candidates is not None
     cases = len(audited[0].candidates.summary)
@@ -129,7 +127,7 @@ def test_the_efficiency_and_candidates_tables_are_cut_too(monkeypatch: pytest.Mo
 
 
 def test_the_terminal_view_is_cut_too(monkeypatch: pytest.MonkeyPatch) -> None:
-    audited = audit_all(load_inputs([MAP]))
+    audited = [audited_run(MAP)]
     rows, found = len(audited[0].rows), len(audited[0].findings)
     monkeypatch.setattr(terminal, "LISTED_MAX", 5)
     console = Console(record=True, width=200)

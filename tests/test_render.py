@@ -32,7 +32,7 @@ from cublas_audit.report.render import render_report
 from cublas_audit.table.dispatch import write_table
 from cublas_audit.table.inputs import load_inputs
 from cublas_audit.table.validation import read_table
-from tests.conftest import ARTICLE_B8, FIXTURES, REPO, cell, table_under
+from tests.conftest import ARTICLE_B8, FIXTURES, REPO, audited_run, cell, table_under
 from tests.regenerate_golden import GOLDEN, GOLDEN_INPUTS, fixture_report
 
 # Per golden file, (headings down to a dispatch table, size, TFLOP/s) worked out by hand:
@@ -201,7 +201,7 @@ def test_the_judge_chooses_the_stall_pairs_the_report_renders() -> None:
     """The healthy comparison case is the judge's choice (judge.stall_pairs, on the Audited):
     on the H100 k140 run, each padded-away call beside the best-utilized unflagged bf16 call;
     the report renders what it is handed and picks nothing of its own."""
-    (judged,) = audit_all(load_inputs([REPO / "reports/h100/checks/20261125-074637-k140"]))
+    judged = audited_run(REPO / "reports/h100/checks/20261125-074637-k140")
     rows, chosen = judged.rows, judged.stalls
     assert [p.finding.rule for p in chosen.pairs] == ["unaligned-operand"] * 2 and not chosen.more
     flagged = rows.loc[[p.flagged for p in chosen.pairs], "shape"].tolist()
