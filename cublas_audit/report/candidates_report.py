@@ -13,8 +13,9 @@ import pandas as pd
 from cublas_audit.files import write_text_atomic
 from cublas_audit.judge.candidates import LAYOUT_UNKNOWN, RULE, CandidateVerdicts, problem_name
 from cublas_audit.judge.finding import Finding
+from cublas_audit.judge.thresholds import LISTED_MAX
 from cublas_audit.report.lt_repro import repro
-from cublas_audit.report.markdown import LISTED_MAX, cut_line, md_fence, md_table, md_text
+from cublas_audit.report.markdown import cut_line, md_fence, md_table, md_text
 from cublas_audit.table import rundir
 from cublas_audit.table.dispatch import plain
 from cublas_audit.table.env_record import EnvRecord

@@ -12,7 +12,8 @@ import pandas as pd
 from cublas_audit.judge import noise
 from cublas_audit.judge.diff import Diff
 from cublas_audit.judge.finding import plain
-from cublas_audit.report.markdown import LISTED_MAX, md_code, md_table, md_text, template
+from cublas_audit.judge.thresholds import LISTED_MAX
+from cublas_audit.report.markdown import md_code, md_table, md_text, template
 
 _CASE_COLUMNS = ("api", "routine", "mode", "shape", "batch")
 

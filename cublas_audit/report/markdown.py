@@ -14,10 +14,7 @@ from collections.abc import Iterable, Sequence
 import jinja2
 from tabulate import tabulate
 
-from cublas_audit.judge.thresholds import LISTED_MAX
 from cublas_audit.table.dispatch import plain
-
-__all__ = ["LISTED_MAX"]  # the reports' row limit, set below them (the judge picks within it)
 
 SHORT_NAME_MAX = 40
 
@@ -92,8 +89,8 @@ def md_table(headers: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
 
 
 def cut_line(cut: int, what: str, where: str) -> str:
-    """The line under a table or list cut to LISTED_MAX: how many `what` were cut, and `where`
-    every one of them is; empty where nothing was cut."""
+    """The line under a table or list cut to LISTED_MAX (judge.thresholds): how many `what` were
+    cut, and `where` every one of them is; empty where nothing was cut."""
     return f"... and {cut:,} more {what} ({where})." if cut > 0 else ""
 
 

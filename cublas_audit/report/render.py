@@ -23,10 +23,10 @@ from cublas_audit.judge.finding import SEVERITIES, Finding, plain
 from cublas_audit.judge.grouping import every_row, observed, where
 from cublas_audit.judge.roofline import L2_RESIDENT, Machine
 from cublas_audit.judge.rules.frame import CALL_KIND
+from cublas_audit.judge.thresholds import LISTED_MAX
 from cublas_audit.planning.modes import pipe_name
 from cublas_audit.report import candidates_report, repro
 from cublas_audit.report.markdown import (
-    LISTED_MAX,
     cut_line,
     md_code,
     md_number,

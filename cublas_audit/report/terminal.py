@@ -20,7 +20,8 @@ from rich.text import Text
 from cublas_audit.judge.audited import Audited
 from cublas_audit.judge.finding import SEVERITIES, Finding
 from cublas_audit.judge.grouping import observed, where
-from cublas_audit.report.markdown import LISTED_MAX, cut_line, shorten, visible
+from cublas_audit.judge.thresholds import LISTED_MAX
+from cublas_audit.report.markdown import cut_line, shorten, visible
 from cublas_audit.report.summary import kernel_pipe, pipe_heading, pipe_util
 from cublas_audit.table.dispatch import plain
 from cublas_audit.table.inputs import Dataset
