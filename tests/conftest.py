@@ -14,6 +14,7 @@ import tempfile
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -174,6 +175,29 @@ def audited_run(run: Path) -> Audited:
 
     (dataset,) = load_inputs([run])
     return audit_dataset(dataset)
+
+
+@dataclass(frozen=True)
+class Invoked:
+    """What a command printed and its exit code (typer's Result, without its live objects)."""
+
+    exit_code: int
+    stdout: str
+    stderr: str
+    output: str
+
+
+@functools.cache
+def invoked(*argv: str) -> Invoked:
+    """`cublas-audit ARGV` through CliRunner, once per test process for the modules that check
+    facts of the same output: only for a command that writes no file and reads only committed
+    inputs (a report printed to stdout)."""
+    from typer.testing import CliRunner
+
+    from cublas_audit.cli import app
+
+    result = CliRunner().invoke(app, list(argv))
+    return Invoked(result.exit_code, result.stdout, result.stderr, result.output)
 
 
 def without_pictures(*_: object, **__: object) -> list[Any]:

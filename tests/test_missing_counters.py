@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 
 from cublas_audit.cli import app
 from cublas_audit.judge.finding import pct_range
+from tests.conftest import invoked
 
 REPO = Path(__file__).resolve().parent.parent
 TRACES = REPO / "tests" / "fixtures" / "torch_traces"
@@ -30,7 +31,7 @@ def _heavy_ops(trace: Path) -> object:
 
 @pytest.mark.parametrize("trace", [_heavy_ops(t) for t in sorted(TRACES.glob("*.json.gz"))])
 def test_every_recorded_trace_is_reported(trace: Path) -> None:
-    result = runner.invoke(app, ["report", "--torch-trace", str(trace)])
+    result = invoked("report", "--torch-trace", str(trace))
     assert result.exit_code == 0, result.output
     assert "internal error" not in result.output
 
@@ -38,7 +39,7 @@ def test_every_recorded_trace_is_reported(trace: Path) -> None:
 def test_a_legacy_gemv_without_counters_says_its_utilization_is_unmeasured() -> None:
     # llama.json.gz's LM head over 4 tokens (32000x4x2048 in cuBLAS's terms) runs gemmSN, a
     # gemv-family kernel on a problem that is no matrix-vector one; a trace records no counters.
-    result = runner.invoke(app, ["report", "--torch-trace", str(TRACES / "llama.json.gz")])
+    result = invoked("report", "--torch-trace", str(TRACES / "llama.json.gz"))  # shared
     assert result.exit_code == 0, result.output
     legacy = [line for line in result.output.splitlines() if "a code path older" in line]
     assert legacy and all("at unmeasured (no counters)" in line for line in legacy)

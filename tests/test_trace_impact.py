@@ -38,7 +38,7 @@ from cublas_audit.table.trace_record import (
     run_record,
     write_trace_record,
 )
-from tests.conftest import FIXTURES, REPO, REPORTS
+from tests.conftest import FIXTURES, REPO, REPORTS, invoked
 
 TRACES = FIXTURES / "torch_traces"
 RUNS = REPORTS / "h100" / "traces"
@@ -230,7 +230,7 @@ def test_a_small_worth_is_info_on_a_call_the_model_makes() -> None:
 
 
 def test_the_trace_report_opens_with_its_verdict() -> None:
-    result = runner.invoke(app, ["report", "--torch-trace", str(TRACES / "llama.json.gz")])
+    result = invoked("report", "--torch-trace", str(TRACES / "llama.json.gz"))  # shared
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
     # the LM head's gemv (legacy-kernel) takes 26.4 % of the GEMM time: worth the bar
