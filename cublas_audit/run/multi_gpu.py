@@ -293,7 +293,7 @@ def finish(plan: Plan, shards: Sequence[Path], seconds: float) -> dict[str, Any]
     shared = ("driver_version", "cublas_version", "cuda_runtime", "cc", "sm_count", "observer")
     for key in (*shared, "candidate_limit", "candidate_threshold", "candidate_min_reps"):
         env.setdefault(key, first.get(key))
-    env.setdefault("phase_seconds", {str(env.get("phase") or "time"): round(seconds, 2)})
+    env.setdefault("phase_seconds", {str(Phase.of(env.get("phase"))): round(seconds, 2)})
     rundir.write_env(plan.run_dir, env)
     return env
 
