@@ -116,6 +116,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
+    _stop_fork_server()
     if not os.environ.get("PYTEST_XDIST_WORKER"):  # the workers' shared work, once all are done
         shutil.rmtree(_shared_root(os.getpid()), ignore_errors=True)
     for process in _PROCESSES:
@@ -130,6 +131,17 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         finished = future.done() and not future.cancelled() and future.exception() is None
         if finished and isinstance(future.result(), Path):
             shutil.rmtree(future.result(), ignore_errors=True)
+
+
+def _stop_fork_server() -> None:
+    """--devices' shard processes are forks of multiprocessing's fork server (a child of this
+    process): it is stopped and reaped here, so that the CPU time of every shard it forked counts
+    in this process's children, as it would without it."""
+    from multiprocessing import forkserver
+
+    stop = getattr(forkserver._forkserver, "_stop", None)
+    if stop is not None:
+        stop()
 
 
 def background_result(request: pytest.FixtureRequest) -> Any:

@@ -320,7 +320,7 @@ def as_h100s(uuids: Sequence[str]) -> None:
     """In a --devices shard's own process (run.shard_processes.CHILD_SETUP, with
     functools.partial): environment.collect finds the bundled run's H100 under the shard's GPU
     index and the UUID `uuids` gives that index, and the roofline's DRAM measurement records
-    which process ran it. A spawned process starts clean: one that finds the test's own
+    which process ran it. A shard process starts clean: one that finds the test's own
     measure_dram (the parent's, refusing any GPU work there) was forked, and says so."""
     from cublas_audit.device import roofline
     from cublas_audit.observe import environment

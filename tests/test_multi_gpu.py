@@ -85,7 +85,8 @@ def two_gpus(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         return replace(found, device_index=device, gpu_uuid=H100S[device or 0].uuid)
 
     monkeypatch.setattr(environment, "collect", collect)
-    # each shard runs in a spawned process of its own, which sees none of these patches
+    # each shard runs in a process of its own (forked from the fork server), which sees none of
+    # these patches
     uuids = [gpu.uuid for gpu in H100S]
     monkeypatch.setattr(shard_processes, "CHILD_SETUP", functools.partial(as_h100s, uuids))
     monkeypatch.setattr(roofline, "measure_dram", no_gpu_work_here)
@@ -97,7 +98,7 @@ def two_gpus(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def no_gpu_work_here(device: int = 0) -> dict[str, object]:
     """The parent of --devices' shards never touches a GPU (no CUDA context: its shards are
-    spawned, and a CUDA context does not survive a fork anyway)."""
+    forked from the fork server, and a CUDA context does not survive a fork anyway)."""
     raise AssertionError("the parent process measured on a GPU")
 
 
@@ -273,7 +274,7 @@ def test_an_error_that_does_not_pickle_keeps_its_text_and_exit_code() -> None:
     assert "in the shard's process" in crashed.__notes__[0] and "a bug" in crashed.__notes__[0]
 
 
-@pytest.mark.heavy  # two spawned interpreters (~1 s of CPU each: pandas)
+@pytest.mark.heavy  # two shard processes, one slowed down on purpose
 def test_ctrl_c_stops_every_shard_process_and_each_error_crosses_whole(
     tmp_path: Path, two_gpus: Path
 ) -> None:

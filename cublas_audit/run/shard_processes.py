@@ -4,8 +4,10 @@ A shard's host work outside its probe child (starting up, reading the probe's ti
 building the shard's table, folding its streams) is Python: in threads of one process the four
 shards of a full map took 83-84 s each against 47 s alone, every one of them waiting on the one
 interpreter lock (benchmarks/results/fleet_scaling_h100x4.json, "shard_contention"). Here each
-shard's sweep runs in an interpreter of its own, started with "spawn" (a fresh interpreter, never
-a fork: the parent holds no CUDA context to fork and must never need one), and this process only
+shard's sweep runs in a process of its own, forked from multiprocessing's fork server: a fresh
+interpreter started once (never a fork of this process: it holds no CUDA context to fork and must
+never need one), which imports the sweep's modules once (pandas: ~1 s of CPU) before it forks a
+shard, so that four shards, or a resumed run's shards, pay for one start-up. This process only
 relays what they report:
 
 - progress: the child's Progress hooks are batched onto one queue, at most every FLUSH_S, and
@@ -37,11 +39,13 @@ from cublas_audit.run.sweep import Progress
 from cublas_audit.run.sweep_setup import SweepOptions, sweep
 from cublas_audit.table import rundir
 
-START_METHOD: Final = "spawn"  # a fresh interpreter: never a fork of this process
+START_METHOD: Final = "forkserver"  # forks of a fresh interpreter: never of this process
+# What the fork server imports before it forks a shard (its sweep, the table, pandas).
+PRELOADED: Final = ["cublas_audit.run.shard_processes"]
 FLUSH_S = 0.05  # progress events are batched this long: a map reports two a case, ~65k cases
 WAIT_S = 0.2  # how often the parent looks for a shard process that ended without a word
 # Run first in every shard process, before its sweep. Tests stand in for the machine with it (a
-# spawned interpreter sees none of the parent's patches); a module-level callable (it is pickled).
+# shard process sees none of the parent's patches); a module-level callable (it is pickled).
 CHILD_SETUP: Callable[[], None] | None = None
 
 
@@ -63,8 +67,9 @@ def folded_sweep(options: SweepOptions, progress: Progress | None) -> None:
 
 
 def run_all(jobs: Sequence[SweepOptions], progress: Sequence[Progress | None]) -> Outcome:
-    """Every job's folded_sweep at once, a spawned process each; returns when all have ended."""
+    """Every job's folded_sweep at once, a process each; returns when all have ended."""
     context = multiprocessing.get_context(START_METHOD)
+    context.set_forkserver_preload(PRELOADED)
     events: Any = context.Queue()
     processes = [
         context.Process(
