@@ -30,11 +30,10 @@ from typer.testing import CliRunner, Result
 import cublas_audit
 from cublas_audit.cli import app
 from cublas_audit.jobs import measure
-from cublas_audit.judge.audited import audit_all
 from cublas_audit.observe import environment
 from cublas_audit.observe.environment import Environment, Gpu
 from cublas_audit.run import multi_gpu
-from tests.conftest import REPORTS
+from tests.conftest import REPORTS, audited_run
 from tests.fakeprobe import deadline, fake_probe, h100_environment, seen
 
 runner = CliRunner()
@@ -444,9 +443,8 @@ def test_the_terminal_report_never_splits_a_word_at_80_columns() -> None:
     from rich.console import Console
 
     from cublas_audit.report.terminal import show
-    from cublas_audit.table.inputs import load_inputs
 
-    judged = audit_all(load_inputs([H100_RUN]))  # once: the two widths show the same audit
+    judged = [audited_run(H100_RUN)]  # once: the two widths (and other modules) read it
 
     def shown(width: int) -> str:
         text = io.StringIO()
