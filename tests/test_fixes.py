@@ -149,10 +149,14 @@ def test_problem_of_a_trace_linear_keeps_its_layout() -> None:
 RECORDED = ROOT / "reports/h100/fixes/20261125-092546"
 
 
+@pytest.mark.heavy
 def test_fix_of_the_random_maps_gives_the_recorded_file(tmp_path: Path) -> None:
     """`fix` of the two maps (schema-2 candidates: layout known, kernel time) rebuilds the file
     that `verify` confirmed on the H100: 23 pins, all of them nn batch 1 with packed leading
-    dimensions, every one carried by the TunableOp file."""
+    dimensions, every one carried by the TunableOp file. Heavy (two 3,000-problem maps judged,
+    3 s of CPU): the quick suite fixes a map through its follow-up
+    (test_a_map_is_fixed_through_its_follow_up_and_only_confirmed_gaps_get_a_fix), writes the
+    TunableOp file (test_fix_inputs) and reads this recorded fix file (test_verify_inputs)."""
     from typer.testing import CliRunner
 
     from cublas_audit.cli import app
