@@ -324,7 +324,12 @@ def test_threads_are_kept_apart() -> None:
     assert len(calls) == 33 and not any(call.kernels or call.aux for call in calls)
 
 
+@pytest.mark.heavy
 def test_report_audits_the_trace_and_weights_findings_by_share() -> None:
+    """Heavy (the ops trace's 33 problems judged twice: 2 s of CPU): the quick suite reports the
+    ops trace at the lowered layout_penalty_ratio in JSON (test_trace_impact's
+    test_a_small_worth_is_info_on_a_call_the_model_makes: the same finding, its share of the GEMM
+    time) and every other recorded trace in Markdown (test_missing_counters)."""
     runner = CliRunner()
     plain = runner.invoke(app, ["report", "--torch-trace", str(OPS)])
     assert plain.exit_code == 0, plain.output
