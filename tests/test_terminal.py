@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.text import Text
 
 from cublas_audit.jobs import report
-from cublas_audit.judge.audited import Audited, audit_all, audit_dataset
+from cublas_audit.judge.audited import Audited, audit_dataset
 from cublas_audit.report import render
 from cublas_audit.report.output import TERMINAL_REPORT
 from cublas_audit.report.terminal import cell, dispatch_grids, show
@@ -26,7 +26,8 @@ from .conftest import REPORTS, audited_run
 
 def test_findings_come_first_most_severe_first_then_the_grids() -> None:
     out = io.StringIO()
-    show(audit_all(load_inputs(bundled_runs())), Console(file=out, width=160, color_system=None))
+    judged = [audited_run(run) for run in bundled_runs()]  # shared with other modules
+    show(judged, Console(file=out, width=160, color_system=None))
     text = out.getvalue()
     severities = [
         word for line in text.splitlines() for word in ("medium", "info") if f"│ {word}" in line
