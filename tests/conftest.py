@@ -4,6 +4,7 @@ slow, self-contained work of a few modules runs in the background while the othe
 from __future__ import annotations
 
 import functools
+import hashlib
 import math
 import os
 import pickle
@@ -179,14 +180,20 @@ def atlas_made_by_the_command(run: Path, out: Path) -> Path:
 @functools.cache
 def audited_run(run: Path) -> Audited:
     """A recorded run (its directory, or a table of one GPU) loaded and judged as `report`
-    judges it (default thresholds), once per test process: several modules read the same run's
-    findings and rows. Read it, never change it (a test that changes a run's findings works on
-    a list of its own)."""
-    from cublas_audit.judge.audited import audit_dataset
-    from cublas_audit.table.inputs import load_inputs
+    judges it (default thresholds), once per test session (under pytest-xdist the first worker
+    to ask judges it, the others read its pickle): several modules read the same run's findings
+    and rows. Read it, never change it (a test that changes a run's findings works on a list of
+    its own)."""
 
-    (dataset,) = load_inputs([run])
-    return audit_dataset(dataset)
+    def work() -> Audited:
+        from cublas_audit.judge.audited import audit_dataset
+        from cublas_audit.table.inputs import load_inputs
+
+        (dataset,) = load_inputs([run])
+        return audit_dataset(dataset)
+
+    result: Audited = once_per_session(_shared_name("audited", str(run)), work)
+    return result
 
 
 @dataclass(frozen=True)
@@ -203,13 +210,23 @@ class Invoked:
 def invoked(*argv: str) -> Invoked:
     """`cublas-audit ARGV` through CliRunner, once per test process for the modules that check
     facts of the same output: only for a command that writes no file and reads only committed
-    inputs (a report printed to stdout)."""
-    from typer.testing import CliRunner
+    inputs (a report printed to stdout); under pytest-xdist once for all workers."""
 
-    from cublas_audit.cli import app
+    def work() -> Invoked:
+        from typer.testing import CliRunner
 
-    result = CliRunner().invoke(app, list(argv))
-    return Invoked(result.exit_code, result.stdout, result.stderr, result.output)
+        from cublas_audit.cli import app
+
+        result = CliRunner().invoke(app, list(argv))
+        return Invoked(result.exit_code, result.stdout, result.stderr, result.output)
+
+    shared: Invoked = once_per_session(_shared_name("invoked", *argv), work)
+    return shared
+
+
+def _shared_name(kind: str, *key: str) -> str:
+    """A file name for once_per_session's shared result of `kind` for `key`."""
+    return f"{kind}-{hashlib.blake2b(chr(0).join(key).encode(), digest_size=8).hexdigest()}"
 
 
 def without_pictures(*_: object, **__: object) -> list[Any]:
