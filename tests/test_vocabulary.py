@@ -14,16 +14,14 @@ import pytest
 
 from cublas_audit.errors import AuditError
 from cublas_audit.judge import noise, timed_rows
-from cublas_audit.judge.audited import audit_dataset
 from cublas_audit.judge.finding import Finding, order
 from cublas_audit.judge.fixes import shape_fixes
 from cublas_audit.judge.grouping import members
 from cublas_audit.judge.map_audit import recorded_findings
 from cublas_audit.run.sweep_setup import SweepOptions, resumed
-from cublas_audit.table.inputs import load_run
 from cublas_audit.table.json_records import record
 from cublas_audit.vocabulary import FixKind, FloorKind, Gate, Phase, Severity, Verdict
-from tests.conftest import REPORTS
+from tests.conftest import REPORTS, audited_run
 
 MAP_RUN = "reports/h100/maps/20261125-092546-bf16-random"
 
@@ -93,7 +91,7 @@ CANDIDATES_SHARD = REPORTS / "h100/checks/20261124-145242-candidates-devices/sha
 @pytest.fixture(scope="module")
 def k140_calls() -> tuple[pd.DataFrame, list[Finding]]:
     """The H100 k140 run's prepared rows and each call's finding (pad and layout, both APIs)."""
-    audited = audit_dataset(load_run(K140_LAYOUTS))
+    audited = audited_run(K140_LAYOUTS)  # shared (tests/conftest.py)
     return audited.rows, [m for f in audited.findings for m in members(f)]
 
 
