@@ -23,7 +23,12 @@ from cublas_audit.report.map_plots import _nearest_k_slices
 from cublas_audit.table import rundir
 from cublas_audit.table.atlas_files import ATLAS_REPORT, GRID_FILE, KERNELS_FILE
 from cublas_audit.table.inputs import load_one_gpu
-from tests.conftest import REPORTS, atlas_made_by_the_command, without_pictures
+from tests.conftest import (
+    REPORTS,
+    atlas_made_by_the_command,
+    once_per_session,
+    without_pictures,
+)
 
 MAPS = REPORTS / "h100" / "maps"
 FP32 = MAPS / "20261125-092546-fp32-random"
@@ -39,7 +44,14 @@ def fp32(fp32_atlas: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def bf16(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return atlas_made_by_the_command(BF16, tmp_path_factory.mktemp("atlas"))
+    """The BF16 map's atlas with its pictures, made by the command once for the session: under
+    pytest-xdist the worker that makes it keeps it where it was made (its path, not the
+    directory, is shared: atlas.md names the --out it was made with), the tests only read it."""
+
+    def work() -> str:
+        return str(atlas_made_by_the_command(BF16, tmp_path_factory.mktemp("atlas")))
+
+    return Path(once_per_session("bf16_atlas", work))
 
 
 def dispatched(run: Path) -> pd.DataFrame:
