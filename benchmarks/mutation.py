@@ -311,7 +311,7 @@ def fork_tests(tree: Path, tests: tuple[str, ...]) -> int:
             [*tests, "-x", "-q", "-n", "0", "-p", "no:cacheprovider", "-o", "addopts=",
              "-m", "not slow and not heavy and not gpu"]
         )  # fmt: skip
-        os._exit(int(code))
+        os._exit(0 if code == pytest.ExitCode.NO_TESTS_COLLECTED else int(code))  # all GPU
     except BaseException:
         os._exit(99)
 
@@ -435,6 +435,37 @@ def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
     return (round(centre - half, 4), round(centre + half, 4))
 
 
+def rescore(path: Path) -> int:
+    """A finished record's survivors that benchmarks/mutation_equivalent.json now lists (each
+    with why) moved to its equivalent ones, and the score again: no mutant is run."""
+    record = json.loads(path.read_text())
+    allowed = {e["key"]: e["reason"] for e in json.loads(EQUIVALENT.read_text())}
+    moved = {}
+    for name in record["survived"]:
+        file, line, col, change = name.split(":", 3)
+        token, replacement = (part.strip() for part in change.split(" -> "))
+        source = subprocess.run(
+            ["git", "-C", str(REPO), "show", f"{record['commit']}:{file}"],
+            check=True, capture_output=True, text=True,
+        ).stdout.splitlines()  # fmt: skip
+        text = source[int(line) - 1].strip()
+        replacement = "" if replacement == "(removed)" else replacement
+        key = f"{file}|{text}|{col}|{token}->{replacement}"
+        if key in allowed:
+            moved[name] = allowed[key]
+    record["survived"] = [name for name in record["survived"] if name not in moved]
+    record["equivalent"] += [{"mutant": name, "reason": why} for name, why in moved.items()]
+    totals = record["totals"]
+    totals["equivalent"], totals["survived"] = len(record["equivalent"]), len(record["survived"])
+    detected = totals["killed"] + totals["timeouts"]
+    scored = totals["judged"] - totals["equivalent"]
+    totals["score"] = round(detected / scored, 4) if scored else None
+    totals["wilson_95"] = list(wilson(detected, scored))
+    path.write_text(json.dumps(record, indent=1) + "\n")
+    print(json.dumps(totals))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--modules", nargs="+", default=list(DEFAULT_MODULES))
@@ -448,7 +479,12 @@ def main(argv: list[str] | None = None) -> int:
         "--only", nargs="+", default=[], help="only the mutants at FILE:LINE (a survivor again)"
     )
     parser.add_argument("--list", action="store_true", help="list the mutants, run nothing")
+    parser.add_argument(
+        "--rescore", action="store_true", help="reread --out with the equivalent list as it is now"
+    )
     args = parser.parse_args(argv)
+    if args.rescore:
+        return rescore(args.out)
     global TREE
     scratch = Path(tempfile.mkdtemp(prefix="cublas-audit-mutation-"))
     rev = subprocess.run(

@@ -75,9 +75,10 @@ def test_a_run_of_one_api_keeps_its_own_fixes() -> None:
 
 
 def test_fix_set_refuses_an_id_made_twice_by_one_run(both_apis: FixSet) -> None:
-    pad = both_apis.fixes[0]
+    pad, layout = both_apis.fixes
+    twice = [layout, pad, replace(pad, verdict="other")]  # the repeated one named, not the first
     with pytest.raises(ValueError, match=r"fix id 'bf16\.1024x1024x140\.b8\.nn\.pad' made twice"):
-        fix_set([(both_apis.stamp, [pad, replace(pad, verdict="other")], "run")])
+        fix_set([(both_apis.stamp, twice, "run")])
     # the same problem from two runs: the later run's fix
     later = replace(pad, verdict="later")
     merged = fix_set([(both_apis.stamp, [pad], "a"), (both_apis.stamp, [later], "b")])
