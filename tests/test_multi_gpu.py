@@ -33,8 +33,9 @@ from cublas_audit.report import map_plots, units_report
 from cublas_audit.run import multi_gpu, shard_processes
 from cublas_audit.run.sweep import Progress
 from cublas_audit.run.sweep_setup import SweepOptions
-from cublas_audit.table import rundir
+from cublas_audit.table import inputs, rundir
 from cublas_audit.table.inputs import load_run
+from cublas_audit.table.validation import read_table
 from cublas_audit.vocabulary import Phase
 from tests.fakeprobe import as_h100s, deadline, fake_probe, h100_environment, seen
 from tests.test_map import MAP, map_cases
@@ -114,10 +115,15 @@ def map_options(tmp_path: Path, probe: Path) -> SweepOptions:
     )
 
 
-def test_a_sharded_map_pins_each_probe_and_merges_one_table(tmp_path: Path, two_gpus: Path) -> None:
+def test_a_sharded_map_pins_each_probe_and_merges_one_table(
+    tmp_path: Path, two_gpus: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     spread = multi_gpu.Spread("all")
+    read: list[Path] = []  # what the run's reports read back (inputs.load_run's read_table)
+    monkeypatch.setattr(inputs, "read_table", lambda path: read.append(path) or read_table(path))
     with deadline(DEADLINE_S):
         result = jobs.dispatch_map_run(map_options(tmp_path, two_gpus), spread=spread)
+    assert result.run_dir not in read  # the merged table judged and reported as it was written
 
     starts = [s for s in seen(tmp_path) if "--only" in s["argv"]]
     pinned = {s["env"]["CUDA_VISIBLE_DEVICES"]: s["ppid"] for s in starts}

@@ -99,7 +99,9 @@ def dispatch_map_run(
         return SweepResult(mapped.run_dir, None, units, mapped.shards)
     if mapped.follow_up is not None:
         write_run_report(mapped.follow_up)
-    report = write_map_report(mapped.run_dir, thresholds, mapped.findings)
+    # a spread map's merged table, as multi_gpu wrote it, not read back (a full map's: 2 s)
+    merged = mapped.frame if mapped.shards else None
+    report = write_map_report(mapped.run_dir, thresholds, mapped.findings, merged)
     return SweepResult(
         mapped.run_dir, mapped.frame, report, mapped.shards, mapped.follow_up, mapped.findings
     )

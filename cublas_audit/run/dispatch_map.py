@@ -64,6 +64,7 @@ def run(
     """The map (new or resumed; on one GPU, or spread over several), then with `follow_up` the
     deep tier for that many findings (on the first GPU)."""
     options = replace(options, phase=Phase.map)
+    shards: list[Path] = []
     if spread is None:
         mapped = sweep(options, progress)
     else:
@@ -76,7 +77,7 @@ def run(
     deep = None
     if follow_up:
         deep = run_follow_up(mapped, options, found[:follow_up], progress)
-    return MapResult(mapped.run_dir, mapped.frame, deep, found)
+    return MapResult(mapped.run_dir, mapped.frame, deep, found, shards)
 
 
 def follow_up_cases(
