@@ -220,6 +220,7 @@ def test_an_interrupted_map_resumes_only_the_missing_cases(
     done = set(rundir.read_results(run_dir / rundir.TIME_RESULTS))
     stand_in_machine(monkeypatch)
     monkeypatch.setattr(map_plots, "draw", lambda rows, plots, flagged=(): [])  # drawn above
+    monkeypatch.setattr(rundir, "COLUMNAR_ROWS", 100)  # a large run, as a full map is
     with deadline(DEADLINE_S):  # the recorded probe: the fake one of the fixture's map
         result = jobs.dispatch_map_run(SweepOptions(resume=run_dir))
     plan = str(run_dir / rundir.PLAN_FILE)
@@ -228,6 +229,10 @@ def test_an_interrupted_map_resumes_only_the_missing_cases(
     only = Path(starts[0][starts[0].index("--only") + 1]).read_text().split()
     assert set(only) == {c.case_id for c in map_cases()} - done
     assert len(result.frame) == 128 and result.frame["status"].eq("ok").all()
+    # finished large: its table columnar, the probe's records folded and still every case's
+    assert rundir.table_file(run_dir).name == rundir.TABLE_COLUMNAR
+    assert not (run_dir / rundir.TIME_RESULTS).exists()
+    assert len(rundir.read_results(run_dir / rundir.TIME_RESULTS)) == 128
 
 
 def test_switches_along_the_size_axis_match_the_table() -> None:
