@@ -139,3 +139,22 @@ def test_the_plane_draws_only_the_markers_seen() -> None:
             seen[(m, n)] = label
     assert sorted(top.index) == sorted(seen.values()) and len(top) < len(rows) / 10
     assert (top == labels[top.index]).all()
+
+
+def test_a_map_is_judged_and_reported_with_the_collector_paused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """jobs.reports.write_map_report: judging and the report run without Python's cyclic
+    collector (a third of a full map's time), which is back on after."""
+    import gc
+
+    from cublas_audit.jobs import reports
+
+    seen: list[bool] = []
+    monkeypatch.setattr(reports, "audit_map", lambda *args: seen.append(gc.isenabled()))
+    monkeypatch.setattr(
+        reports.map_report, "write_map_report", lambda run, judged: seen.append(gc.isenabled())
+    )
+    assert gc.isenabled()
+    reports.write_map_report(MAP)
+    assert seen == [False, False] and gc.isenabled()
