@@ -18,7 +18,12 @@ from typing import Any
 
 from cublas_audit.errors import AuditError
 from cublas_audit.jobs.measure import SweepResult
-from cublas_audit.jobs.reports import write_candidates_report, write_map_report, write_run_report
+from cublas_audit.jobs.reports import (
+    collector_paused,
+    write_candidates_report,
+    write_map_report,
+    write_run_report,
+)
 from cublas_audit.planning import plan_file
 from cublas_audit.run.sweep_setup import check_new_run_dir
 from cublas_audit.table import candidates_table, merge, rundir
@@ -57,7 +62,8 @@ def write_merged(
     """The shards checked, then merged into `out` and reported (`merge`, and a Ray run into its
     own directory, whose `record` of the engine joins the merged env.json)."""
     merge.check_shards(shards, allow_mixed)
-    merged = merge.merge(shards, command)
+    with collector_paused():  # (its tables' millions of cells, as judging's findings)
+        merged = merge.merge(shards, command)
     merged = replace(merged, env={**merged.env, **(record or {})})
     out.mkdir(parents=True, exist_ok=True)
     plan_file.write(merged.plan, out / rundir.PLAN_FILE)
