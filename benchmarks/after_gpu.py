@@ -62,8 +62,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 from judge_scale import cpu_model  # noqa: E402
 from large_table import tile  # noqa: E402
 
-from cublas_audit.jobs import merge as merge_job  # noqa: E402
-from cublas_audit.jobs import reports  # noqa: E402
+from cublas_audit.jobs import merge, run_reports  # noqa: E402
 from cublas_audit.planning.cases import Case, write_plan  # noqa: E402
 from cublas_audit.planning.map_grid import Grid, grid_plan  # noqa: E402
 from cublas_audit.planning.shards import PlanPart, ShardSpec  # noqa: E402
@@ -149,7 +148,7 @@ def full_grid_atlas(work: Path) -> dict[str, Any]:
     read, dataset = timed(lambda: load_one_gpu(ATLAS))
     out = work / "atlas-report"
     out.mkdir()
-    with reports.collector_paused():  # as jobs.reports.write_map_report judges and reports
+    with run_reports.collector_paused():  # as jobs.run_reports.write_map_report judges and reports
         judge, judged = timed(lambda: audit_map(dataset))
         report, _ = timed(lambda: map_report.write_map_report(out, judged))
     return {
@@ -201,7 +200,7 @@ def patched(clock: Clock) -> Iterator[None]:
     """The merge job's own calls wrapped: judging (audit_map) and the report's rendering and
     writing; what is left of the job is its merge."""
     targets = [
-        (reports, "audit_map", "judge"),
+        (run_reports, "audit_map", "judge"),
         (map_report, "write_map_report", "report"),
     ]
     saved = [(module, name, getattr(module, name)) for module, name, _ in targets]
@@ -254,10 +253,10 @@ def main() -> int:
         folds = fold(shard_dirs)
         out = work / "merged"
         clock = Clock()
-        job = merge_job.MergeJob([*shard_dirs], out, command=["after_gpu.py"])
+        job = merge.MergeJob([*shard_dirs], out, command=["after_gpu.py"])
         with patched(clock):
             wall, cpu = time.perf_counter(), time.process_time()
-            merge_job.run(job)
+            merge.run(job)
             total_s, total_cpu = time.perf_counter() - wall, time.process_time() - cpu
         stages = {
             "merge": total_s - sum(clock.wall.values()),

@@ -34,8 +34,7 @@ import pandas as pd
 from cublas_audit.jobs.atlas import AtlasJob
 from cublas_audit.jobs.atlas import run as atlas
 from cublas_audit.planning.cases import Case, write_plan
-from cublas_audit.table import dispatch as table
-from cublas_audit.table import rundir
+from cublas_audit.table import dispatch, rundir
 from cublas_audit.table.atlas_files import GRID_FILE
 from cublas_audit.table.inputs import load_one_gpu
 from cublas_audit.table.validation import read_table
@@ -56,7 +55,7 @@ def tiled_map(run: Path) -> int:
     frame = recorded.iloc[np.arange(len(cases)) % len(recorded)].reset_index(drop=True)
     frame = frame.assign(m=m, n=n, k=k, case_id=[case.case_id for case in cases])
     run.mkdir(parents=True)
-    table.write_table(frame, run / rundir.TABLE_FILE)
+    dispatch.write_table(frame, run / rundir.TABLE_FILE)
     write_plan(cases, run / rundir.PLAN_FILE)
     env = rundir.read_env(RECORDED)
     grid = f"{SIZES.start}:{SIZES.stop - 1}:{SIZES.step}"

@@ -57,8 +57,7 @@ def measure(mode: str, rows: int, k_in: int, m_out: int, bias: bool) -> dict[str
     import cupy
     import torch
 
-    from cublas_audit.device import clocks, kernel_trace, operands
-    from cublas_audit.device import launchers as launch
+    from cublas_audit.device import clocks, kernel_trace, launchers, operands
     from cublas_audit.device.candidate_audit import Settings, audit_case
     from cublas_audit.judge.candidates import ScreenJudge
     from cublas_audit.planning.cases import Case
@@ -75,7 +74,7 @@ def measure(mode: str, rows: int, k_in: int, m_out: int, bias: bool) -> dict[str
     ops = operands.make_for(case)
     found: dict[str, Any] = {"case": case.case_id}
     temperatures = (("warm", False), ("cold", True))
-    with launch.lt(case, ops) as gemm:
+    with launchers.lt(case, ops) as gemm:
         default = gemm.default()
         found["default"] = default.attributes()
         tool = functools.partial(gemm.run, default)

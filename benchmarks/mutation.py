@@ -56,7 +56,7 @@ DEFAULT_MODULES = ("cublas_audit/judge/**/*.py", "cublas_audit/table/*.py")
 
 RULE_TESTS = (
     "tests/rules",
-    "tests/test_mutants_rules.py",
+    "tests/test_rule_thresholds.py",
     "tests/test_layout_rules.py",
     "tests/test_map_rules.py",
     "tests/test_findings_kernel_time.py",
@@ -91,13 +91,13 @@ RULE_FIRST = {
 # failure); a module not named here gets the test files that import it.
 TESTS: dict[str, tuple[str, ...]] = {
     "cublas_audit/judge/verdicts.py": (
-        "tests/test_mutants_verdicts.py",
+        "tests/test_verdict_arithmetic.py",
         "tests/rules",
         "tests/test_diff.py",
         "tests/test_findings_kernel_time.py",
     ),
     "cublas_audit/judge/noise.py": (
-        "tests/test_mutants_verdicts.py",
+        "tests/test_verdict_arithmetic.py",
         "tests/test_rerun_noise.py",
         "tests/test_map_noise.py",
         "tests/rules",
@@ -106,7 +106,7 @@ TESTS: dict[str, tuple[str, ...]] = {
         "tests/rules",
         "tests/test_findings_kernel_time.py",
         "tests/test_diff_kernel_time.py",
-        "tests/test_mutants_rules.py",
+        "tests/test_rule_thresholds.py",
     ),
     "cublas_audit/judge/finding.py": (
         "tests/rules", "tests/test_findings.py", "tests/test_grouping.py",
@@ -121,10 +121,10 @@ TESTS: dict[str, tuple[str, ...]] = {
     "cublas_audit/judge/candidates.py": (
         "tests/rules/test_better_candidate.py",
         "tests/test_candidates.py",
-        "tests/test_candidates_v2.py",
+        "tests/test_candidates_kernel_times.py",
     ),
     "cublas_audit/judge/diff.py": (
-        "tests/test_mutants_diff.py",
+        "tests/test_diff_gate_decisions.py",
         "tests/test_diff.py",
         "tests/test_diff_kernel_time.py",
         "tests/test_diff_judged_time.py",
@@ -141,7 +141,7 @@ TESTS: dict[str, tuple[str, ...]] = {
     ),
     "cublas_audit/judge/units.py": ("tests/rules/test_unit_mismatch.py", "tests/test_multi_gpu.py"),
     "cublas_audit/table/validation.py": (
-        "tests/test_table.py", "tests/test_hardening.py", "tests/test_mutants_rules.py",
+        "tests/test_table.py", "tests/test_hardening.py", "tests/test_rule_thresholds.py",
     ),
     "cublas_audit/table/dispatch.py": (
         "tests/test_table.py", "tests/test_table_inputs.py", "tests/rules",

@@ -29,7 +29,7 @@ import pandas as pd
 from cublas_audit.judge import diff
 from cublas_audit.judge.audited import audit_all
 from cublas_audit.report import diff_report, render
-from cublas_audit.table import dispatch as table
+from cublas_audit.table import dispatch
 from cublas_audit.table.inputs import load_inputs, load_one_gpu
 from cublas_audit.table.validation import read_table
 
@@ -45,7 +45,7 @@ def tiled(run: Path, rows: int, path: Path) -> Path:
     recorded = read_table(run)
     tiles = -(-rows // len(recorded))
     frames = [recorded.assign(m=recorded["m"] + i, n=recorded["n"] + 2 * i) for i in range(tiles)]
-    return table.write_table(pd.concat(frames, ignore_index=True).head(rows), path)
+    return dispatch.write_table(pd.concat(frames, ignore_index=True).head(rows), path)
 
 
 def timed(action: Callable[[], Any]) -> float:

@@ -1,6 +1,6 @@
-"""What measuring the roofline costs a sweep, on a GPU: device.roofline.measure_dram run `--runs`
-times in a fresh process's first CUDA use (as a sweep's start makes it), each run's bandwidth and
-seconds, against the 5 s budget of issue 26.
+"""What measuring the roofline costs a sweep, on a GPU: device.dram_bandwidth.measure_dram run
+`--runs` times in a fresh process's first CUDA use (as a sweep's start makes it), each run's
+bandwidth and seconds, against the 5 s budget of issue 26.
 
     python benchmarks/roofline_cost.py [--runs 3] [--json benchmarks/results/roofline_h100.json]
 """
@@ -13,7 +13,7 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from cublas_audit.device.roofline import measure_dram
+from cublas_audit.device.dram_bandwidth import measure_dram
 from cublas_audit.observe import environment
 
 

@@ -32,10 +32,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from cublas_audit.observe import ncu_export as ncu_parse
+from cublas_audit.observe import ncu_export
 from cublas_audit.planning.cases import Case, read_plan
-from cublas_audit.table import assemble, rundir
-from cublas_audit.table import dispatch as table
+from cublas_audit.table import assemble, dispatch, rundir
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -57,7 +56,7 @@ def tiled_export(path: Path, rows: int) -> list[Case]:
             row = list(recorded[i % len(recorded)])
             case = Case("cublas", "fp32", 256 + i, 256, 256, 8)
             row[0] = str(i)
-            row[nvtx] = f'1  "<default domain>:{ncu_parse.CALL_RANGE_PREFIX}{case.case_id}:none" '
+            row[nvtx] = f'1  "<default domain>:{ncu_export.CALL_RANGE_PREFIX}{case.case_id}:none" '
             writer.writerow(row)
             cases.append(case)
     return cases
@@ -68,10 +67,10 @@ def parse_benchmark() -> dict[str, Any]:
         export = Path(tmp) / "export.csv"
         cases = tiled_export(export, ROWS)
         start = time.perf_counter()
-        launches = ncu_parse.parse_csv_file(export)
+        launches = ncu_export.parse_csv_file(export)
         parsed = time.perf_counter()
         frame = assemble.build_table(cases, launches, {}, {}, {"gpu_label": "h100"})
-        table.write_table(frame, Path(tmp) / rundir.TABLE_FILE)
+        dispatch.write_table(frame, Path(tmp) / rundir.TABLE_FILE)
         done = time.perf_counter()
     return {
         "rows": len(frame),

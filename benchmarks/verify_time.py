@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from cublas_audit.jobs.verify import checked_input
-from cublas_audit.run import verify
+from cublas_audit.run import verify_rounds
 
 
 def main() -> None:
@@ -29,7 +29,7 @@ def main() -> None:
     rows: list[dict[str, Any]] = []
     for fix in fixes.fixes:
         began = time.perf_counter()
-        found = verify.verify_fix(fix)
+        found = verify_rounds.verify_fix(fix)
         rows.append(
             {
                 "fix": fix.id,

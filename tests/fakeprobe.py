@@ -322,10 +322,10 @@ def as_h100s(uuids: Sequence[str]) -> None:
     index and the UUID `uuids` gives that index, and the roofline's DRAM measurement records
     which process ran it. A shard process starts clean: one that finds the test's own
     measure_dram (the parent's, refusing any GPU work there) was forked, and says so."""
-    from cublas_audit.device import roofline
+    from cublas_audit.device import dram_bandwidth
     from cublas_audit.observe import environment
 
-    if roofline.measure_dram.__module__ != roofline.__name__:
+    if dram_bandwidth.measure_dram.__module__ != dram_bandwidth.__name__:
         raise AssertionError("the shard's process was forked: it holds the parent's patches")
 
     def collect(ncu: str | None = None, device: int | None = None) -> Environment:
@@ -335,7 +335,7 @@ def as_h100s(uuids: Sequence[str]) -> None:
         return {"measured_by_pid": os.getpid(), "device": device}
 
     environment.collect = collect
-    roofline.measure_dram = measure_dram
+    dram_bandwidth.measure_dram = measure_dram
 
 
 def h100_environment(ncu: str | None = None) -> Environment:

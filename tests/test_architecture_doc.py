@@ -56,3 +56,25 @@ def test_every_named_module_exists() -> None:
             if not any(c.exists() for c in candidates):
                 ghosts.append(f"{stage}: {name}")
     assert not ghosts, f"docs/architecture.md names modules that do not exist: {ghosts}"
+
+
+def test_each_module_name_belongs_to_one_stage() -> None:
+    """A module's file name says which one it is: no two stages hold a `merge.py` (issue 39)."""
+    seen: dict[str, list[str]] = {}
+    for path in PACKAGE.rglob("*.py"):
+        if path.name not in ("__init__.py", "__main__.py"):
+            seen.setdefault(path.name, []).append(str(path.relative_to(PACKAGE)))
+    assert not {name: paths for name, paths in seen.items() if len(paths) > 1}
+
+
+def test_no_import_renames_a_module() -> None:
+    """`import x.y as z` / `from x import y as z` with y a module of the package: a reader meets
+    the module under its own name everywhere (a function may still be aliased)."""
+    renamed = []
+    pattern = re.compile(r"^\s*from (cublas_audit[\w.]*) import (\w+) as (\w+)", re.MULTILINE)
+    for path in [*PACKAGE.rglob("*.py"), *(REPO / "tests").rglob("*.py")]:
+        for package, name, alias in pattern.findall(path.read_text()):
+            module = REPO / package.replace(".", "/") / f"{name}.py"
+            if module.exists() and alias != name:
+                renamed.append(f"{path.relative_to(REPO)}: {name} as {alias}")
+    assert not renamed, renamed

@@ -10,7 +10,7 @@ import pandas as pd
 from cublas_audit.planning.cases import read_plan
 from cublas_audit.run.run_table import collect_launches
 from cublas_audit.run.sweep import SweepConfig, write_table
-from cublas_audit.table import dispatch as table
+from cublas_audit.table import dispatch
 from cublas_audit.table.rundir import read_results
 from cublas_audit.table.validation import read_table
 
@@ -40,12 +40,12 @@ def test_split_k_reduction_is_kept_as_an_aux_row() -> None:
     small = frame[frame["case_id"] == "cublas.fp32.256x256x256.b1.nn"]
     assert list(small["role"]) == ["main", "aux"]
     assert list(small["family"]) == ["xmma", "splitk-reduce"]
-    mains = table.main_launches(frame)
+    mains = dispatch.main_launches(frame)
     assert mains["case_id"].is_unique
 
 
 def test_h100_escalates_like_the_published_h200() -> None:
-    frame = table.main_launches(read_table(RUN))
+    frame = dispatch.main_launches(read_table(RUN))
     batched = frame[(frame["routine"] == "cublasSgemmStridedBatched") & (frame["batch"] == 8)]
     shorts = dict(zip(batched["m"], batched["kernel_short"], strict=True))
     assert shorts[256] == "xmma_32x32x8"

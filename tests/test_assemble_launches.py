@@ -17,8 +17,7 @@ import pytest
 
 from cublas_audit.observe.ncu_export import parse_csv_file
 from cublas_audit.planning.cases import APIS, read_plan
-from cublas_audit.table import assemble
-from cublas_audit.table import dispatch as table
+from cublas_audit.table import assemble, dispatch
 from cublas_audit.table.rundir import PLAN_FILE, PROFILE_RESULTS, TIME_RESULTS, read_results
 
 REPO = Path(__file__).resolve().parent.parent
@@ -95,7 +94,7 @@ def test_the_longest_launch_is_main_in_the_bundled_split_k_cases(
 @pytest.mark.parametrize("run_dir", [SMOKE, BATCHED, SINGLE_WITH_REF], ids=lambda p: p.name)
 def test_every_case_has_exactly_one_main_row(run_dir: Path) -> None:
     frame = assembled(run_dir)
-    mains = table.main_launches(frame)
+    mains = dispatch.main_launches(frame)
     assert sorted(mains["case_id"]) == sorted(c.case_id for c in read_plan(run_dir / PLAN_FILE))
     # only the split-K reductions are aux: the smoke run has one, the batched run none
     aux = frame[frame["role"] == "aux"]
@@ -106,7 +105,7 @@ def test_every_case_has_exactly_one_main_row(run_dir: Path) -> None:
 
 def test_main_row_carries_the_gemms_fma_not_the_reductions() -> None:
     # h100-smoke, ID 0 (the GEMM) FMA pipe 12.861812 %, ID 1 (the reduction) 1.664662 %
-    mains = table.main_launches(assembled(SMOKE)).set_index("case_id")
+    mains = dispatch.main_launches(assembled(SMOKE)).set_index("case_id")
     assert mains.loc[SPLIT_K_CASE, "fma_pct"] == pytest.approx(12.861812)
     # a one-launch case: ID 4, cutlass simt 256x128, 349.408 us, FMA 78.522015 %
     assert mains.loc["cublas.fp32.1024x1024x1024.b8.nn", "fma_pct"] == pytest.approx(78.522015)

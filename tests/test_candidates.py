@@ -17,10 +17,10 @@ from typer.testing import CliRunner
 from cublas_audit.cli import app
 from cublas_audit.device import candidate_audit, lt
 from cublas_audit.errors import AuditError, ToolMissingError
-from cublas_audit.judge import candidates as cd
+from cublas_audit.judge import candidates
 from cublas_audit.planning.cases import Case, candidate_problems
 from cublas_audit.report import candidates_report
-from cublas_audit.table import candidates_table as ct
+from cublas_audit.table import candidates_table
 from cublas_audit.table.rundir import CANDIDATES_FILE
 from cublas_audit.vocabulary import Verdict
 from tests.conftest import REPORTS
@@ -33,7 +33,7 @@ FLAGGED = "cublasLt.fp32.256x256x256.b8.nn"
 
 @pytest.fixture(scope="module")
 def recorded() -> pd.DataFrame:
-    return ct.read_candidates(RECORDED)
+    return candidates_table.read_candidates(RECORDED)
 
 
 def one_case(frame: pd.DataFrame, case_id: str = FLAGGED) -> pd.DataFrame:
@@ -42,7 +42,7 @@ def one_case(frame: pd.DataFrame, case_id: str = FLAGGED) -> pd.DataFrame:
 
 # ----- ranking and left_on_table --------------------------------------------------------------
 def test_the_recorded_audit_covers_the_default_batched_grid(recorded: pd.DataFrame) -> None:
-    summary = cd.case_summary(recorded)
+    summary = candidates.case_summary(recorded)
     assert len(summary) == 18  # 6 sizes x 3 batches
     assert (summary["status"] == "ok").all()
     assert (summary["candidates"] >= 6).all()
@@ -58,7 +58,7 @@ def test_ranks_count_only_correct_timed_candidates(recorded: pd.DataFrame) -> No
     # The fastest marked wrong: it leaves the ranking and the gap shrinks to the next best.
     wrong = one_case(recorded).copy()
     wrong.loc[wrong["candidate"] == 5, "status"] = "wrong"
-    ranked = ct.add_ranks(wrong).set_index("candidate")
+    ranked = candidates_table.add_ranks(wrong).set_index("candidate")
     assert pd.isna(ranked.loc[5, "rank"]) and ranked.loc[0, "rank"] == 5
     assert ranked["left_on_table"].iloc[0] < case["left_on_table"].iloc[0]
 
@@ -66,11 +66,11 @@ def test_ranks_count_only_correct_timed_candidates(recorded: pd.DataFrame) -> No
 def test_no_left_on_table_when_the_default_is_wrong(recorded: pd.DataFrame) -> None:
     case = one_case(recorded).copy()
     case.loc[case["is_default"] == 1, "status"] = "wrong"
-    assert pd.isna(ct.add_ranks(case)["left_on_table"].iloc[0])
+    assert pd.isna(candidates_table.add_ranks(case)["left_on_table"].iloc[0])
 
 
 def test_case_summary_names_default_rank_and_best(recorded: pd.DataFrame) -> None:
-    summary = cd.case_summary(recorded).set_index("case_id").loc[FLAGGED]
+    summary = candidates.case_summary(recorded).set_index("case_id").loc[FLAGGED]
     assert (summary["candidates"], summary["correct"]) == (7, 7)
     assert (summary["default_rank"], summary["best_candidate"]) == (6, 5)
 
@@ -81,14 +81,14 @@ def test_a_skipped_case_keeps_its_reason(recorded: pd.DataFrame) -> None:
         "status": "skipped",
         "reason": "OutOfMemoryError: out of memory allocating 4,294,967,296 bytes",
     }
-    summary = cd.case_summary(ct.from_records([skipped])).iloc[0]
+    summary = candidates.case_summary(candidates_table.from_records([skipped])).iloc[0]
     assert (summary["status"], summary["candidates"]) == ("skipped", 0)
     assert summary["reason"].startswith("OutOfMemoryError")
 
 
 # ----- findings --------------------------------------------------------------------------------
 def test_the_confirmed_gap_is_the_only_better_candidate_finding(recorded: pd.DataFrame) -> None:
-    (finding,) = cd.find_better_candidates(recorded, 0.10)
+    (finding,) = candidates.find_better_candidates(recorded, 0.10)
     assert finding.rule == "better-candidate"
     assert (finding.api, finding.mode, finding.batch) == ("cublasLt", "fp32", 8)
     assert finding.sizes == ["256x256x256"]
@@ -109,7 +109,7 @@ def test_better_candidates_are_finding_records(recorded: pd.DataFrame) -> None:
 
     from cublas_audit.judge.finding import Finding
 
-    (finding,) = cd.find_better_candidates(recorded, 0.10)
+    (finding,) = candidates.find_better_candidates(recorded, 0.10)
     assert type(finding) is Finding and finding.verdict is Verdict.slower
     assert list(finding.to_json()) == [f.name for f in fields(Finding)]
     assert finding.rows == [int(label) for label in finding.rows]  # the candidates table's
@@ -121,13 +121,15 @@ def test_findings_need_both_rounds_above_the_threshold(
 ) -> None:
     # 4096x4096x4096 batch 16 left 1.09x in the audit round but was below the 1.10 bar, so it
     # got no confirmation round: it is never flagged, whatever the threshold.
-    found = {f.evidence[0]["case_id"] for f in cd.find_better_candidates(recorded, threshold)}
+    found = {
+        f.evidence[0]["case_id"] for f in candidates.find_better_candidates(recorded, threshold)
+    }
     assert found == ({FLAGGED} if flagged else set())
 
 
 def test_exactly_at_the_threshold_counts() -> None:
-    assert cd.is_better(1.10, 1.10, 0.10)
-    assert not cd.is_better(1.10, pd.NA, 0.10)
+    assert candidates.is_better(1.10, 1.10, 0.10)
+    assert not candidates.is_better(1.10, pd.NA, 0.10)
 
 
 # ----- timing plan -----------------------------------------------------------------------------
@@ -145,10 +147,10 @@ def test_finalists_are_the_default_and_those_near_the_best(recorded: pd.DataFram
 # ----- candidates.csv --------------------------------------------------------------------------
 def test_csv_round_trip(recorded: pd.DataFrame, tmp_path: Path) -> None:
     frame = recorded
-    ct.write_candidates(frame, tmp_path / CANDIDATES_FILE)
-    back = ct.read_candidates(tmp_path)
+    candidates_table.write_candidates(frame, tmp_path / CANDIDATES_FILE)
+    back = candidates_table.read_candidates(tmp_path)
     pd.testing.assert_frame_equal(frame, back, check_exact=False, rtol=1e-5)
-    assert list(back.columns) == list(ct.COLUMNS)
+    assert list(back.columns) == list(candidates_table.COLUMNS)
 
 
 @pytest.mark.parametrize(
@@ -167,20 +169,20 @@ def test_bad_values_are_one_line_errors(
     frame.loc[1, column] = value
     frame.to_csv(tmp_path / "candidates.csv", index=False)
     with pytest.raises(AuditError, match="row 2, " + message):
-        ct.read_candidates(tmp_path)
+        candidates_table.read_candidates(tmp_path)
 
 
 def test_missing_columns_and_files(tmp_path: Path) -> None:
     pd.DataFrame({"case_id": ["x"]}).to_csv(tmp_path / "candidates.csv", index=False)
     with pytest.raises(AuditError, match="missing required column"):
-        ct.read_candidates(tmp_path)
+        candidates_table.read_candidates(tmp_path)
     with pytest.raises(AuditError, match="no such file"):
-        ct.read_candidates(tmp_path / "nowhere.csv")
+        candidates_table.read_candidates(tmp_path / "nowhere.csv")
 
 
 # ----- Markdown ---------------------------------------------------------------------------------
 def test_markdown_flags_the_case_and_carries_a_repro(recorded: pd.DataFrame) -> None:
-    text = candidates_report.render_markdown(cd.judge_candidates(recorded, 0.10))
+    text = candidates_report.render_markdown(candidates.judge_candidates(recorded, 0.10))
     assert "## cuBLASLt heuristic candidates" in text
     assert "### better-candidate: fp32 256x256x256 batch 8" in text
     assert "                    20, algo.ctypes.data)" in text  # algo 20, not the default's 55
@@ -192,7 +194,7 @@ def test_markdown_flags_the_case_and_carries_a_repro(recorded: pd.DataFrame) -> 
 
 def test_unflagged_cases_have_no_repro(recorded: pd.DataFrame) -> None:
     unflagged = recorded[recorded["case_id"] != FLAGGED]
-    text = candidates_report.render_markdown(cd.judge_candidates(unflagged, 0.10))
+    text = candidates_report.render_markdown(candidates.judge_candidates(unflagged, 0.10))
     assert "```python" not in text
 
 
@@ -268,7 +270,12 @@ def test_audit_on_the_gpu(tmp_path: Path) -> None:
     ]
     lines: list[str] = []
     frame = candidate_audit.run_candidates(
-        cases, tmp_path, 8, gpu_label="gpu-test", progress=lines.append, screen=cd.ScreenJudge()
+        cases,
+        tmp_path,
+        8,
+        gpu_label="gpu-test",
+        progress=lines.append,
+        screen=candidates.ScreenJudge(),
     )
     small = frame[frame["m"] == 256]
     assert small["is_default"].sum() == 1 and len(small) >= 2
@@ -282,7 +289,7 @@ def test_audit_on_the_gpu(tmp_path: Path) -> None:
     assert huge["status"].tolist() == ["skipped"]
     assert "memory" in str(huge["reason"].iloc[0]).lower()
     assert (frame["gpu_label"] == "gpu-test").all()
-    back = ct.read_candidates(tmp_path)
+    back = candidates_table.read_candidates(tmp_path)
     assert len(back) == len(frame)
     assert len(lines) == 2 and "skipped" in lines[1]
 
@@ -302,18 +309,18 @@ def test_the_judge_asks_for_the_confirmation_round(recorded: pd.DataFrame) -> No
     """The child measures; the judge names the candidate a confirmation round times again: the
     flagged case's best (its audit round left >= 1.10x), none for 4096^3 b16 (1.09x), none at a
     bar above the flagged case's gap."""
-    screen = cd.ScreenJudge(0.10)
+    screen = candidates.ScreenJudge(0.10)
     flagged = one_case(recorded, FLAGGED)
-    best = cd.case_summary(flagged).iloc[0]["best_candidate"]
+    best = candidates.case_summary(flagged).iloc[0]["best_candidate"]
     assert screen.confirm(flagged) == str(best)
     assert screen.confirm(one_case(recorded, "cublasLt.fp32.4096x4096x4096.b16.nn")) is None
     gap = float(flagged["left_on_table"].iloc[0])
-    assert cd.ScreenJudge(gap - 1.0 + 0.01).confirm(flagged) is None
+    assert candidates.ScreenJudge(gap - 1.0 + 0.01).confirm(flagged) is None
 
 
 def test_verify_verdicts_are_the_judges_on_the_recorded_rounds() -> None:
     """Each recorded verify.json's status is what judge.candidates.rounds_hold says of its two
-    rounds at its threshold (run.verify measures, the judge decides); at a bar above a fix's
+    rounds at its threshold (run.verify_rounds measures, the judge decides); at a bar above a fix's
     smaller round it would not hold."""
     from cublas_audit.vocabulary import Outcome
 
@@ -321,6 +328,6 @@ def test_verify_verdicts_are_the_judges_on_the_recorded_rounds() -> None:
         record = json.loads(path.read_text())
         for fix in record["fixes"]:
             rounds = (fix["speedup"], fix["confirm_speedup"])
-            holds = cd.rounds_hold(rounds, record["threshold"])
+            holds = candidates.rounds_hold(rounds, record["threshold"])
             assert Outcome(fix["status"]) is (Outcome.holds if holds else Outcome.does_not_hold)
-            assert not cd.rounds_hold(rounds, min(rounds) - 1.0 + 0.01)
+            assert not candidates.rounds_hold(rounds, min(rounds) - 1.0 + 0.01)

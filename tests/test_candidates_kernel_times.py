@@ -22,12 +22,12 @@ import pandas as pd
 import pytest
 
 from cublas_audit.errors import AuditError
-from cublas_audit.judge import candidates as cd
+from cublas_audit.judge import candidates
 from cublas_audit.judge.rules import prepare
-from cublas_audit.judge.rules.candidates import rows_of_problem
+from cublas_audit.judge.rules.better_candidate import rows_of_problem
 from cublas_audit.planning.cases import DEFAULT_WORKSPACE_BYTES, Case, read_plan
 from cublas_audit.report import candidates_report
-from cublas_audit.table import candidates_table as ct
+from cublas_audit.table import candidates_table
 from cublas_audit.table.dispatch import main_launches
 from cublas_audit.table.rundir import CANDIDATES_FILE
 from cublas_audit.table.validation import read_table
@@ -61,7 +61,7 @@ def main_row(run: Path, case_id: str) -> pd.Series:
 
 @functools.cache
 def configurations() -> pd.DataFrame:
-    return ct.read_candidates(RECORDED).set_index(["case_id", "candidate"])
+    return candidates_table.read_candidates(RECORDED).set_index(["case_id", "candidate"])
 
 
 def plan_case(run: Path, case_id: str) -> Case:
@@ -78,11 +78,11 @@ def candidate(call: str, index: int, is_default: bool, confirm: bool = False) ->
     `confirm`: with the other run's times of the call as its confirmation."""
     row = main_row(TRACED, call)
     record: dict[str, object] = {
-        "schema_version": ct.SCHEMA_VERSION,
+        "schema_version": candidates_table.SCHEMA_VERSION,
         "gpu_label": "h100",
         "case_id": PROBLEM,
         **{key: row[key] for key in ("mode", "m", "n", "k", "batch")},
-        **ct.problem_columns(plan_case(TRACED, PROBLEM), DEFAULT_WORKSPACE_BYTES),
+        **candidates_table.problem_columns(plan_case(TRACED, PROBLEM), DEFAULT_WORKSPACE_BYTES),
         **configurations().loc[(PROBLEM, index), CONFIGURATION].to_dict(),
         "candidate": index,
         "is_default": int(is_default),
@@ -100,10 +100,12 @@ def candidate(call: str, index: int, is_default: bool, confirm: bool = False) ->
 def with_confirmation(frame: pd.DataFrame) -> pd.DataFrame:
     """confirm_left_on_table as the audit sets it: default / best of the confirmation round, on
     the case's basis."""
-    column = ct.CONFIRM_COLUMNS[str(frame["timing_basis"].iloc[0])]
+    column = candidates_table.CONFIRM_COLUMNS[str(frame["timing_basis"].iloc[0])]
     default = frame.loc[frame["is_default"] == 1, column].iloc[0]
     best = frame.loc[frame["rank"] == 1, column].iloc[0]
-    return ct.from_records(frame.assign(confirm_left_on_table=default / best).to_dict("records"))
+    return candidates_table.from_records(
+        frame.assign(confirm_left_on_table=default / best).to_dict("records")
+    )
 
 
 def recorded(call: str, run: Path = TRACED, column: str = "kernel_time_ms") -> float:
@@ -117,7 +119,7 @@ def loop_against_batched() -> pd.DataFrame:
         candidate(LOOP, 0, True, confirm=True),
         candidate(BATCHED, 5, False, confirm=True),
     ]
-    return with_confirmation(ct.from_records(rows))
+    return with_confirmation(candidates_table.from_records(rows))
 
 
 @pytest.mark.parametrize("path", VERSION_2, ids=lambda p: str(p.parent.relative_to(p.parents[3])))
@@ -126,8 +128,8 @@ def test_version_2_tables_recorded_on_the_h100_say_their_problem_and_judge_on_ke
 ) -> None:
     """The random maps' follow-ups (CUPTI on the H100): every row names its problem, and every
     ranked case was judged on kernel time with the kernels each candidate launched."""
-    frame = ct.read_candidates(path)
-    assert ct.layout_known(frame).all()
+    frame = candidates_table.read_candidates(path)
+    assert candidates_table.layout_known(frame).all()
     timed = frame[(frame["status"] == "ok") & frame["kernel_ms"].notna()]
     assert len(timed) and (timed["timing_basis"] == "kernel").all()
     assert timed["kernels"].str.len().gt(0).all()
@@ -136,8 +138,8 @@ def test_version_2_tables_recorded_on_the_h100_say_their_problem_and_judge_on_ke
 # ----- version 1: every bundled audit reads, judges and renders as before -----------------------
 @pytest.mark.parametrize("path", VERSION_1, ids=lambda p: str(p.parent.relative_to(p.parents[3])))
 def test_version_1_tables_read_with_their_layout_unknown(path: Path) -> None:
-    frame = ct.read_candidates(path)
-    assert not ct.layout_known(frame).any()
+    frame = candidates_table.read_candidates(path)
+    assert not candidates_table.layout_known(frame).any()
     raw = pd.read_csv(path)
     assert (raw["schema_version"] == 1).all()
     timed = frame["time_ms"].notna() & (frame["status"] == "ok")
@@ -146,12 +148,12 @@ def test_version_1_tables_read_with_their_layout_unknown(path: Path) -> None:
     recorded = raw["left_on_table"].astype(float)
     derived = frame["left_on_table"].astype(float)
     pd.testing.assert_series_equal(derived, recorded, check_names=False, rtol=1e-5)
-    summary = cd.case_summary(frame)
-    assert (summary["layout"] == cd.LAYOUT_UNKNOWN).all()
+    summary = candidates.case_summary(frame)
+    assert (summary["layout"] == candidates.LAYOUT_UNKNOWN).all()
 
 
 def test_version_1_findings_say_call_time_and_carry_no_layout() -> None:
-    (finding,) = cd.find_better_candidates(ct.read_candidates(RECORDED), 0.10)
+    (finding,) = candidates.find_better_candidates(candidates_table.read_candidates(RECORDED), 0.10)
     # the claim is the pairwise round's 1.17x; the screen's 1.12x beside it
     assert "takes 1.17x the call time of" in finding.message
     assert "the screen of every candidate measured 1.12x" in finding.message
@@ -161,7 +163,9 @@ def test_version_1_findings_say_call_time_and_carry_no_layout() -> None:
 
 
 def test_the_version_1_report_says_its_layout_is_unknown() -> None:
-    text = candidates_report.render_markdown(cd.judge_candidates(ct.read_candidates(RECORDED)))
+    text = candidates_report.render_markdown(
+        candidates.judge_candidates(candidates_table.read_candidates(RECORDED))
+    )
     assert candidates_report.VERSION_1_NOTE in text
     assert candidates_report.BASIS_NOTE not in text and "| basis" not in text
     assert "kernel ms" not in text
@@ -177,7 +181,7 @@ def test_a_case_traced_whole_is_judged_on_kernel_time(loop_against_batched: pd.D
     assert round(kernels, 2) == 3.99
     again = recorded(LOOP, AGAIN) / recorded(BATCHED, AGAIN)
     assert frame["confirm_left_on_table"].iloc[0] == pytest.approx(again, rel=1e-9)
-    summary = cd.case_summary(frame).iloc[0]
+    summary = candidates.case_summary(frame).iloc[0]
     assert (summary["default_ms"], summary["best_ms"]) == (recorded(LOOP), recorded(BATCHED))
     assert summary["timing_basis"] == "kernel" and summary["layout"] == "nn"
 
@@ -187,7 +191,7 @@ def test_one_candidate_without_kernel_time_puts_the_case_on_call_time(
 ) -> None:
     frame = loop_against_batched.copy()
     frame.loc[frame["candidate"] == 5, "kernel_ms"] = pd.NA
-    judged = ct.add_ranks(frame)
+    judged = candidates_table.add_ranks(frame)
     assert (judged["timing_basis"] == "call").all()
     calls = recorded(LOOP, column="time_ms") / recorded(BATCHED, column="time_ms")
     assert judged["left_on_table"].iloc[0] == pytest.approx(calls, rel=1e-9)
@@ -195,18 +199,18 @@ def test_one_candidate_without_kernel_time_puts_the_case_on_call_time(
     # an untimed candidate (wrong, unsupported) needs no kernel time
     frame = loop_against_batched.copy()
     frame.loc[frame["candidate"] == 5, ["status", "time_ms", "kernel_ms"]] = ["wrong", pd.NA, pd.NA]
-    assert (ct.add_ranks(frame)["timing_basis"] == "kernel").all()
+    assert (candidates_table.add_ranks(frame)["timing_basis"] == "kernel").all()
 
 
 def test_kernel_time_ranks_away_a_gap_that_only_launch_overhead_made() -> None:
     # cuBLASLt's call took 1.47x the classic call's by events, running the same kernel in
     # 0.0127 against 0.0129 ms: on kernel time the default is the best.
     rows = [candidate(LT, 0, True), candidate(BATCHED, 5, False)]
-    frame = ct.from_records(rows).set_index("candidate")
+    frame = candidates_table.from_records(rows).set_index("candidate")
     assert recorded(LT) < recorded(BATCHED)
     assert (frame.loc[0, "rank"], frame.loc[5, "rank"]) == (1, 2)
     assert frame.loc[0, "left_on_table"] == 1.0
-    on_calls = ct.from_records([{**row, "kernel_ms": None} for row in rows])
+    on_calls = candidates_table.from_records([{**row, "kernel_ms": None} for row in rows])
     calls = recorded(LT, column="time_ms") / recorded(BATCHED, column="time_ms")
     assert on_calls["left_on_table"].iloc[0] == pytest.approx(calls, rel=1e-9)
     assert round(calls, 2) == 1.47
@@ -216,7 +220,7 @@ def test_kernel_time_ranks_away_a_gap_that_only_launch_overhead_made() -> None:
 def test_a_kernel_time_finding_says_so_and_carries_the_kernels(
     loop_against_batched: pd.DataFrame,
 ) -> None:
-    (finding,) = cd.find_better_candidates(loop_against_batched, 0.10)
+    (finding,) = candidates.find_better_candidates(loop_against_batched, 0.10)
     assert "takes 3.99x the kernel time of its heuristic's candidate #5" in finding.message
     assert "takes 3.99x the kernel time" in finding.message
     assert "when the two run alone, interleaved" in finding.message
@@ -233,7 +237,7 @@ def test_a_kernel_time_finding_says_so_and_carries_the_kernels(
 def test_the_kernel_time_report_shows_layout_basis_and_kernel_times(
     loop_against_batched: pd.DataFrame,
 ) -> None:
-    text = candidates_report.render_markdown(cd.judge_candidates(loop_against_batched))
+    text = candidates_report.render_markdown(candidates.judge_candidates(loop_against_batched))
     assert candidates_report.BASIS_NOTE in text
     assert candidates_report.VERSION_1_NOTE not in text
     assert "| fp32 256x256x256 b8 nn |" in text.replace("  ", "")
@@ -251,35 +255,35 @@ def posed() -> pd.DataFrame:
     columns of the run's cuBLASLt case. Only the columns are tested here, not what the times
     mean."""
     case = plan_case(BLOCK, "cublasLt.bf16.1536x1024x512.b1.tn.bias")
-    v1 = ct.read_candidates(BLOCK)
+    v1 = candidates_table.read_candidates(BLOCK)
     rows = v1[v1["case_id"] == "cublasLt.bf16.1536x1024x512.b1.nn"]
     upgraded = rows.assign(
-        schema_version=ct.SCHEMA_VERSION,
+        schema_version=candidates_table.SCHEMA_VERSION,
         case_id=case.case_id,
-        **ct.problem_columns(case, DEFAULT_WORKSPACE_BYTES),
+        **candidates_table.problem_columns(case, DEFAULT_WORKSPACE_BYTES),
     )
-    return ct.from_records(upgraded.to_dict("records"))
+    return candidates_table.from_records(upgraded.to_dict("records"))
 
 
 def test_version_2_round_trips(posed: pd.DataFrame, tmp_path: Path) -> None:
-    ct.write_candidates(posed, tmp_path / CANDIDATES_FILE)
-    back = ct.read_candidates(tmp_path)
+    candidates_table.write_candidates(posed, tmp_path / CANDIDATES_FILE)
+    back = candidates_table.read_candidates(tmp_path)
     pd.testing.assert_frame_equal(posed.reset_index(drop=True), back, rtol=1e-5)
-    assert ct.layout_known(back).all()
+    assert candidates_table.layout_known(back).all()
     case = plan_case(BLOCK, "cublasLt.bf16.1536x1024x512.b1.tn.bias")
-    assert ct.problem_case(back.iloc[0]) == case
-    summary = cd.case_summary(back).iloc[0]
+    assert candidates_table.problem_case(back.iloc[0]) == case
+    summary = candidates.case_summary(back).iloc[0]
     assert summary["layout"] == "tn bias"
-    assert cd.problem_name(back.iloc[0]) == "bf16 1536x1024x512 batch 1 tn bias"
+    assert candidates.problem_name(back.iloc[0]) == "bf16 1536x1024x512 batch 1 tn bias"
 
 
 def test_the_traced_round_trips_with_its_kernels(
     loop_against_batched: pd.DataFrame, tmp_path: Path
 ) -> None:
-    ct.write_candidates(loop_against_batched, tmp_path / CANDIDATES_FILE)
-    back = ct.read_candidates(tmp_path)
+    candidates_table.write_candidates(loop_against_batched, tmp_path / CANDIDATES_FILE)
+    back = candidates_table.read_candidates(tmp_path)
     pd.testing.assert_frame_equal(loop_against_batched, back, rtol=1e-5)
-    assert list(back.columns) == list(ct.COLUMNS)
+    assert list(back.columns) == list(candidates_table.COLUMNS)
 
 
 @pytest.mark.parametrize(
@@ -298,7 +302,7 @@ def test_a_problem_no_cuBLAS_call_poses_is_a_one_line_error(
     frame.loc[frame.index[1], column] = value
     frame.to_csv(tmp_path / CANDIDATES_FILE, index=False)
     with pytest.raises(AuditError, match="row 2[,:] .*" + message):
-        ct.read_candidates(tmp_path)
+        candidates_table.read_candidates(tmp_path)
 
 
 def test_a_finding_is_placed_on_its_own_problems_row() -> None:
@@ -325,11 +329,11 @@ def test_a_mapped_case_finds_the_audit_of_its_own_problem(posed: pd.DataFrame) -
         rows.loc[f"{api}.bf16.1536x1024x512.b1.tn{tail}"]
         for api, tail in (("cublas", ""), ("cublasLt", ".bias"))
     )
-    judged = cd.judge_candidates(posed).summary
+    judged = candidates.judge_candidates(posed).summary
     offered = {str(row["case_id"]): row for _, row in judged.iterrows()}
     assert audit_of(with_bias, offered) is not None
     assert audit_of(linear, offered) is None  # tn without bias: a problem this audit did not time
-    unknown = cd.judge_candidates(ct.read_candidates(BLOCK)).summary
+    unknown = candidates.judge_candidates(candidates_table.read_candidates(BLOCK)).summary
     offered = {str(row["case_id"]): row for _, row in unknown.iterrows()}
     for row in (linear, with_bias):
         found = audit_of(row, offered)
@@ -337,11 +341,11 @@ def test_a_mapped_case_finds_the_audit_of_its_own_problem(posed: pd.DataFrame) -
 
 
 def test_the_progress_line_names_layout_and_basis(loop_against_batched: pd.DataFrame) -> None:
-    line = cd.ScreenJudge().progress_line(PROBLEM, loop_against_batched)
+    line = candidates.ScreenJudge().progress_line(PROBLEM, loop_against_batched)
     assert line.startswith(f"{PROBLEM} (nn): 2 candidates, 2 correct, default rank 2,")
     assert line.endswith("left on table 3.992 on kernel time")
-    v1 = ct.read_candidates(RECORDED)
-    line = cd.ScreenJudge().progress_line(PROBLEM, v1[v1["case_id"] == PROBLEM])
+    v1 = candidates_table.read_candidates(RECORDED)
+    line = candidates.ScreenJudge().progress_line(PROBLEM, v1[v1["case_id"] == PROBLEM])
     assert "(layout unknown)" in line and line.endswith("on call time")
 
 
@@ -364,7 +368,7 @@ def test_the_repro_poses_a_transposed_problem_with_bias(posed: pd.DataFrame) -> 
 def test_the_repro_of_a_version_1_row_is_the_packed_problem() -> None:
     from cublas_audit.report.lt_repro import repro
 
-    v1 = ct.read_candidates(RECORDED)
+    v1 = candidates_table.read_candidates(RECORDED)
     code = repro(v1[v1["case_id"] == PROBLEM].iloc[5])
     assert "# column-major, no transposes, strided batch" in code
     assert "set_desc" not in code and "MIN_ALIGNMENT" not in code
@@ -379,7 +383,7 @@ def test_the_repro_gives_cuBLASLt_the_alignment_a_batch_stride_allows(posed: pd.
     row = posed.iloc[0].copy()
     for column, value in {"mode": "fp32", "m": 100, "n": 7, "k": 20000, "batch": 4}.items():
         row[column] = value
-    for column, value in ct.problem_columns(case, 4 * 2**20).items():
+    for column, value in candidates_table.problem_columns(case, 4 * 2**20).items():
         row[column] = value
     code = repro(row)
     compile(code, "repro.py", "exec")

@@ -108,7 +108,7 @@ def test_candidates_threshold_is_name_equals_value(
         seen.update(settings)
         raise AuditError("stopped before the GPU")
 
-    monkeypatch.setattr("cublas_audit.cli.candidates._here", audit)
+    monkeypatch.setattr("cublas_audit.cli.candidates_command._here", audit)
     result = runner.invoke(app, ["candidates", "--batched", "--sizes", "256", *given])
     assert result.exit_code == 2 and "stopped before the GPU" in result.stderr, result.output
     assert seen["candidate_threshold"] == pytest.approx(fraction)

@@ -12,10 +12,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from cublas_audit.jobs import merge as merge_job
+from cublas_audit.jobs import merge
 from cublas_audit.planning.cases import read_plan, write_plan
 from cublas_audit.planning.shards import PlanPart, ShardSpec
-from cublas_audit.table import merge, rundir
+from cublas_audit.table import rundir, shard_merge
 from cublas_audit.table.inputs import load_run
 from cublas_audit.table.validation import read_table
 
@@ -73,11 +73,11 @@ def test_columnar_shards_merge_into_a_columnar_run(
         assert rundir.write_run_table(frame[frame["case_id"].isin(ids)], path).suffix == ".parquet"
         rundir.write_env(path, {**rundir.read_env(MAP), **part.record()})
         shards.append(path)
-    assert all(merge.finished(merge.read_shard(path)) for path in shards)
+    assert all(shard_merge.finished(shard_merge.read_shard(path)) for path in shards)
     reported: list[Path] = []
-    monkeypatch.setattr(merge_job, "write_map_report", lambda out, **_: reported.append(out) or out)
+    monkeypatch.setattr(merge, "write_map_report", lambda out, **_: reported.append(out) or out)
     out = tmp_path / "merged"
-    merge_job.run(merge_job.MergeJob(shards, out, command=["merge"]))
+    merge.run(merge.MergeJob(shards, out, command=["merge"]))
     assert reported == [out] and (out / rundir.TABLE_COLUMNAR).is_file()
     pd.testing.assert_frame_equal(load_run(out).frame, frame)
 
@@ -144,17 +144,17 @@ def test_the_plane_draws_only_the_markers_seen() -> None:
 def test_a_map_is_judged_and_reported_with_the_collector_paused(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """jobs.reports.write_map_report: judging and the report run without Python's cyclic
+    """jobs.run_reports.write_map_report: judging and the report run without Python's cyclic
     collector (a third of a full map's time), which is back on after."""
     import gc
 
-    from cublas_audit.jobs import reports
+    from cublas_audit.jobs import run_reports
 
     seen: list[bool] = []
-    monkeypatch.setattr(reports, "audit_map", lambda *args: seen.append(gc.isenabled()))
+    monkeypatch.setattr(run_reports, "audit_map", lambda *args: seen.append(gc.isenabled()))
     monkeypatch.setattr(
-        reports.map_report, "write_map_report", lambda run, judged: seen.append(gc.isenabled())
+        run_reports.map_report, "write_map_report", lambda run, judged: seen.append(gc.isenabled())
     )
     assert gc.isenabled()
-    reports.write_map_report(MAP)
+    run_reports.write_map_report(MAP)
     assert seen == [False, False] and gc.isenabled()

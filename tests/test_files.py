@@ -180,7 +180,7 @@ def test_terminal_report_refused_before_the_summary_is_shown(
     from typer.testing import CliRunner
 
     from cublas_audit.cli import app
-    from tests.test_defects_a import as_terminal
+    from tests.test_output_paths_and_inputs import as_terminal
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "cublas-audit-report").write_text("mine\n")

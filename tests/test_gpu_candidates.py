@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from cublas_audit.device import candidate_audit
-from cublas_audit.judge import candidates as cd
+from cublas_audit.judge import candidates
 from cublas_audit.planning.cases import DEFAULT_WORKSPACE_BYTES, Case
 from cublas_audit.planning.modes import mode as mode_of
-from cublas_audit.table import candidates_table as ct
+from cublas_audit.table import candidates_table
 
 pytestmark = pytest.mark.gpu
 
@@ -37,21 +37,21 @@ def audited(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[str]]:
         8,
         gpu_label="gpu-test",
         progress=lines.append,
-        screen=cd.ScreenJudge(),
+        screen=candidates.ScreenJudge(),
     )
     return out, lines
 
 
 def test_every_row_is_the_posed_problem(audited: tuple[Path, list[str]]) -> None:
     out, lines = audited
-    frame = ct.read_candidates(out)
+    frame = candidates_table.read_candidates(out)
     assert list(dict.fromkeys(frame["case_id"])) == [
         POSED.case_id,
         replace(POSED, bias=False).case_id,
     ]
     rows = frame[frame["case_id"] == POSED.case_id]
-    assert ct.layout_known(frame).all()
-    assert {ct.problem_case(row) for _, row in rows.iterrows()} == {POSED}
+    assert candidates_table.layout_known(frame).all()
+    assert {candidates_table.problem_case(row) for _, row in rows.iterrows()} == {POSED}
     assert set(rows["transa"]) == {"t"} and set(rows["lda"]) == {300} and set(rows["bias"]) == {1}
     assert set(rows["workspace_limit_bytes"]) == {DEFAULT_WORKSPACE_BYTES}
     assert len(lines) == 2 and "(tn lda300 bias)" in lines[0]
@@ -60,7 +60,7 @@ def test_every_row_is_the_posed_problem(audited: tuple[Path, list[str]]) -> None
 def test_the_default_is_checked_against_float64_in_its_layout(
     audited: tuple[Path, list[str]],
 ) -> None:
-    frame = ct.read_candidates(audited[0])
+    frame = candidates_table.read_candidates(audited[0])
     default = frame[(frame["case_id"] == POSED.case_id) & (frame["is_default"] == 1)].iloc[0]
     assert default["status"] == "ok"
     assert default["rel_err"] <= mode_of("fp32").tolerance
@@ -70,14 +70,14 @@ def test_timed_candidates_have_kernel_times_and_the_case_is_judged_on_them(
     audited: tuple[Path, list[str]],
 ) -> None:
     out, lines = audited
-    frame = ct.read_candidates(out)
+    frame = candidates_table.read_candidates(out)
     timed = frame[(frame["status"] == "ok") & frame["time_ms"].notna()]
     assert len(timed) >= 2
     assert timed["kernel_ms"].notna().all() and timed["kernels"].notna().all()
     # a kernel never lasts longer than the call around it (medians of one round each)
     assert (timed["kernel_ms"] <= timed["time_ms"] * 1.05).all()
     assert (frame["timing_basis"] == "kernel").all()
-    summary = cd.case_summary(frame).set_index("case_id").loc[POSED.case_id]
+    summary = candidates.case_summary(frame).set_index("case_id").loc[POSED.case_id]
     default = timed[(timed["case_id"] == POSED.case_id) & (timed["is_default"] == 1)].iloc[0]
     assert summary["default_ms"] == default["kernel_ms"]
     assert "on kernel time" in lines[0]
@@ -86,7 +86,7 @@ def test_timed_candidates_have_kernel_times_and_the_case_is_judged_on_them(
 def test_events_alone_where_tracing_is_off(tmp_path: Path) -> None:
     pytest.importorskip("nvmath")
     frame = candidate_audit.run_candidates(
-        [POSED], tmp_path, 4, trace=False, screen=cd.ScreenJudge()
+        [POSED], tmp_path, 4, trace=False, screen=candidates.ScreenJudge()
     )
     timed = frame[frame["time_ms"].notna()]
     assert len(timed) and timed["kernel_ms"].isna().all()

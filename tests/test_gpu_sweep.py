@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from cublas_audit.table import dispatch as table
+from cublas_audit.table import dispatch
 from cublas_audit.table.validation import read_table
 
 from .conftest import REPO
@@ -30,7 +30,7 @@ def test_tiny_sweep_profiles_every_call(tmp_path: Path) -> None:
         "--sizes", "256,1024", "--batches", "8", "--modes", "fp32,tf32", "--out", str(tmp_path)
     )
     assert done.returncode == 0, done.stderr
-    frame = table.main_launches(read_table(tmp_path))
+    frame = dispatch.main_launches(read_table(tmp_path))
     classic = frame[frame["api"] == "cublas"]
     profiled = classic[classic["routine"] != "sgemm-loop"]
     assert (profiled["status"] == "ok").all()
@@ -54,7 +54,7 @@ def test_out_of_memory_case_is_skipped_and_the_sweep_goes_on(tmp_path: Path) -> 
         str(tmp_path),
     )
     assert done.returncode == 0, done.stderr
-    frame = table.main_launches(read_table(tmp_path)).set_index("m")
+    frame = dispatch.main_launches(read_table(tmp_path)).set_index("m")
     assert frame.loc[200000, "status"] == "skipped"
     assert "out of memory" in str(frame.loc[200000, "status_detail"])
     assert frame.loc[256, "status"] == "ok"

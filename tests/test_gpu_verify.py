@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from cublas_audit.jobs.verify import checked_input
-from cublas_audit.run import verify
+from cublas_audit.run import verify_rounds
 from cublas_audit.table.fix_file import FixSet, read_fix_file
 
 pytestmark = pytest.mark.gpu
@@ -30,8 +30,8 @@ def test_a_recorded_pin_is_rebuilt_and_its_result_checked(fixes: FixSet) -> None
     """Its gain is re-measured (a number on another GPU, "holds" on the H100 it came from); its
     result is within the mode's tolerance of float64 whatever the speed."""
     fix = fixes.fixes[0]
-    found = verify.verify_fix(fix)
-    assert found.status in (verify.HOLDS, verify.DOES_NOT_HOLD), found.line()
+    found = verify_rounds.verify_fix(fix)
+    assert found.status in (verify_rounds.HOLDS, verify_rounds.DOES_NOT_HOLD), found.line()
     assert found.speedup is not None and found.speedup > 0
     assert found.fixed_error is not None and found.fixed_error < 1e-4  # fp32 against float64
     assert found.timing in ("kernel", "call")
@@ -41,24 +41,24 @@ def test_a_pin_this_cublas_cannot_build_is_refused(fixes: FixSet) -> None:
     fix = fixes.fixes[0]
     assert fix.pin is not None
     broken = dataclasses.replace(fix, pin=dataclasses.replace(fix.pin, algo_id=9999))
-    found = verify.verify_fix(broken)
-    assert found.status == verify.REFUSED, found.line()
+    found = verify_rounds.verify_fix(broken)
+    assert found.status == verify_rounds.REFUSED, found.line()
 
 
 def test_a_fixed_call_that_computes_nothing_is_a_wrong_result(fixes: FixSet) -> None:
     """The fixed side launches nothing: its output stays as poisoned (NaN), and verify says so."""
     fix = fixes.fixes[0]
-    with verify._sides(fix) as (default, fixed):
+    with verify_rounds._sides(fix) as (default, fixed):
         silent = dataclasses.replace(fixed, run=lambda: None)
-        found = verify._measured(fix, default, silent, verify.DEFAULT_THRESHOLD)
-    assert found.status == verify.WRONG, found.line()
+        found = verify_rounds._measured(fix, default, silent, verify_rounds.DEFAULT_THRESHOLD)
+    assert found.status == verify_rounds.WRONG, found.line()
     assert "differs from a float64 product" in found.reason
 
 
 def test_a_bf16_pin_is_verified_too(fixes: FixSet) -> None:
     fix = next(f for f in fixes.fixes if f.problem.mode == "bf16")
-    found = verify.verify_fix(fix)
-    assert found.status in (verify.HOLDS, verify.DOES_NOT_HOLD), found.line()
+    found = verify_rounds.verify_fix(fix)
+    assert found.status in (verify_rounds.HOLDS, verify_rounds.DOES_NOT_HOLD), found.line()
     assert found.fixed_error is not None and found.fixed_error < 1e-2
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from cublas_audit.errors import AuditError
-from cublas_audit.jobs import measure as jobs
+from cublas_audit.jobs import measure
 from cublas_audit.judge.map_audit import map_findings
 from cublas_audit.judge.rules import prepare
 from cublas_audit.planning import map_grid
@@ -123,7 +123,7 @@ def mapped(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
     )
     try:
         with deadline(DEADLINE_S):
-            result = jobs.dispatch_map_run(options, 2, None, Progress(note=notes.append))
+            result = measure.dispatch_map_run(options, 2, None, Progress(note=notes.append))
     finally:
         monkeypatch.undo()
     return {"result": result, "seen": seen(tmp_path), "notes": notes, "tmp": tmp_path}
@@ -222,7 +222,7 @@ def test_an_interrupted_map_resumes_only_the_missing_cases(
     monkeypatch.setattr(map_plots, "draw", lambda rows, plots, flagged=(): [])  # drawn above
     monkeypatch.setattr(rundir, "COLUMNAR_ROWS", 100)  # a large run, as a full map is
     with deadline(DEADLINE_S):  # the recorded probe: the fake one of the fixture's map
-        result = jobs.dispatch_map_run(SweepOptions(resume=run_dir))
+        result = measure.dispatch_map_run(SweepOptions(resume=run_dir))
     plan = str(run_dir / rundir.PLAN_FILE)
     starts = [list(s["argv"]) for s in seen(mapped["tmp"]) if plan in s["argv"]]
     assert len(starts) == 1 and starts[0][starts[0].index("--phase") + 1] == "map"

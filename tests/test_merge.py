@@ -19,11 +19,10 @@ import pytest
 from typer.testing import CliRunner
 
 from cublas_audit.cli import app
-from cublas_audit.jobs import merge as merge_job
+from cublas_audit.jobs import merge
 from cublas_audit.planning.cases import Case, candidate_problems, read_plan, write_plan
 from cublas_audit.planning.shards import PlanPart, ShardSpec
-from cublas_audit.table import candidates_table, merge, rundir
-from cublas_audit.table import dispatch as table
+from cublas_audit.table import candidates_table, dispatch, rundir, shard_merge
 from cublas_audit.table.validation import read_table
 
 REPORTS = Path(__file__).resolve().parents[1] / "reports/h100"
@@ -50,7 +49,7 @@ def split(run: Path, count: int, where: Path) -> list[Path]:
         write_plan(part.cases(), path / rundir.PLAN_FILE)
         write_plan(whole, path / rundir.WHOLE_PLAN_FILE)
         ids = [case.case_id for case in part.cases()]
-        table.write_table(frame[frame["case_id"].isin(ids)], path / rundir.TABLE_FILE)
+        dispatch.write_table(frame[frame["case_id"].isin(ids)], path / rundir.TABLE_FILE)
         if candidates is not None:  # a sweep --candidates shard audits its cases' problems
             problems = [p.case_id for p in candidate_problems(part.cases())]
             mine = candidates[candidates["case_id"].isin(problems)]
@@ -66,9 +65,9 @@ def sweep_shards(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
 
 
 def test_merged_shards_are_the_run_rows_kernels_and_candidates(sweep_shards: list[Path]) -> None:
-    shards = [merge.read_shard(path) for path in reversed(sweep_shards)]  # any order given
-    merge.check_shards(shards)
-    merged = merge.merge(shards, ["cublas-audit", "merge"])
+    shards = [shard_merge.read_shard(path) for path in reversed(sweep_shards)]  # any order given
+    shard_merge.check_shards(shards)
+    merged = shard_merge.merge(shards, ["cublas-audit", "merge"])
     whole, frame, candidates = recorded(SWEEP)
     assert [c.case_id for c in merged.whole] == [c.case_id for c in whole]
     assert merged.table is not None and merged.candidates is not None
@@ -88,9 +87,9 @@ def test_merged_shards_are_the_run_rows_kernels_and_candidates(sweep_shards: lis
 
 
 def test_a_merged_map_is_the_map(tmp_path: Path) -> None:
-    shards = [merge.read_shard(path) for path in split(MAP, 2, tmp_path)]
-    merge.check_shards(shards)
-    merged = merge.merge(shards, [])
+    shards = [shard_merge.read_shard(path) for path in split(MAP, 2, tmp_path)]
+    shard_merge.check_shards(shards)
+    merged = shard_merge.merge(shards, [])
     assert merged.table is not None
     pd.testing.assert_frame_equal(merged.table, recorded(MAP)[1])
     assert merged.candidates is None
@@ -100,9 +99,9 @@ def test_merge_writes_one_run_directory_and_its_report(
     sweep_shards: list[Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     reported: list[Path] = []
-    monkeypatch.setattr(merge_job, "write_run_report", lambda out: reported.append(out) or out)
+    monkeypatch.setattr(merge, "write_run_report", lambda out: reported.append(out) or out)
     out = tmp_path / "merged"
-    result = merge_job.run(merge_job.MergeJob(sweep_shards, out, command=["merge"]))
+    result = merge.run(merge.MergeJob(sweep_shards, out, command=["merge"]))
     assert reported == [out] and result.run_dir == out
     assert [c.case_id for c in read_plan(out / rundir.PLAN_FILE)] == [
         c.case_id for c in recorded(SWEEP)[0]
@@ -161,9 +160,9 @@ def test_another_cublas_is_refused_unless_mixed_is_allowed(
     edit_env(shards[1], cublas_version="13.0.2")
     line = refused(list(map(str, shards)), tmp_path / "out")
     assert "cublas_version" in line and "--allow-mixed" in line
-    ordered = [merge.read_shard(path) for path in shards]
-    merge.check_shards(ordered, allow_mixed=True)
-    assert merge.merged_env(ordered, [])["mixed"] == ["cublas_version"]
+    ordered = [shard_merge.read_shard(path) for path in shards]
+    shard_merge.check_shards(ordered, allow_mixed=True)
+    assert shard_merge.merged_env(ordered, [])["mixed"] == ["cublas_version"]
 
 
 def test_a_run_that_is_no_shard_is_refused(shards: list[Path], tmp_path: Path) -> None:

@@ -21,7 +21,7 @@ from typer.testing import CliRunner
 
 from cublas_audit.cli import app
 from cublas_audit.errors import AuditError
-from cublas_audit.jobs import measure as jobs
+from cublas_audit.jobs import measure
 from cublas_audit.judge import candidates
 from cublas_audit.planning.cases import candidate_problems, read_plan
 from cublas_audit.run import multi_gpu, sweep
@@ -77,7 +77,7 @@ def test_the_problems_are_audited_once_each_on_their_gpu_and_merged(
     probe, calls = auditing_probe(tmp_path)
     progress = {gpu.index: Recorded() for gpu in H100S}
     with deadline(DEADLINE_S):
-        result = jobs.candidates_on_devices(
+        result = measure.candidates_on_devices(
             audit_options(tmp_path, probe),
             multi_gpu.Spread("all"),
             lambda gpu: progress[gpu.index].progress(),
@@ -120,14 +120,14 @@ def test_a_crashed_shard_resumes_at_its_first_unaudited_problem(
     probe, calls = auditing_probe(tmp_path, crash_on=culprit)
     crashed = r"GPU 1: the candidate audit failed .*; what the shards finished is kept: --resume"
     with deadline(DEADLINE_S), pytest.raises(AuditError, match=crashed):
-        jobs.candidates_on_devices(audit_options(tmp_path, probe), multi_gpu.Spread("all"))
+        measure.candidates_on_devices(audit_options(tmp_path, probe), multi_gpu.Spread("all"))
     before = audited(calls)
     assert before["GPU-bbbb-1"] == [c.case_id for c in gpu1[: len(gpu1) // 2]]
     assert not (tmp_path / "run" / rundir.CANDIDATES_FILE).exists()
 
     auditing_probe(tmp_path)  # the same fake, no longer crashing
     with deadline(DEADLINE_S):
-        result = jobs.candidates_on_devices(
+        result = measure.candidates_on_devices(
             SweepOptions(resume=tmp_path / "run"), multi_gpu.Spread()
         )
 
@@ -223,7 +223,7 @@ def test_a_resumed_run_is_judged_at_the_threshold_it_was_recorded_with(
 
 def test_a_replicated_candidate_audit_is_refused() -> None:
     with pytest.raises(AuditError, match="shards its problems"):
-        jobs.candidates_on_devices(
+        measure.candidates_on_devices(
             SweepOptions(cases=CASES), multi_gpu.Spread("all", replicate=True)
         )
 

@@ -22,13 +22,13 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from cublas_audit.device import roofline
+from cublas_audit.device import dram_bandwidth
 from cublas_audit.errors import AuditError, InterruptedSweepError, OperandMismatch, ToolMissingError
-from cublas_audit.jobs import measure as jobs
+from cublas_audit.jobs import measure
 from cublas_audit.judge import units
 from cublas_audit.observe import environment
 from cublas_audit.observe.environment import Gpu
-from cublas_audit.planning import shards as shards_plan
+from cublas_audit.planning.shards import work as estimated_work
 from cublas_audit.report import map_plots, units_report
 from cublas_audit.run import multi_gpu, shard_processes
 from cublas_audit.run.sweep import Progress
@@ -57,7 +57,7 @@ def test_shards_are_disjoint_complete_balanced_and_in_plan_order() -> None:
     order = {c.case_id: i for i, c in enumerate(cases)}
     for shard in shards:
         assert [order[c.case_id] for c in shard] == sorted(order[c.case_id] for c in shard)
-    work = [sum(map(shards_plan.work, shard)) for shard in shards]
+    work = [sum(map(estimated_work, shard)) for shard in shards]
     assert max(work) / min(work) < 1.05  # within 5 %: a 2-GPU map takes about half the time
 
 
@@ -90,7 +90,7 @@ def two_gpus(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     # these patches
     uuids = [gpu.uuid for gpu in H100S]
     monkeypatch.setattr(shard_processes, "CHILD_SETUP", functools.partial(as_h100s, uuids))
-    monkeypatch.setattr(roofline, "measure_dram", no_gpu_work_here)
+    monkeypatch.setattr(dram_bandwidth, "measure_dram", no_gpu_work_here)
     # the pictures are tests/test_map.py's; here they would only cost seconds
     monkeypatch.setattr(map_plots, "draw", lambda rows, plots, flagged=(): [])
     probe, _calls = fake_probe(tmp_path, replay=MAP, env_keys=("CUDA_VISIBLE_DEVICES",))
@@ -122,7 +122,7 @@ def test_a_sharded_map_pins_each_probe_and_merges_one_table(
     read: list[Path] = []  # what the run's reports read back (inputs.load_run's read_table)
     monkeypatch.setattr(inputs, "read_table", lambda path: read.append(path) or read_table(path))
     with deadline(DEADLINE_S):
-        result = jobs.dispatch_map_run(map_options(tmp_path, two_gpus), spread=spread)
+        result = measure.dispatch_map_run(map_options(tmp_path, two_gpus), spread=spread)
     assert result.run_dir not in read  # the merged table judged and reported as it was written
 
     starts = [s for s in seen(tmp_path) if "--only" in s["argv"]]
@@ -152,7 +152,7 @@ def test_a_resumed_sharded_map_redoes_only_each_shards_missing_cases(
 ) -> None:
     spread = multi_gpu.Spread("all")
     with deadline(DEADLINE_S):
-        first = jobs.dispatch_map_run(map_options(tmp_path, two_gpus), spread=spread)
+        first = measure.dispatch_map_run(map_options(tmp_path, two_gpus), spread=spread)
     shard = multi_gpu.shard_dir(first.run_dir, 1)
     results = shard / rundir.TIME_RESULTS
     folded = shard / (rundir.TIME_RESULTS + ".gz")  # (a finished shard's, rundir.compact_results)
@@ -163,7 +163,9 @@ def test_a_resumed_sharded_map_redoes_only_each_shards_missing_cases(
     (tmp_path / "probe-seen.jsonl").unlink()
 
     with deadline(DEADLINE_S):
-        again = jobs.dispatch_map_run(SweepOptions(resume=first.run_dir), spread=multi_gpu.Spread())
+        again = measure.dispatch_map_run(
+            SweepOptions(resume=first.run_dir), spread=multi_gpu.Spread()
+        )
 
     starts = [s for s in seen(tmp_path) if "--only" in s["argv"]]
     assert [s["env"]["CUDA_VISIBLE_DEVICES"] for s in starts] == ["GPU-bbbb-1"]
@@ -292,11 +294,11 @@ def test_ctrl_c_stops_every_shard_process_and_each_error_crosses_whole(
     options = replace(map_options(tmp_path, two_gpus), phase=Phase.map)
     plan = multi_gpu.start(options, H100S, replicate=False)
     cases = multi_gpu.shard(plan.cases, 2)
-    jobs = [
+    measure = [
         multi_gpu.shard_options(options, plan, gpu, part)
         for gpu, part in zip(H100S, cases, strict=True)
     ]
-    jobs[1] = replace(jobs[1], probe_env={"CUDA_VISIBLE_DEVICES": "none"})
+    measure[1] = replace(measure[1], probe_env={"CUDA_VISIBLE_DEVICES": "none"})
     seen_here: list[str] = []
 
     def advance(case_id: str) -> None:
@@ -305,7 +307,7 @@ def test_ctrl_c_stops_every_shard_process_and_each_error_crosses_whole(
 
     bar = Progress(advance=advance)
     with deadline(DEADLINE_S):
-        outcome = shard_processes.run_all(jobs, [bar, None])
+        outcome = shard_processes.run_all(measure, [bar, None])
 
     assert outcome.interrupted and set(outcome.failures) == {0, 1}
     stopped, failed = outcome.failures[0], outcome.failures[1]
@@ -344,7 +346,7 @@ def test_how_the_shards_ended_is_the_runs_one_error(
     raised: type[AuditError],
     message: str,
 ) -> None:
-    monkeypatch.setattr(shard_processes, "run_all", lambda jobs, progress: outcome)
+    monkeypatch.setattr(shard_processes, "run_all", lambda measure, progress: outcome)
     plan = multi_gpu.start(replace(SweepOptions(cases=map_cases()), out=tmp_path), H100S, False)
     with pytest.raises(raised, match=message):
         multi_gpu.run(SweepOptions(), plan)

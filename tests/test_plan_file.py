@@ -116,12 +116,12 @@ def test_every_committed_plan_reads_as_it_was_written() -> None:
 def test_recorded_shards_still_merge_to_the_recorded_merged_run() -> None:
     """The H100's three shards of a 400-problem map (listed plans, fingerprints of before):
     checked and merged, the recorded merged run's cases and rows."""
-    from cublas_audit.table import merge
+    from cublas_audit.table import shard_merge
     from cublas_audit.table.validation import read_table
 
-    shards = [merge.read_shard(SHARDS_CHECK / f"shard-{i}") for i in (1, 2, 3)]
-    merge.check_shards(shards)
-    merged = merge.merge(shards, ["merge"])
+    shards = [shard_merge.read_shard(SHARDS_CHECK / f"shard-{i}") for i in (1, 2, 3)]
+    shard_merge.check_shards(shards)
+    merged = shard_merge.merge(shards, ["merge"])
     recorded = read_table(SHARDS_CHECK / "merged")
     assert merged.plan.case_ids() == plan_case_ids(SHARDS_CHECK / "merged" / "plan.json")
     assert merged.table is not None

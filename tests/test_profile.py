@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from cublas_audit.errors import AuditError, ToolMissingError
-from cublas_audit.observe import ncu_command as profile
+from cublas_audit.observe import ncu_command
 from cublas_audit.observe.ncu_export import FMA_PCT
 
 from .conftest import FIXTURES
@@ -21,7 +21,7 @@ PERMISSION_DENIED = (
 
 
 def test_ncu_profiles_only_the_probe_ranges_with_targeted_metrics(tmp_path: Path) -> None:
-    argv = profile.ncu_argv("ncu", tmp_path / "r.ncu-rep", tmp_path / "r.log", "none")
+    argv = ncu_command.ncu_argv("ncu", tmp_path / "r.ncu-rep", tmp_path / "r.log", "none")
     assert argv[argv.index("--nvtx-include") + 1] == r"regex:^audit(-ref)?\..*/"
     metrics = argv[argv.index("--metrics") + 1].split(",")
     assert FMA_PCT in metrics and len(metrics) < 40
@@ -30,18 +30,18 @@ def test_ncu_profiles_only_the_probe_ranges_with_targeted_metrics(tmp_path: Path
 
 
 def test_recorded_ncu_log_is_clean() -> None:
-    profile.check_ncu_log(FIXTURES / "h100-smoke" / "ncu" / "chunk-000.log", 0)
+    ncu_command.check_ncu_log(FIXTURES / "h100-smoke" / "ncu" / "chunk-000.log", 0)
 
 
 def test_permission_error_gives_the_fix(tmp_path: Path) -> None:
     log = tmp_path / "ncu.log"
     log.write_text(PERMISSION_DENIED)
     with pytest.raises(ToolMissingError, match="NVreg_RestrictProfilingToAdminUsers=0"):
-        profile.check_ncu_log(log, 1)
+        ncu_command.check_ncu_log(log, 1)
 
 
 def test_other_ncu_errors_are_one_line(tmp_path: Path) -> None:
     log = tmp_path / "ncu.log"
     log.write_text("==PROF== Connected\n==ERROR== Failed to profile kernel\n==ERROR== second\n")
     with pytest.raises(AuditError, match=r"^ncu failed: Failed to profile kernel \(log: "):
-        profile.check_ncu_log(log, 1)
+        ncu_command.check_ncu_log(log, 1)

@@ -23,8 +23,7 @@ import pandas as pd
 import pytest
 
 from cublas_audit.errors import AuditError
-from cublas_audit.jobs import fleet
-from cublas_audit.jobs import measure as jobs
+from cublas_audit.jobs import fleet, measure
 from cublas_audit.observe import environment
 from cublas_audit.report import map_plots
 from cublas_audit.run import ray_fleet, run_archive
@@ -127,7 +126,7 @@ def test_each_shard_is_a_task_on_its_gpu_and_the_merge_is_the_unsharded_run(
 
     # the same machine, unsharded, in this process
     monkeypatch.setattr(environment, "collect", lambda ncu=None, device=None: h100_environment(ncu))
-    whole = jobs.dispatch_map_run(options(tmp_path, probe, "whole"))
+    whole = measure.dispatch_map_run(options(tmp_path, probe, "whole"))
     merged, alone = (
         load_run(path).frame.drop(columns=WHERE) for path in (result.run_dir, whole.run_dir)
     )

@@ -23,7 +23,7 @@ from typer.testing import CliRunner
 
 from cublas_audit.cli import app
 from cublas_audit.errors import AuditError
-from cublas_audit.jobs.reports import write_run_report
+from cublas_audit.jobs.run_reports import write_run_report
 from cublas_audit.judge.audited import audit_all
 from cublas_audit.judge.stall_pairs import StallPairs
 from cublas_audit.judge.thresholds import Thresholds

@@ -9,8 +9,7 @@ import pandas as pd
 import pytest
 
 from cublas_audit.errors import AuditError
-from cublas_audit.table import candidates_table, validation
-from cublas_audit.table import dispatch as table
+from cublas_audit.table import candidates_table, dispatch, validation
 from cublas_audit.table.candidates_table import read_candidates
 from cublas_audit.table.rundir import TABLE_FILE
 from cublas_audit.table.validation import read_table
@@ -31,19 +30,19 @@ def required_only() -> pd.DataFrame:
     loop row is the same case as the batched call beside it."""
     recorded = pd.read_csv(RUN / TABLE_FILE)
     calls = recorded[recorded["routine"] != "sgemm-loop"].reset_index(drop=True)
-    return calls[list(table.REQUIRED_COLUMNS)]
+    return calls[list(dispatch.REQUIRED_COLUMNS)]
 
 
 def test_a_table_with_only_the_required_columns_is_accepted(tmp_path: Path) -> None:
     frame = read_table(write(tmp_path, required_only()))
-    assert list(frame.columns) == list(table.REQUIRED_COLUMNS)
+    assert list(frame.columns) == list(dispatch.REQUIRED_COLUMNS)
     assert frame["m"].dtype == "Int64"
-    assert table.main_launches(frame).equals(frame)
+    assert dispatch.main_launches(frame).equals(frame)
 
 
 def test_a_case_twice_is_refused_naming_both_rows(tmp_path: Path) -> None:
     # With the loop rows, row 3 (the 256 batch-4 loop) is row 1's case again once routine is gone.
-    recorded = pd.read_csv(RUN / TABLE_FILE)[list(table.REQUIRED_COLUMNS)]
+    recorded = pd.read_csv(RUN / TABLE_FILE)[list(dispatch.REQUIRED_COLUMNS)]
     with pytest.raises(AuditError, match=r"t\.csv, row 3: the case of row 1 appears again"):
         read_table(write(tmp_path, recorded))
 
@@ -84,7 +83,7 @@ def test_garbage_file_is_a_one_line_error(tmp_path: Path) -> None:
 def test_csv_and_parquet_round_trip(tmp_path: Path) -> None:
     frame = read_table(RUN)
     for name in ("copy.csv", "copy.parquet"):
-        table.write_table(frame, tmp_path / name)
+        dispatch.write_table(frame, tmp_path / name)
         again = read_table(tmp_path / name)
         pd.testing.assert_frame_equal(again, frame, check_exact=False, rtol=1e-5)
 

@@ -347,7 +347,7 @@ def test_report_audits_the_trace_and_weights_findings_by_share() -> None:
 
 
 def test_reference_takes_the_shape_list_rows_it_can_compute(tmp_path: Path) -> None:
-    from cublas_audit.cli.measure import reference_problems
+    from cublas_audit.cli.measure_commands import reference_problems
 
     listed = tmp_path / "shapes.csv"
     listed.write_text(

@@ -24,7 +24,7 @@ from typer.testing import CliRunner
 from cublas_audit.cli import app
 from cublas_audit.errors import AuditError
 from cublas_audit.jobs import measure
-from cublas_audit.jobs.reports import with_trace
+from cublas_audit.jobs.run_reports import with_trace
 from cublas_audit.judge.audited import audit_dataset
 from cublas_audit.judge.thresholds import Thresholds
 from cublas_audit.observe.torch_trace import read_trace
@@ -323,13 +323,13 @@ def test_a_merged_trace_audit_keeps_the_record(
 ) -> None:
     """`--shard I/N` parts of the ViT audit, each with the whole plan's trace.json (what the sweep
     writes into every part), merge into one run that keeps it."""
-    from cublas_audit.jobs import merge as merge_job
+    from cublas_audit.jobs import merge
     from tests.test_merge import split
 
     shards = split(VIT_RUN, 2, tmp_path)
     for shard in shards:
         (shard / TRACE_FILE).write_bytes((VIT_RUN / TRACE_FILE).read_bytes())
-    monkeypatch.setattr(merge_job, "write_run_report", lambda out: out / rundir.REPORT_FILE)
+    monkeypatch.setattr(merge, "write_run_report", lambda out: out / rundir.REPORT_FILE)
     out = tmp_path / "merged"
-    merge_job.run(merge_job.MergeJob(shards, out, command=["merge"]))
+    merge.run(merge.MergeJob(shards, out, command=["merge"]))
     assert read_trace_record(out) == read_trace_record(VIT_RUN)

@@ -21,7 +21,7 @@ from typer.testing import CliRunner, Result
 
 from cublas_audit.cli import app
 from cublas_audit.observe import environment
-from cublas_audit.run import verify as run_verify
+from cublas_audit.run import verify_rounds
 from tests.conftest import REPORTS
 from tests.fakeprobe import h100_environment
 
@@ -37,7 +37,7 @@ def stand_in_h100(monkeypatch: pytest.MonkeyPatch) -> None:
         raise AssertionError("verify reached the GPU before refusing its input")
 
     monkeypatch.setattr(environment, "collect", lambda ncu=None, device=None: h100_environment())
-    monkeypatch.setattr(run_verify, "verify", measured)
+    monkeypatch.setattr(verify_rounds, "verify", measured)
 
 
 @pytest.fixture

@@ -12,7 +12,15 @@ from typing import Annotated, Any
 import typer
 from typer.core import TyperArgument, TyperCommand, TyperGroup
 
-from cublas_audit.cli import atlas, candidates, fix, machine, measure, merge, read
+from cublas_audit.cli import (
+    atlas_command,
+    candidates_command,
+    fix_commands,
+    machine,
+    measure_commands,
+    merge_command,
+    read,
+)
 from cublas_audit.cli.exit_codes import (
     INTERNAL_ERROR,
     INTERRUPTED,
@@ -97,17 +105,17 @@ class _Command(TyperCommand):
 # In the order `cublas-audit --help` lists them.
 _COMMANDS = (
     ("env", machine.env_command),
-    ("sweep", measure.sweep_command),
-    ("candidates", candidates.candidates_command),
-    ("reference", measure.reference_command),
+    ("sweep", measure_commands.sweep_command),
+    ("candidates", candidates_command.candidates_command),
+    ("reference", measure_commands.reference_command),
     ("report", read.report_command),
     ("diff", read.diff_command),
     ("shapes", read.shapes_command),
-    ("map", measure.map_command),
-    ("merge", merge.merge_command),
-    ("atlas", atlas.atlas_command),
-    ("fix", fix.fix_command),
-    ("verify", fix.verify_command),
+    ("map", measure_commands.map_command),
+    ("merge", merge_command.merge_command),
+    ("atlas", atlas_command.atlas_command),
+    ("fix", fix_commands.fix_command),
+    ("verify", fix_commands.verify_command),
 )
 for _name, _command in _COMMANDS:
     app.command(_name, cls=_Command)(_command)

@@ -8,9 +8,10 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from cublas_audit.cli import options as opt
 from cublas_audit.cli.exit_codes import exit_codes
 from cublas_audit.cli.options import (
+    DEFAULT_BATCHES,
+    DEFAULT_SIZES,
     AllowMixed,
     Batched,
     Batches,
@@ -19,11 +20,17 @@ from cublas_audit.cli.options import (
     Broadcast,
     CublasLib,
     Devices,
+    Fix,
+    Format,
+    FormatOption,
     Layouts,
     LdPad,
+    Listed,
     Modes,
+    Probe,
     ProbeEnv,
     ProbePython,
+    RayAddress,
     Resume,
     Shapes,
     ShapesFile,
@@ -31,6 +38,16 @@ from cublas_audit.cli.options import (
     Single,
     Sizes,
     TorchTrace,
+    Warm,
+    is_shard_run,
+    on_ray,
+    plan_cases,
+    print_json,
+    run_options,
+    sharded,
+    spread,
+    variants,
+    write_fixes,
 )
 from cublas_audit.cli.progress import with_progress
 from cublas_audit.errors import AuditError
@@ -47,9 +64,9 @@ if TYPE_CHECKING:
 def candidates_command(
     single: Single = None,
     batched: Batched = None,
-    sizes: Sizes = opt.DEFAULT_SIZES,
+    sizes: Sizes = DEFAULT_SIZES,
     shapes: Shapes = "",
-    batches: Batches = opt.DEFAULT_BATCHES,
+    batches: Batches = DEFAULT_BATCHES,
     modes: Modes = "fp32",
     limit: int = typer.Option(32, min=1, metavar="N", help="Heuristic candidates per case."),
     threshold: list[str] | None = typer.Option(
@@ -67,7 +84,7 @@ def candidates_command(
     workspace_mib: int = typer.Option(
         32, min=0, metavar="MIB", help="Workspace a candidate may use."
     ),
-    format: opt.FormatOption = opt.Format.md,
+    format: FormatOption = Format.md,
     out: Path | None = typer.Option(
         None, metavar="DIR", help="Write candidates.csv and candidates.log here."
     ),
@@ -85,9 +102,9 @@ def candidates_command(
     probe_python: ProbePython = None,
     cublas_lib: CublasLib = None,
     probe_env: ProbeEnv = None,
-    fix: opt.Fix = False,
-    ray: opt.RayAddress = None,
-    warm: opt.Warm = False,
+    fix: Fix = False,
+    ray: RayAddress = None,
+    warm: Warm = False,
 ) -> None:
     """Time every algorithm cuBLASLt's heuristic offers: is its default the fastest?"""
     from cublas_audit.judge.candidates import judge_candidates
@@ -98,13 +115,13 @@ def candidates_command(
     gap = candidate_gap(threshold or [])
 
     def grid() -> list[Case]:
-        problem = opt.variants(layouts, ld_pad, broadcast, beta, bias)
+        problem = variants(layouts, ld_pad, broadcast, beta, bias)
         return plan_from_options(
             single, batched, sizes, shapes, batches, modes, "cublasLt", problem
         )
 
-    listed = opt.Listed(shapes_file, torch_trace, modes, "cublasLt")
-    case_list = opt.plan_cases(resume, listed, grid)
+    listed = Listed(shapes_file, torch_trace, modes, "cublasLt")
+    case_list = plan_cases(resume, listed, grid)
     settings = {
         "candidate_limit": limit,
         "candidate_threshold": gap,
@@ -112,17 +129,17 @@ def candidates_command(
         "workspace_bytes": workspace_mib * 1024 * 1024,
         "warm": warm or None,
     }
-    probe = opt.Probe(probe_python, cublas_lib, probe_env)
-    spread = opt.spread(devices, False, allow_mixed, resume)
+    probe = Probe(probe_python, cublas_lib, probe_env)
+    placement = spread(devices, False, allow_mixed, resume)
     if fix and out is None and resume is None:
         raise AuditError("--fix needs --out DIR: the fixes are written beside the audit")
-    engine = opt.on_ray(ray, resume, devices, shard, False)
+    engine = on_ray(ray, resume, devices, shard, False)
     if engine is not None:
         frame, gap = _on_ray(case_list, out, resume, probe, settings, engine.address)
-    elif shard is not None or opt.is_shard_run(resume):
-        frame, gap = _as_shard(case_list, out, resume, probe, settings, shard, spread)
-    elif spread is not None:
-        frame, gap = _on_devices(case_list, out, resume, probe, settings, spread)
+    elif shard is not None or is_shard_run(resume):
+        frame, gap = _as_shard(case_list, out, resume, probe, settings, shard, placement)
+    elif placement is not None:
+        frame, gap = _on_devices(case_list, out, resume, probe, settings, placement)
     elif resume is not None:
         raise AuditError(f"--resume: {resume} is not a run of `candidates --devices`")
     elif (given := probe.first_given()) is not None:
@@ -133,16 +150,16 @@ def candidates_command(
     else:
         frame = _here(case_list, out, settings)
     verdicts = judge_candidates(frame, gap)
-    if format is opt.Format.json:
+    if format is Format.json:
         found = [finding.to_json() for finding in verdicts.flagged]
-        opt.print_json({"candidates": frame_records(frame), "findings": found})
+        print_json({"candidates": frame_records(frame), "findings": found})
     else:
         typer.echo(render_markdown(verdicts))
     if fix:
         written = resume or out
         assert written is not None
-        machine = None if spread is not None else _machine()
-        opt.write_fixes(written, machine)
+        machine = None if placement is not None else _machine()
+        write_fixes(written, machine)
 
 
 def candidate_gap(items: list[str]) -> float:
@@ -210,7 +227,7 @@ def _as_shard(
     case_list: list[Case],
     out: Path | None,
     resume: Path | None,
-    probe: opt.Probe,
+    probe: Probe,
     settings: dict[str, Any],
     shard: str | None,
     spread: Spread | None,
@@ -223,8 +240,8 @@ def _as_shard(
     # the whole plan is the problems: every shard audits each of its problems once
     chosen = settings if resume is None else {}
     problems = candidate_problems(case_list)
-    options = opt.run_options(problems, out, resume, probe, phase=Phase.candidates, **chosen)
-    options = opt.sharded(options, shard, spread)
+    options = run_options(problems, out, resume, probe, phase=Phase.candidates, **chosen)
+    options = sharded(options, shard, spread)
     result = with_progress(lambda bars: sweep(options, bars.hooks()))
     typer.echo(f"run directory: {result.run_dir}\nreport: {result.report}", err=True)
     assert result.frame is not None  # a candidates run's table: candidates.csv
@@ -244,18 +261,18 @@ def _on_ray(
     case_list: list[Case],
     out: Path | None,
     resume: Path | None,
-    probe: opt.Probe,
+    probe: Probe,
     settings: dict[str, Any],
     address: str | None,
 ) -> tuple[pd.DataFrame, float]:
     """--ray: the problems sharded over a Ray cluster's GPUs (jobs.fleet), merged into one
     candidates.csv and its report; with the threshold the run recorded."""
-    from cublas_audit.jobs.fleet import on_ray
+    from cublas_audit.jobs import fleet
     from cublas_audit.table.candidates_table import read_candidates
 
     chosen = settings if resume is None else {}
-    options = opt.run_options(case_list, out, resume, probe, **chosen)
-    result = on_ray(options, address, Phase.candidates)
+    options = run_options(case_list, out, resume, probe, **chosen)
+    result = fleet.on_ray(options, address, Phase.candidates)
     typer.echo(f"run directory: {result.run_dir}\nreport: {result.report}", err=True)
     threshold = _recorded_threshold(result.run_dir)
     return read_candidates(result.run_dir), threshold
@@ -265,7 +282,7 @@ def _on_devices(
     case_list: list[Case],
     out: Path | None,
     resume: Path | None,
-    probe: opt.Probe,
+    probe: Probe,
     settings: dict[str, Any],
     spread: Spread,
 ) -> tuple[pd.DataFrame, float]:
@@ -275,7 +292,7 @@ def _on_devices(
 
     # A resumed run keeps its recorded settings; a probe option given then is checked against it.
     chosen = settings if resume is None else {}
-    options = opt.run_options(case_list, out, resume, probe, **chosen)
+    options = run_options(case_list, out, resume, probe, **chosen)
     multi = with_progress(lambda bars: candidates_on_devices(options, spread, bars.for_gpu))
     typer.echo(f"run directory: {multi.run_dir}\nreport: {multi.report}", err=True)
     assert multi.frame is not None  # a sharded run's merged table

@@ -6,9 +6,10 @@ from pathlib import Path
 
 import typer
 
-from cublas_audit.cli import options as opt
 from cublas_audit.cli.exit_codes import exit_codes
 from cublas_audit.cli.options import (
+    DEFAULT_BATCHES,
+    DEFAULT_SIZES,
     AllowMixed,
     Batched,
     Batches,
@@ -17,10 +18,15 @@ from cublas_audit.cli.options import (
     Broadcast,
     CublasLib,
     Devices,
+    Fix,
+    Format,
+    FormatOption,
     GpuLabel,
     Layouts,
     LdPad,
+    Listed,
     Modes,
+    Probe,
     ProbeEnv,
     ProbePython,
     RayAddress,
@@ -34,6 +40,17 @@ from cublas_audit.cli.options import (
     Sizes,
     Thresholds,
     TorchTrace,
+    Warm,
+    is_shard_run,
+    on_ray,
+    plan_cases,
+    print_json,
+    run_options,
+    sharded,
+    spread,
+    trace_shares,
+    variants,
+    write_fixes,
 )
 from cublas_audit.cli.progress import with_progress
 from cublas_audit.errors import AuditError
@@ -45,9 +62,9 @@ from cublas_audit.vocabulary import Phase
 def sweep_command(
     single: Single = None,
     batched: Batched = None,
-    sizes: Sizes = opt.DEFAULT_SIZES,
+    sizes: Sizes = DEFAULT_SIZES,
     shapes: Shapes = "",
-    batches: Batches = opt.DEFAULT_BATCHES,
+    batches: Batches = DEFAULT_BATCHES,
     modes: Modes = "fp32",
     api: str = typer.Option(
         "cublas,cublasLt", metavar="API,...", help="cublas (classic calls), cublasLt, or both."
@@ -109,8 +126,8 @@ def sweep_command(
     allow_mixed: AllowMixed = False,
     shard: Shard = None,
     ray: RayAddress = None,
-    fix: opt.Fix = False,
-    warm: opt.Warm = False,
+    fix: Fix = False,
+    warm: Warm = False,
 ) -> None:
     """Run cuBLAS / cuBLASLt calls across sizes under ncu and write a dispatch table."""
     from cublas_audit.jobs.measure import sweep
@@ -120,17 +137,17 @@ def sweep_command(
 
     def grid() -> list[Case]:
         limit = -1 if workspace_mib is None else workspace_mib
-        problem = opt.variants(layouts, ld_pad, broadcast, beta, bias, limit)
+        problem = variants(layouts, ld_pad, broadcast, beta, bias, limit)
         return plan_from_options(single, batched, sizes, shapes, batches, modes, api, problem)
 
-    planned = opt.plan_cases(resume, opt.Listed(shapes_file, torch_trace, modes, api), grid)
+    planned = plan_cases(resume, Listed(shapes_file, torch_trace, modes, api), grid)
     # unaligned-operand's cause removed (padded, the other layout), measured beside each case
     planned = with_cause_removed_companions(planned)
-    options = opt.run_options(
+    options = run_options(
         planned,
         out,
         resume,
-        opt.Probe(probe_python, cublas_lib, probe_env),
+        Probe(probe_python, cublas_lib, probe_env),
         gpu_label=gpu_label,
         profile=profile,
         reference=reference,
@@ -140,28 +157,28 @@ def sweep_command(
         candidate_limit=limit if candidates else None,
         observer=Observer.parse(observer),
         warm=warm or None,
-        trace=opt.trace_shares(torch_trace, planned),  # trace.json: each problem's share
+        trace=trace_shares(torch_trace, planned),  # trace.json: each problem's share
     )
-    engine = opt.on_ray(ray, resume, devices, shard, replicate)
-    spread = opt.spread(devices, replicate, allow_mixed, resume)
-    options = opt.sharded(options, shard, spread)
+    engine = on_ray(ray, resume, devices, shard, replicate)
+    placement = spread(devices, replicate, allow_mixed, resume)
+    options = sharded(options, shard, placement)
     if fix and replicate:
         raise AuditError("--fix takes one run's fixes; a replicated run has one per unit")
     if engine is not None:
-        from cublas_audit.jobs.fleet import on_ray
+        from cublas_audit.jobs import fleet
 
-        result = on_ray(options, engine.address, replicate=engine.replicate)
-    elif spread is not None:
+        result = fleet.on_ray(options, engine.address, replicate=engine.replicate)
+    elif placement is not None:
         from cublas_audit.jobs.measure import sweep_on_devices
 
-        result = with_progress(lambda bars: sweep_on_devices(options, spread, bars.for_gpu))
+        result = with_progress(lambda bars: sweep_on_devices(options, placement, bars.for_gpu))
     else:
         result = with_progress(lambda bars: sweep(options, bars.hooks()))
     if result.frame is not None:
         typer.echo(summary(result.frame))
     typer.echo(f"\nrun directory: {result.run_dir}\nreport: {result.report}")
     if fix:
-        opt.write_fixes(result.run_dir)
+        write_fixes(result.run_dir)
 
 
 @exit_codes
@@ -214,12 +231,12 @@ def map_command(
     allow_mixed: AllowMixed = False,
     shard: Shard = None,
     ray: RayAddress = None,
-    fix: opt.Fix = False,
-    warm: opt.Warm = False,
+    fix: Fix = False,
+    warm: Warm = False,
 ) -> None:
     """Map which kernel cuBLAS dispatches over a dense grid of shapes (CUPTI, no counters needed):
     kernel switches, dispatch cliffs and size inversions, pictures; --follow-up goes deep."""
-    from cublas_audit.jobs import measure as jobs
+    from cublas_audit.jobs import measure
     from cublas_audit.judge.map_audit import MAP_RULES
     from cublas_audit.judge.thresholds import with_overrides
     from cublas_audit.planning import map_grid
@@ -235,18 +252,18 @@ def map_command(
             parse_int_list(batches, "--batches"),
             parse_modes(modes),
             parse_apis(api),
-            opt.variants(layouts, ld_pad, broadcast, beta),
+            variants(layouts, ld_pad, broadcast, beta),
             sample,
             seed,
         )
 
-    listed = opt.Listed(shapes_file, torch_trace, modes, api)
-    planned = opt.plan_cases(resume, listed, grid, map_grid.listed)
-    options = opt.run_options(
+    listed = Listed(shapes_file, torch_trace, modes, api)
+    planned = plan_cases(resume, listed, grid, map_grid.listed)
+    options = run_options(
         planned,
         out,
         resume,
-        opt.Probe(probe_python, cublas_lib, probe_env),
+        Probe(probe_python, cublas_lib, probe_env),
         gpu_label=gpu_label,
         min_reps=None if resume is not None else reps,
         reference=False,
@@ -256,19 +273,19 @@ def map_command(
     limit = follow_up_limit if follow_up else None
     if fix and not follow_up:
         raise AuditError("--fix needs --follow-up: a map's alternatives are measured there")
-    engine = opt.on_ray(ray, resume, devices, shard, replicate)
-    spread = opt.spread(devices, replicate, allow_mixed, resume)
-    options = opt.sharded(options, shard, spread)
-    if follow_up and (shard is not None or opt.is_shard_run(resume) or engine is not None):
+    engine = on_ray(ray, resume, devices, shard, replicate)
+    placement = spread(devices, replicate, allow_mixed, resume)
+    options = sharded(options, shard, placement)
+    if follow_up and (shard is not None or is_shard_run(resume) or engine is not None):
         raise AuditError("--follow-up judges the whole map: leave it out of a --shard or --ray run")
     if engine is not None:
-        from cublas_audit.jobs.fleet import on_ray
+        from cublas_audit.jobs import fleet
 
-        result = on_ray(options, engine.address, Phase.map, replicate=engine.replicate)
+        result = fleet.on_ray(options, engine.address, Phase.map, replicate=engine.replicate)
     else:
         result = with_progress(
-            lambda bars: jobs.dispatch_map_run(
-                options, limit, limits, bars.hooks(), spread, bars.for_gpu if spread else None
+            lambda bars: measure.dispatch_map_run(
+                options, limit, limits, bars.hooks(), placement, bars.for_gpu if placement else None
             )
         )
     if result.frame is None:
@@ -282,16 +299,16 @@ def map_command(
     if result.follow_up is not None:
         typer.echo(f"follow-up: {result.follow_up}")
         if fix:
-            opt.write_fixes(result.run_dir)
+            write_fixes(result.run_dir)
 
 
 @exit_codes
 def reference_command(
-    sizes: Sizes = opt.DEFAULT_SIZES,
+    sizes: Sizes = DEFAULT_SIZES,
     batches: str = typer.Option(
         "1,4,8,16", metavar="N,N,...", help="Batch counts (1 = the single call)."
     ),
-    format: opt.FormatOption = opt.Format.md,
+    format: FormatOption = Format.md,
     tune: bool = typer.Option(
         False, "--tune", help="Search the tile space on this GPU and write its strategy table."
     ),
@@ -325,8 +342,8 @@ def reference_command(
         typer.echo(f"strategy table: {bench.write_table(table, out)}")
         return
     rows = bench.comparisons(size_list, batch_list, log, min_reps, listed)
-    if format is opt.Format.json:
-        opt.print_json([row.to_json() for row in rows])
+    if format is Format.json:
+        print_json([row.to_json() for row in rows])
     else:
         typer.echo(bench.markdown(rows))
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import typer
 
-from cublas_audit.cli import options as opt
+from cublas_audit.cli import options
 from cublas_audit.cli.exit_codes import exit_codes
 from cublas_audit.cli.options import Thresholds
 from cublas_audit.errors import AuditError
@@ -27,7 +27,7 @@ def report_command(
     out: Path | None = typer.Option(
         None, metavar="FILE", help="Write the Markdown here, plots/ beside it."
     ),
-    format: opt.Format | None = typer.Option(
+    format: options.Format | None = typer.Option(
         None,
         "--format",
         metavar="md|json",
@@ -55,7 +55,7 @@ def report_command(
 def diff_command(
     a: Path = typer.Argument(..., metavar="RUN_A", help="Baseline: a run directory or a table."),
     b: Path = typer.Argument(..., metavar="RUN_B", help="Compared: a run directory or a table."),
-    format: opt.FormatOption = opt.Format.md,
+    format: options.FormatOption = options.Format.md,
     fail_on: Gate | None = typer.Option(
         None,
         "--fail-on",
@@ -75,8 +75,8 @@ def diff_command(
 
     limits = with_overrides(threshold or [])
     result = diff.compare(load_one_gpu(a), load_one_gpu(b), limits)
-    if format is opt.Format.json:
-        opt.print_json(diff_report.to_json(result))
+    if format is options.Format.json:
+        options.print_json(diff_report.to_json(result))
     else:
         typer.echo(diff_report.to_markdown(result), nl=False)
     if fail_on is not None and result.matched.empty:
@@ -95,7 +95,7 @@ def shapes_command(
         metavar="FILE",
         help="A PyTorch profiler trace (Chrome JSON, plain or gzipped, record_shapes=True).",
     ),
-    format: opt.FormatOption = opt.Format.md,
+    format: options.FormatOption = options.Format.md,
     out: Path | None = typer.Option(
         None, metavar="FILE", help="Write the output here instead of stdout."
     ),
@@ -112,7 +112,7 @@ def shapes_command(
         check_output(out, [torch_trace])
     trace = read_trace(torch_trace)
     table = problems(trace)
-    if format is opt.Format.json:
+    if format is options.Format.json:
         text = json.dumps(json_ready(frame_records(table)), indent=2, allow_nan=False) + "\n"
     else:
         text = problems_markdown(trace, table)

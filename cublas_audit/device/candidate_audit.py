@@ -28,8 +28,7 @@ from typing import IO, Any, Protocol
 
 import pandas as pd
 
-from cublas_audit.device import kernel_trace, l2, lt, operands, timing
-from cublas_audit.device import launchers as launch
+from cublas_audit.device import kernel_trace, l2, launchers, lt, operands, timing
 from cublas_audit.planning.cases import DEFAULT_WORKSPACE_BYTES, Case, candidate_problems
 from cublas_audit.table import rundir
 from cublas_audit.table.candidates_table import (
@@ -174,7 +173,7 @@ def _audit(
 ) -> list[dict[str, Any]]:
     """The candidates of the case's own problem, each row complete (`base`: the problem)."""
     ops = operands.make_for(case)
-    with launch.lt(case, ops, workspace) as gemm:
+    with launchers.lt(case, ops, workspace) as gemm:
         listed = _with_default(gemm.heuristics(settings.limit), gemm.default())
         default = next(cand for cand, is_default in listed if is_default)
         default_error = operands.checked(functools.partial(gemm.run, default), ops)

@@ -16,7 +16,7 @@ from typing import Any
 
 from cublas_audit.errors import AuditError
 from cublas_audit.files import never_replacing, os_error, write_text_atomic
-from cublas_audit.jobs.reports import recorded_verdicts
+from cublas_audit.jobs.run_reports import recorded_verdicts
 from cublas_audit.judge.audited import audit_dataset
 from cublas_audit.judge.candidates import judge_candidates
 from cublas_audit.judge.fixes import fix_set, fixes_of, pin_fixes, stamp_of, with_torch_ops

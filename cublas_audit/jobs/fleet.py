@@ -10,11 +10,11 @@ from dataclasses import replace
 from cublas_audit.errors import AuditError
 from cublas_audit.jobs.measure import SweepResult
 from cublas_audit.jobs.merge import write_merged
-from cublas_audit.jobs.reports import write_map_report, write_run_report, write_units_report
+from cublas_audit.jobs.run_reports import write_map_report, write_run_report, write_units_report
 from cublas_audit.planning.cases import candidate_problems
 from cublas_audit.run import ray_fleet
 from cublas_audit.run.sweep_setup import SweepOptions, sweep
-from cublas_audit.table import merge, rundir
+from cublas_audit.table import rundir, shard_merge
 from cublas_audit.vocabulary import Phase
 
 
@@ -45,7 +45,7 @@ def on_ray(
                 write_run_report(unit)
         units = write_units_report(fleet.run_dir, shard_dirs)
         return SweepResult(fleet.run_dir, None, units, shard_dirs)
-    shards = [merge.read_shard(path) for path in shard_dirs]
+    shards = [shard_merge.read_shard(path) for path in shard_dirs]
     record = rundir.read_env(fleet.run_dir)
     kept = {key: record[key] for key in (*ray_fleet.ENGINE_KEYS, "placed") if key in record}
     return write_merged(shards, fleet.run_dir, False, fleet.command, kept)

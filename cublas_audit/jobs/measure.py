@@ -1,5 +1,5 @@
 """Each measuring command's whole job: measure (cublas_audit.run returns data), then judge and
-write the reports of what it measured (jobs.reports). The CLI and the Python API call these; the
+write the reports of what it measured (jobs.run_reports). The CLI and the Python API call these; the
 run stage never picks or imports a report writer.
 """
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from cublas_audit.jobs.reports import (
+from cublas_audit.jobs.run_reports import (
     write_candidates_report,
     write_map_report,
     write_run_report,

@@ -1,5 +1,5 @@
 """`cublas-audit merge RUN... --out DIR`: shard run directories (`--shard I/N`) joined into one
-run directory, then its report as the phase's measuring job writes it (jobs.reports).
+run directory, then its report as the phase's measuring job writes it (jobs.run_reports).
 
     DIR/plan.json       the whole plan
     DIR/dispatch.csv    the shards' tables as one, in plan order (where the shards have them;
@@ -18,7 +18,7 @@ from typing import Any
 
 from cublas_audit.errors import AuditError
 from cublas_audit.jobs.measure import SweepResult
-from cublas_audit.jobs.reports import (
+from cublas_audit.jobs.run_reports import (
     collector_paused,
     write_candidates_report,
     write_map_report,
@@ -26,7 +26,7 @@ from cublas_audit.jobs.reports import (
 )
 from cublas_audit.planning import plan_file
 from cublas_audit.run.sweep_setup import check_new_run_dir
-from cublas_audit.table import candidates_table, merge, rundir
+from cublas_audit.table import candidates_table, rundir, shard_merge
 from cublas_audit.table.env_record import EnvRecord
 from cublas_audit.table.trace_record import read_trace_record, write_trace_record
 from cublas_audit.vocabulary import Phase
@@ -45,15 +45,15 @@ class MergeJob:
 
 def run(job: MergeJob) -> SweepResult:
     """Every check first (nothing is written on a refusal), then the merged run and its report."""
-    merge.check_out(job.out, job.runs)
+    shard_merge.check_out(job.out, job.runs)
     check_new_run_dir(job.out)
     _check_given_once(job.runs)
-    shards = [merge.read_shard(path) for path in job.runs]
+    shards = [shard_merge.read_shard(path) for path in job.runs]
     return write_merged(shards, job.out, job.allow_mixed, job.command)
 
 
 def write_merged(
-    shards: list[merge.ShardRun],
+    shards: list[shard_merge.ShardRun],
     out: Path,
     allow_mixed: bool,
     command: list[str],
@@ -61,9 +61,9 @@ def write_merged(
 ) -> SweepResult:
     """The shards checked, then merged into `out` and reported (`merge`, and a Ray run into its
     own directory, whose `record` of the engine joins the merged env.json)."""
-    merge.check_shards(shards, allow_mixed)
+    shard_merge.check_shards(shards, allow_mixed)
     with collector_paused():  # (its tables' millions of cells, as judging's findings)
-        merged = merge.merge(shards, command)
+        merged = shard_merge.merge(shards, command)
     merged = replace(merged, env={**merged.env, **(record or {})})
     out.mkdir(parents=True, exist_ok=True)
     plan_file.write(merged.plan, out / rundir.PLAN_FILE)
@@ -86,7 +86,7 @@ def _check_given_once(runs: list[Path]) -> None:
         seen.add(run.resolve())
 
 
-def _report(out: Path, merged: merge.Merged) -> Path:
+def _report(out: Path, merged: shard_merge.Merged) -> Path:
     phase = EnvRecord.of(merged.env, out / rundir.ENV_FILE).phase
     if phase is Phase.map:
         return write_map_report(out, frame=merged.table)  # (in memory: not read again)

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from cublas_audit.files import never_replacing, write_text_atomic
-from cublas_audit.jobs.reports import recorded_verdicts, with_trace
+from cublas_audit.jobs.run_reports import recorded_verdicts, with_trace
 from cublas_audit.judge.audited import audit_all
 from cublas_audit.judge.candidates import CandidateVerdicts
 from cublas_audit.judge.grouping import by_cause

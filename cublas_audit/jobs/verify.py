@@ -1,5 +1,5 @@
 """The `verify` job: a fix.json checked whole (before any GPU work), then each fix re-measured on
-this GPU (run.verify), the verdicts printed one line each and written to verify.json.
+this GPU (run.verify_rounds), the verdicts printed one line each and written to verify.json.
 
 Exit codes: 0 done; 1 only under --fail-on, when a fix does not hold here or computes a wrong
 result; 2 a bad fix file, or a pin refused by the very cuBLAS and GPU it was proven on (the file
@@ -58,7 +58,7 @@ def checked_input(path: Path) -> FixSet:
 
 
 def run(job: VerifyJob, echo: Echo) -> int:
-    from cublas_audit.run import verify
+    from cublas_audit.run import verify_rounds
 
     out = job.out or job.fix_file.parent / VERIFY_FILE
     inputs = [job.fix_file, *([tunable_path(job.fix_file)] if job.torch else [])]
@@ -73,10 +73,10 @@ def run(job: VerifyJob, echo: Echo) -> int:
         cublas_version=env.cublas_version or "unknown",
         driver_version=env.driver_version or "unknown",
     )
-    differs = verify.elsewhere(fixes.stamp, here)
+    differs = verify_rounds.elsewhere(fixes.stamp, here)
     if differs:
         echo(f"verify: proven on {fixes.stamp.words()}; re-measured here: {differs}")
-    found = verify.verify(fixes, threshold=job.threshold, progress=echo, cold=not job.warm)
+    found = verify_rounds.verify(fixes, threshold=job.threshold, progress=echo, cold=not job.warm)
     data = {
         "fix_file": str(job.fix_file),
         "proven_on": asdict(fixes.stamp),
@@ -90,13 +90,17 @@ def run(job: VerifyJob, echo: Echo) -> int:
     if through_torch:  # verify.json again, with the framework's verdicts beside the library's
         data["torch"] = [asdict(item) for item in through_torch]
         _write(out, data, inputs)
-    refused = [item for item in found if item.status == verify.REFUSED]
+    refused = [item for item in found if item.status == verify_rounds.REFUSED]
     if refused and not differs:
         raise AuditError(
             f"{job.fix_file}: {len(refused)} pin(s) refused by the cuBLAS and GPU they were "
             f"proven on (first: {refused[0].fix_id}: {refused[0].reason})"
         )
-    failed = [item.fix_id for item in found if item.status in (verify.DOES_NOT_HOLD, verify.WRONG)]
+    failed = [
+        item.fix_id
+        for item in found
+        if item.status in (verify_rounds.DOES_NOT_HOLD, verify_rounds.WRONG)
+    ]
     failed += [item.fix_id for item in through_torch if item.status != HOLDS]
     return GATE_FAILED if job.fail_on and failed else 0
 

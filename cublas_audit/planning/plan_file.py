@@ -28,14 +28,13 @@ from typing import Any
 
 from cublas_audit.errors import AuditError
 from cublas_audit.files import write_text_atomic
-from cublas_audit.planning import cases as plan_cases
-from cublas_audit.planning.cases import Case
+from cublas_audit.planning.cases import FIELD_NAMES, OPTIONAL_FIELDS, Case, case_id_of, routine_of
 
 FORMAT = 2
-FIELDS = plan_cases.FIELD_NAMES
+FIELDS = FIELD_NAMES
 _KINDS: dict[str, Any] = {
     "api": str, "mode": str, "m": int, "n": int, "k": int, "batch": int,
-    **plan_cases.OPTIONAL_FIELDS,
+    **OPTIONAL_FIELDS,
 }  # fmt: skip
 _DEFAULTS = {field.name: field.default for field in fields(Case) if field.name in _KINDS}
 
@@ -87,12 +86,12 @@ class PlanFile:
         if all(name in self.constant for name in FIELDS if name not in ("m", "n", "k")):
             # a map's usual plan: only the sizes vary, the rest of each id is the same text
             # (the id of sizes 0x0x0: api.mode.0x0x0.rest; no api or mode holds a dot)
-            api, mode, _, rest = plan_cases.case_id_of(
-                *(self.constant.get(name, 0) for name in FIELDS)
-            ).split(".", 3)
+            api, mode, _, rest = case_id_of(*(self.constant.get(name, 0) for name in FIELDS)).split(
+                ".", 3
+            )
             sizes = zip(self.column("m"), self.column("n"), self.column("k"), strict=True)
             return tuple(f"{api}.{mode}.{m}x{n}x{k}.{rest}" for m, n, k in sizes)
-        return tuple(plan_cases.case_id_of(*row) for row in self.rows())
+        return tuple(case_id_of(*row) for row in self.rows())
 
     def flops(self) -> list[float]:
         """Each case's FLOPs (Case.flops), what shards are balanced by."""
@@ -116,7 +115,7 @@ class PlanFile:
         case's JSON, listed (seconds for a full map: only where the new one does not match)."""
         listed = [
             {**dict(zip(FIELDS, row, strict=True)), "case_id": case_id,
-             "routine": plan_cases.routine_of(*row)}
+             "routine": routine_of(*row)}
             for row, case_id in zip(self.rows(), self.case_ids(), strict=True)
         ]  # fmt: skip
         canonical = json.dumps(listed, sort_keys=True, separators=(",", ":"))

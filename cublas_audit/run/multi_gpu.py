@@ -40,7 +40,7 @@ from cublas_audit.run.sweep import Progress
 from cublas_audit.run.sweep_setup import SweepOptions, check_new_run_dir, default_run_dir
 from cublas_audit.table import candidates_table, rundir
 from cublas_audit.table.env_record import EnvRecord
-from cublas_audit.table.merge import in_plan_order, read_tables
+from cublas_audit.table.shard_merge import in_plan_order, read_tables
 from cublas_audit.table.trace_record import write_trace_record
 from cublas_audit.version import __version__
 from cublas_audit.vocabulary import Phase

@@ -43,7 +43,7 @@ from cublas_audit.run import ray_units
 from cublas_audit.run.multi_gpu import SHARDS_DIR
 from cublas_audit.run.run_archive import pack, unpack
 from cublas_audit.run.sweep_setup import SweepOptions, check_new_run_dir, sweep
-from cublas_audit.table import merge, rundir
+from cublas_audit.table import rundir, shard_merge
 from cublas_audit.table.env_record import EnvRecord
 from cublas_audit.version import __version__
 from cublas_audit.vocabulary import Phase
@@ -297,7 +297,7 @@ def _finished(path: Path) -> bool:
     if not (path / rundir.ENV_FILE).is_file():
         return False
     try:
-        return merge.finished(merge.read_shard(path))
+        return shard_merge.finished(shard_merge.read_shard(path))
     except AuditError:
         return False  # half written: run it again
 

@@ -5,7 +5,7 @@ whole plan as its part 1/1 (so a unit's directory reads back as a finished shard
 run re-runs only the units with none), returned as a tar and unpacked under
 `<run>/shards/unit-I/`. What differs from shards is said here: how many units, their names, and
 each unit's gpu_label, which names its node's host and GPU so that the comparison
-(judge.units, through jobs.reports.write_units_report) names the node that differs.
+(judge.units, through jobs.run_reports.write_units_report) names the node that differs.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ from typing import Any
 
 import pandas as pd
 
-from cublas_audit.observe import ncu_export as ncu_parse
+from cublas_audit.observe import ncu_export
 from cublas_audit.observe.environment import format_cublas_version
 from cublas_audit.planning.cases import Case, read_plan
 from cublas_audit.table import assemble, rundir
@@ -41,10 +41,10 @@ def unfinished_cases(path: Path, done: Mapping[str, Any]) -> list[str]:
     return [case_id for case_id in dict.fromkeys(started) if case_id not in done]
 
 
-def collect_launches(run_dir: Path) -> list[ncu_parse.Launch]:
-    launches: list[ncu_parse.Launch] = []
+def collect_launches(run_dir: Path) -> list[ncu_export.Launch]:
+    launches: list[ncu_export.Launch] = []
     for csv_path in sorted((run_dir / NCU_DIR).glob("chunk-*.csv")):
-        launches.extend(ncu_parse.parse_csv_file(csv_path))
+        launches.extend(ncu_export.parse_csv_file(csv_path))
     return launches
 
 

@@ -21,7 +21,7 @@ import pandas as pd
 from cublas_audit.errors import AuditError, InterruptedSweepError
 from cublas_audit.files import write_text_atomic
 from cublas_audit.judge import candidates
-from cublas_audit.observe import ncu_command as profile
+from cublas_audit.observe import ncu_command
 from cublas_audit.planning.cases import DEFAULT_WORKSPACE_BYTES, Case, candidate_problems
 from cublas_audit.run.probe_process import (
     DONE_LINE,
@@ -231,16 +231,16 @@ def _profile_chunk(config: SweepConfig, index: int, chunk: list[Case], progress:
     assert config.ncu is not None
     report, csv_path, log = _chunk_paths(config.run_dir, index)
     only = _write_only(config, f"chunk-{index:03d}.cases", chunk)
-    argv = profile.ncu_argv(config.ncu, report, log, config.clock_control)
+    argv = ncu_command.ncu_argv(config.ncu, report, log, config.clock_control)
     argv += config.probe.argv(_probe_args(config, "profile", only))
     code = _run_probe(config, argv, progress)
-    profile.check_ncu_log(log, code)
+    ncu_command.check_ncu_log(log, code)
     if not report.exists():
         raise AuditError(
             f"ncu wrote no report for chunk {index} (exit code {code}; log: {log})"
             + _probe_log_tail(config.run_dir)
         )
-    profile.export_csv(config.ncu, report, csv_path)
+    ncu_command.export_csv(config.ncu, report, csv_path)
 
 
 def _time_cases(config: SweepConfig, cases: list[Case], progress: Progress) -> None:

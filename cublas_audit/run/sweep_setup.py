@@ -352,10 +352,10 @@ def _shard_record(part: PlanPart | None) -> dict[str, Any]:
 
 
 def measured_roofline(env: environment.Environment) -> dict[str, Any] | None:
-    """The GPU's DRAM bandwidth, measured once for the run's roofline (device.roofline: well
+    """The GPU's DRAM bandwidth, measured once for the run's roofline (device.dram_bandwidth: well
     under a second); None where this interpreter has no CuPy (the probe's may, but the bound
     then comes from the data sheet, and the report says so)."""
-    from cublas_audit.device.roofline import measure_dram
+    from cublas_audit.device.dram_bandwidth import measure_dram
 
     try:
         return measure_dram(env.device_index or 0)

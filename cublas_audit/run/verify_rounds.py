@@ -16,8 +16,7 @@ import functools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from cublas_audit.device import kernel_trace, operands, timing
-from cublas_audit.device import launchers as launch
+from cublas_audit.device import kernel_trace, launchers, operands, timing
 from cublas_audit.device.lt_pin import pinned_candidate
 from cublas_audit.errors import PinRefused
 from cublas_audit.judge.candidates import DEFAULT_THRESHOLD, floor_words, rounds_hold
@@ -106,7 +105,7 @@ def _sides(fix: Fix) -> Iterator[tuple[Side, Side]]:
     workspace = max(fix.pin.workspace_bytes if fix.pin else 0, DEFAULT_WORKSPACE_BYTES)
     case = fix.problem.case()
     ops = operands.make_for(case)
-    with launch.lt(case, ops, workspace) as gemm:
+    with launchers.lt(case, ops, workspace) as gemm:
         default = Side(functools.partial(gemm.run, gemm.default()), ops, case)
         if fix.pin is not None:
             pinned = pinned_candidate(gemm, fix.pin)
@@ -120,7 +119,7 @@ def _sides(fix: Fix) -> Iterator[tuple[Side, Side]]:
         assert fix.instead is not None  # fix_file refuses a shape change without it
         other = fix.instead.case()
         other_ops = operands.make_for(other)
-        with launch.lt(other, other_ops, workspace) as changed:
+        with launchers.lt(other, other_ops, workspace) as changed:
             yield default, Side(functools.partial(changed.run, changed.default()), other_ops, other)
 
 

@@ -16,7 +16,7 @@ import pandas as pd
 from cublas_audit.observe.kernels import normalize
 from cublas_audit.observe.ncu_export import METRIC_COLUMNS, Launch
 from cublas_audit.planning.cases import Case
-from cublas_audit.table import dispatch as table
+from cublas_audit.table import dispatch
 
 ProbeResults = Mapping[str, Mapping[str, Any]]
 
@@ -45,7 +45,7 @@ def build_table(
             **reference.get(_problem(case), {}),
         }
         rows.extend(_launch_rows(base, calls.get(case.case_id, [])))
-    return table.from_records(rows)
+    return dispatch.from_records(rows)
 
 
 def _problem(case: Case) -> tuple[str, int, int, int, int]:
@@ -54,7 +54,7 @@ def _problem(case: Case) -> tuple[str, int, int, int, int]:
 
 def _case_columns(case: Case) -> dict[str, Any]:
     return {
-        "schema_version": table.SCHEMA_VERSION,
+        "schema_version": dispatch.SCHEMA_VERSION,
         "case_id": case.case_id,
         "api": case.api,
         "routine": case.routine,
@@ -63,7 +63,7 @@ def _case_columns(case: Case) -> dict[str, Any]:
         "n": case.n,
         "k": case.k,
         "batch": case.batch,
-        **table.layout_columns(case),
+        **dispatch.layout_columns(case),
         "workspace_mib": case.workspace_mib,
     }
 
@@ -90,14 +90,14 @@ def _result_columns(
 # The timing evidence the probe records beside each median: the call's distribution, its kernel-only
 # time (CUPTI) and what was traced, the GPU's clocks and power around it; the reference's likewise.
 CALL_EVIDENCE = (
-    *table.distribution_columns("time"),
+    *dispatch.distribution_columns("time"),
     "kernel_time_ms",
-    *table.distribution_columns("kernel_time"),
+    *dispatch.distribution_columns("kernel_time"),
     "kernel_time_status",
     "batched_time_ms",
-    *table.distribution_columns("batched_time"),
+    *dispatch.distribution_columns("batched_time"),
     "batched_kernel_time_ms",
-    *table.distribution_columns("batched_kernel_time"),
+    *dispatch.distribution_columns("batched_kernel_time"),
     "traced_kernels",
     "traced_launches",
     "traced_ctas",
@@ -110,9 +110,9 @@ CALL_EVIDENCE = (
 )
 REFERENCE_EVIDENCE = (
     "ref_time_ms",
-    *table.distribution_columns("ref_time"),
+    *dispatch.distribution_columns("ref_time"),
     "ref_kernel_time_ms",
-    *table.distribution_columns("ref_kernel_time"),
+    *dispatch.distribution_columns("ref_kernel_time"),
 )
 
 

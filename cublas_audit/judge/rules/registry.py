@@ -15,13 +15,13 @@ from __future__ import annotations
 from collections.abc import Collection
 from dataclasses import dataclass
 
-from cublas_audit.judge.rules.candidates import better_candidate
+from cublas_audit.judge.rules.better_candidate import better_candidate
 from cublas_audit.judge.rules.causes import unaligned_operand
 from cublas_audit.judge.rules.frame import Rule
 from cublas_audit.judge.rules.layout import broadcast_slower_than_folded, layout_penalty
 from cublas_audit.judge.rules.maps import dispatch_cliff, size_inversion
 from cublas_audit.judge.rules.occupancy import underfilled_grid
-from cublas_audit.judge.rules.timing import batched_slower_than_loop, reference_faster
+from cublas_audit.judge.rules.timing_rules import batched_slower_than_loop, reference_faster
 from cublas_audit.judge.rules.utilization import legacy_kernel, low_utilization, no_escalation
 
 GROUPS = ("dispatch", "utilization", "timing", "layout", "shape", "sizes", "units")
