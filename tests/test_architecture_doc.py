@@ -3,6 +3,7 @@ names no module that does not exist: a newcomer finds any module's job there (is
 
 from __future__ import annotations
 
+import importlib
 import re
 from pathlib import Path
 
@@ -78,3 +79,38 @@ def test_no_import_renames_a_module() -> None:
             if module.exists() and alias != name:
                 renamed.append(f"{path.relative_to(REPO)}: {name} as {alias}")
     assert not renamed, renamed
+
+
+STAGE_REFERENCE = re.compile(
+    r"`((?:cli|jobs|report|run|device|judge|table|observe|planning|plan)(?:\.\w+)+)(?:\(\))?`"
+)
+
+
+def resolves(dotted: str) -> bool:
+    """`judge.rules.audit`-style: a module of the package, then attributes of it."""
+    parts = dotted.split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            found: object = importlib.import_module("cublas_audit." + ".".join(parts[:cut]))
+        except ImportError:
+            continue
+        for name in parts[cut:]:
+            if not hasattr(found, name):
+                return False
+            found = getattr(found, name)
+        return True
+    return False
+
+
+def test_every_module_and_function_a_text_points_to_exists() -> None:
+    """A docstring or page that says `plan.prepare_sweep` makes it sends a reader nowhere: every
+    backticked stage.module[.name] in the package's docstrings and in docs/ names a real one
+    (file names such as `report.md` are not references)."""
+    texts = [*PACKAGE.rglob("*.py"), *(REPO / "docs").glob("*.md"), REPO / "README.md"]
+    dangling = {
+        f"{path.relative_to(REPO)}: {dotted}"
+        for path in texts
+        for dotted in STAGE_REFERENCE.findall(path.read_text())
+        if dotted.rsplit(".", 1)[-1] not in ("py", "md", "json", "csv") and not resolves(dotted)
+    }
+    assert not dangling, sorted(dangling)

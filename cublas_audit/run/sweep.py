@@ -64,7 +64,8 @@ INTERRUPTED_CODES = (-2, 130)
 
 @dataclass
 class SweepConfig:
-    """Everything a started sweep needs; `plan.prepare_sweep` makes it from the user's options."""
+    """Everything a started sweep needs; `run.sweep_setup.sweep` makes it (through `_config`) from
+    the user's options, after checking them."""
 
     cases: list[Case]
     run_dir: Path
