@@ -1,0 +1,39 @@
+"""docs/figures.md states the fleet's figures as benchmarks/fleet_scaling.py recorded them: the
+page reads its numbers from benchmarks/results/fleet_scaling_h100x4.json (issue 40 item 5)."""
+
+from __future__ import annotations
+
+import json
+
+from tests.conftest import REPO
+
+FIGURES = REPO / "docs" / "figures.md"
+FLEET = REPO / "benchmarks" / "results" / "fleet_scaling_h100x4.json"
+
+
+def row_of(words: str) -> str:
+    (row,) = [line for line in FIGURES.read_text().splitlines() if line.startswith(words)]
+    return row
+
+
+def test_the_fleet_row_is_the_recorded_benchmark() -> None:
+    recorded = json.loads(FLEET.read_text())
+    row = row_of("| the BF16 full grid (262,144 problems) on four H100s")
+    assert f"one quarter alone (`--shard 1/4`) {recorded['quarter_shard_wall_s']:.1f} s" in row
+    assert f"`--devices all` {recorded['devices_all_wall_s']:.1f} s" in row
+    assert f"({recorded['devices_all_wall_s'] / recorded['quarter_shard_wall_s']:.2f}x)" in row
+    assert f"`--ray auto` {recorded['ray_wall_s']:.1f} s" in row
+    assert f"({recorded['ray_wall_s'] / recorded['quarter_shard_wall_s']:.2f}x)" in row
+    assert f"after the GPUs {recorded['after_gpu_s']:.1f} s" in row
+    assert f"run directory {recorded['run_dir_mb']:.1f} MB" in row
+    met = recorded["devices_all_wall_s"] <= 1.25 * recorded["quarter_shard_wall_s"]
+    assert ("Not met" in row) is not met
+
+
+def test_the_one_gpu_row_is_the_recorded_benchmark() -> None:
+    recorded = json.loads(FLEET.read_text())
+    row = row_of("| the BF16 full grid on one H100, map time")
+    assert f"| {recorded['bf16_full_grid_one_gpu_s']:.1f} s" in row
+    one = recorded["bf16_full_grid_one_gpu"]
+    assert f"{one['gemm_kernel_seconds']:.1f} s of it GEMM kernels" in row
+    assert ("Not met" in row) is not (recorded["bf16_full_grid_one_gpu_s"] <= one["target_s"])
