@@ -68,7 +68,7 @@ RULE_FIRST = {
         "tests/rules/test_legacy_kernel.py",
         "tests/rules/test_low_utilization.py",
     ),
-    "timing": (
+    "timing_rules": (
         "tests/rules/test_reference_faster.py",
         "tests/rules/test_batched_slower_than_loop.py",
     ),
@@ -79,7 +79,7 @@ RULE_FIRST = {
     "maps": ("tests/rules/test_size_inversion.py", "tests/rules/test_dispatch_cliff.py"),
     "occupancy": ("tests/rules/test_underfilled_grid.py",),
     "causes": ("tests/rules/test_unaligned_operand.py",),
-    "candidates": ("tests/rules/test_better_candidate.py",),
+    "better_candidate": ("tests/rules/test_better_candidate.py",),
     "registry": ("tests/rules/test_registry.py",),
     "__init__": (
         "tests/rules/test_registry.py",
