@@ -4,6 +4,8 @@ takes 1.36x its nt time on the same kernel; bf16 1024x1024x140 batch 8 in nn
 
 from __future__ import annotations
 
+from cublas_audit.judge.noise import NoiseModel
+from tests.conftest import ZERO_NOISE
 from tests.rules.recorded import case_ids, dataset, judged
 
 LAYOUTS = "h100/layouts/20261123-225609-layouts"
@@ -27,3 +29,12 @@ def test_high_from_high_ratio_times_the_penalty_ratio() -> None:
     assert sorted((f.api, f.severity) for f in found) == [("cublas", "high"), ("cublasLt", "high")]
     # 1.36x is below layout_penalty_ratio 1.4: no finding on the FP32 run
     assert judged(dataset(LAYOUTS), "layout-penalty", layout_penalty_ratio=1.4) == []
+
+
+def test_the_noise_model_the_audit_is_given_judges_the_pair() -> None:
+    """1.36x on one kernel is beyond the shipped model's floor; a model (a map's, say) whose
+    floor is 40 % at every time leaves it within noise, and one without noise keeps it. The rule
+    used the shipped model whatever it was given."""
+    wide = NoiseModel((float("inf"),), (0.4,), {"device": "a floor of 40 % at every time"})
+    assert judged(dataset(LAYOUTS), "layout-penalty", ZERO_NOISE)
+    assert judged(dataset(LAYOUTS), "layout-penalty", wide) == []

@@ -5,6 +5,7 @@ cause-removed companion measured: info, saying what to measure."""
 
 from __future__ import annotations
 
+from cublas_audit.judge.noise import NoiseModel
 from cublas_audit.judge.rules import prepare
 from cublas_audit.judge.rules.causes import _older_kernel
 from tests.rules.recorded import case_ids, dataset, judged, sliced
@@ -50,3 +51,12 @@ def test_a_kernel_of_the_gpus_own_architecture_is_not_older() -> None:
     nt = rows.loc["cublas.bf16.1024x1024x140.b8.nt"]
     assert str(nt["cc"]) == "9.0" and str(nt["kernel_name"]).startswith("nvjet")
     assert _older_kernel(nt) is None
+
+
+def test_the_noise_model_the_audit_is_given_judges_the_padded_variant() -> None:
+    """2.16x faster padded is beyond any plausible floor; under a model whose floor is 150 % at
+    every time (a stand-in for a noisier machine's map) it is no faster measurably. The rule used
+    the shipped model whatever it was given."""
+    wide = NoiseModel((float("inf"),), (1.5,), {"device": "a floor of 150 % at every time"})
+    (call,) = [f for f in judged(dataset(K140), RULE, wide) if f.sizes == ["1024x1024x140"]]
+    assert "no faster measurably (2.16x)" in call.message

@@ -25,6 +25,7 @@ import numpy as np
 import pandas as pd
 
 from cublas_audit.judge.finding import Finding, of_group, with_compared
+from cublas_audit.judge.noise import NoiseModel
 from cublas_audit.judge.rules.frame import RuleContext, call_of, dispatched
 from cublas_audit.judge.rules.occupancy import ctas
 from cublas_audit.judge.timed_rows import judged_time, pair_verdict, time_words
@@ -54,7 +55,9 @@ def unaligned_operand(ctx: RuleContext) -> list[Finding]:
         older = _older_kernel(row)
         if not variants and older is None:
             continue
-        found.append(_finding(rows.loc[[index]], row, causes, variants, older, t.high_ratio))
+        found.append(
+            _finding(rows.loc[[index]], row, causes, variants, older, t.high_ratio, ctx.model)
+        )
     return found
 
 
@@ -201,15 +204,16 @@ class _Measured:
     words: str
 
 
-def _measured(variant: _Variant, row: pd.Series) -> _Measured:
+def _measured(variant: _Variant, row: pd.Series, model: NoiseModel | None) -> _Measured:
     """The variant against the row on the time both traced (kernels', else the call's), judged by
-    the noise model (pair_verdict: the row confidently slower), in the finding's words."""
+    the audit's noise model (pair_verdict: the row confidently slower; None: the shipped one), in
+    the finding's words."""
     fixed = variant.row
     pair = pd.DataFrame([fixed, row])
     on = judged_time(pair)
     took = "kernel_time_ms" if on == "kernel" else "time_ms"
     ratio = float(row[took]) / float(fixed[took])
-    if pair_verdict(fixed, row, on, 0.0) is not Verdict.slower:
+    if pair_verdict(fixed, row, on, 0.0, model) is not Verdict.slower:
         words = f"{variant.said} it is no faster measurably ({ratio:.2f}x)"
         return _Measured(variant, ratio, False, words)
     words = (
@@ -226,6 +230,7 @@ def _finding(
     variants: list[_Variant],
     older: str | None,
     high_ratio: float,
+    model: NoiseModel | None = None,
 ) -> Finding:
     said = "; ".join(causes)
     kernel = f"{row['kernel_short']}" + (f" (an {older} kernel)" if older else "")
@@ -235,7 +240,7 @@ def _finding(
             "removed: run the problem with the dimension rounded up (zero-padded) beside it."
         )
         return of_group("unaligned-operand", Severity.info, group, message, _work(None, row))
-    measured = [_measured(variant, row) for variant in variants]
+    measured = [_measured(variant, row, model) for variant in variants]
     effects = "; ".join(m.words for m in measured)
     message = f"{said}: cuBLAS dispatches {kernel} at {row['shape']}; {effects}."
     faster = [m for m in measured if m.faster]

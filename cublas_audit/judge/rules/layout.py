@@ -32,7 +32,7 @@ def layout_penalty(ctx: RuleContext) -> list[Finding]:
         slow = group.assign(ratio=group[took].astype(float) / float(best[took]))
         slow = slow[slow["ratio"] >= t.layout_penalty_ratio]
         for index, row in slow.iterrows():
-            verdict = pair_verdict(best, row, on, t.layout_penalty_ratio - 1)
+            verdict = pair_verdict(best, row, on, t.layout_penalty_ratio - 1, ctx.model)
             if verdict is not Verdict.slower:
                 continue
             layout = f"{row['transa']}{row['transb']}"
@@ -82,7 +82,7 @@ def broadcast_slower_than_folded(ctx: RuleContext) -> list[Finding]:
             continue
         fold = folded.iloc[0]
         ratio = float(row[took]) / float(fold[took])
-        if pair_verdict(fold, row, on, t.fold_margin_pct / 100) is not Verdict.slower:
+        if pair_verdict(fold, row, on, t.fold_margin_pct / 100, ctx.model) is not Verdict.slower:
             continue
         message = (
             f"The batched call with a shared A (batch stride 0) takes {ratio:.2f}x the time of "
