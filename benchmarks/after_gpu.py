@@ -62,6 +62,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 from judge_scale import cpu_model  # noqa: E402
 from large_table import tile  # noqa: E402
 
+from cublas_audit.gc_pause import collector_paused  # noqa: E402
 from cublas_audit.jobs import merge, run_reports  # noqa: E402
 from cublas_audit.planning.cases import Case, write_plan  # noqa: E402
 from cublas_audit.planning.map_grid import Grid, grid_plan  # noqa: E402
@@ -148,7 +149,7 @@ def full_grid_atlas(work: Path) -> dict[str, Any]:
     read, dataset = timed(lambda: load_one_gpu(ATLAS))
     out = work / "atlas-report"
     out.mkdir()
-    with run_reports.collector_paused():  # as jobs.run_reports.write_map_report judges and reports
+    with collector_paused():  # as jobs.run_reports.write_map_report judges and reports
         judge, judged = timed(lambda: audit_map(dataset))
         report, _ = timed(lambda: map_report.write_map_report(out, judged))
     return {

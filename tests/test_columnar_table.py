@@ -158,3 +158,22 @@ def test_a_map_is_judged_and_reported_with_the_collector_paused(
     assert gc.isenabled()
     run_reports.write_map_report(MAP)
     assert seen == [False, False] and gc.isenabled()
+
+
+def test_a_devices_map_is_judged_for_its_follow_up_with_the_collector_paused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """run.dispatch_map.run judges the map once (for the follow-up and the report) without
+    Python's cyclic collector too, as jobs do: a --devices map is judged there, not in jobs."""
+    import gc
+
+    from cublas_audit.run import dispatch_map
+    from cublas_audit.run.sweep_setup import Measured, SweepOptions
+    from cublas_audit.vocabulary import Phase
+
+    seen: list[bool] = []
+    measured = Measured(MAP, read_table(MAP), Phase.map)
+    monkeypatch.setattr(dispatch_map, "sweep", lambda options, progress: measured)
+    monkeypatch.setattr(dispatch_map, "map_findings", lambda *args: seen.append(gc.isenabled()))
+    dispatch_map.run(SweepOptions(resume=MAP))
+    assert seen == [False] and gc.isenabled()

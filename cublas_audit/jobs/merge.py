@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from cublas_audit.errors import AuditError
+from cublas_audit.gc_pause import collector_paused
 from cublas_audit.jobs.measure import SweepResult
 from cublas_audit.jobs.run_reports import (
-    collector_paused,
     write_candidates_report,
     write_map_report,
     write_run_report,

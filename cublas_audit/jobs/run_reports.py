@@ -4,14 +4,13 @@ and `report` of a run directory call."""
 
 from __future__ import annotations
 
-import contextlib
-import gc
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
 
+from cublas_audit.gc_pause import collector_paused
 from cublas_audit.judge.audited import audit_all
 from cublas_audit.judge.candidates import DEFAULT_THRESHOLD, CandidateVerdicts, judge_candidates
 from cublas_audit.judge.finding import Finding
@@ -55,21 +54,6 @@ def write_map_report(
         follow_up = load_run(deep) if rundir.has_table(deep) else None
         judged = audit_map(load_run(Path(run_dir), frame), thresholds, found, follow_up)
         return map_report.write_map_report(Path(run_dir), judged)
-
-
-@contextlib.contextmanager
-def collector_paused() -> Iterator[None]:
-    """Python's cyclic garbage collector paused while a map is judged and reported: the objects
-    made (a full map's 86,000 findings and their records) had it walk the whole heap again and
-    again (the BF16 atlas: judging 11.7 -> 7.2 s of CPU, its report 15.4 -> 9.6 s, for 0.1 GB
-    more at the peak). What it would have collected goes at the next collection after."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def write_candidates_report(run_dir: Path, frame: pd.DataFrame) -> Path:

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from cublas_audit.gc_pause import collector_paused
 from cublas_audit.judge.finding import Finding
 from cublas_audit.judge.map_audit import map_findings
 from cublas_audit.judge.rules import prepare
@@ -73,7 +74,9 @@ def run(
             return MapResult(plan.run_dir, None, shards=shards)
         frame = multi_gpu.merged_table(plan, shards)
         mapped = Measured(plan.run_dir, frame, Phase.map)
-    found = map_findings(mapped.frame, thresholds)  # once: the follow-up and the report share it
+    # judged once, here: the follow-up and the report share it (a full map's findings: gc_pause)
+    with collector_paused():
+        found = map_findings(mapped.frame, thresholds)
     deep = None
     if follow_up:
         deep = run_follow_up(mapped, options, found[:follow_up], progress)
