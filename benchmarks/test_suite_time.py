@@ -24,6 +24,7 @@ import re
 import resource
 import subprocess
 import sys
+import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -83,6 +84,13 @@ def measure(argv: list[str], per_test: Path | None = None) -> dict[str, Any]:
     }
 
 
+def own_log() -> Path:
+    """A log file of this run's own: two runs at once must not write into one."""
+    handle, name = tempfile.mkstemp(prefix="pytest-cpu-", suffix=".log")
+    os.close(handle)
+    return Path(name)
+
+
 def costliest(log: Path, shown: int = 25) -> dict[str, Any]:
     """The tests and test files that cost the most CPU, from the per-test log."""
     tests: dict[str, float] = {}
@@ -116,7 +124,7 @@ def main() -> int:
     argv += args.pytest_args
     runs = []
     for number in range(1, args.repeat + 1):
-        log = REPO / ".pytest-cpu.log" if args.per_test else None
+        log = own_log() if args.per_test else None
         run = measure(argv, log)
         if log is not None and log.exists():
             run["per_test"] = costliest(log)
