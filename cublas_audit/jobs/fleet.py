@@ -30,6 +30,7 @@ def on_ray(
     candidates for those commands (a resumed run keeps its recorded one); `run_sweep`: what a
     task runs (a stand-in for the GPU in tests); `retries`: Ray's reruns of a task whose worker
     or node was lost; `replicate`: a new run's units (a resumed run keeps what it was)."""
+    phase = None if phase is None else Phase(phase)  # the API takes the word too ("candidates")
     if replicate and phase is Phase.candidates:
         raise AuditError("--replicate: the candidate audit shards its problems; leave it out")
     if options.resume is None and phase is not None:
