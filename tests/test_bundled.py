@@ -245,15 +245,17 @@ def heavy_unless_quick(paths: list[Path], quick: list[Path], ids: list[str]) -> 
     ]
 
 
-def rendered_now_or_before(relative: Path, quick: bool, rendered: Path, tmp_path: Path) -> str:
-    """A committed file's fresh rendering: the background's, or (heavy) rendered here alone."""
-    if quick:
+def fresh_rendering(relative: Path, request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A committed file rendered afresh: by the background job where it is a quick one, else
+    (heavy) here, alone."""
+    path = REPO / relative
+    if path in QUICK_DIFFS or path.parent in QUICK_RUNS:
+        rendered: Path = request.getfixturevalue("rendered")
         return (rendered / relative).read_text()
-    run, diff = REPO / relative.parent, REPO / relative
     if relative.name == REPORT_FILE:
-        render_into(tmp_path, [run], [], audit_md=False)
+        render_into(tmp_path, [path.parent], [], audit_md=False)
     else:
-        render_into(tmp_path, [], [diff], audit_md=False)
+        render_into(tmp_path, [], [path], audit_md=False)
     return (tmp_path / relative).read_text()
 
 
@@ -263,11 +265,7 @@ def rendered_now_or_before(relative: Path, quick: bool, rendered: Path, tmp_path
 def test_each_run_report_is_current(
     run: Path, request: pytest.FixtureRequest, tmp_path: Path
 ) -> None:
-    relative = run.relative_to(REPO) / REPORT_FILE
-    quick = run in QUICK_RUNS
-    text = rendered_now_or_before(
-        relative, quick, request.getfixturevalue("rendered") if quick else tmp_path, tmp_path
-    )
+    text = fresh_rendering(run.relative_to(REPO) / REPORT_FILE, request, tmp_path)
     heading, time_ms, tflops = HAND_TFLOPS[f"{run.parent.name}/{run.name}"]
     assert recorded_time(run, heading) == time_ms
     assert cell(table_under(text, heading), "8192", "TFLOP/s") == tflops
@@ -280,11 +278,7 @@ def test_each_run_report_is_current(
 def test_each_bundled_diff_is_current(
     committed: Path, request: pytest.FixtureRequest, tmp_path: Path
 ) -> None:
-    relative = committed.relative_to(REPO)
-    quick = committed in QUICK_DIFFS
-    text = rendered_now_or_before(
-        relative, quick, request.getfixturevalue("rendered") if quick else tmp_path, tmp_path
-    )
+    text = fresh_rendering(committed.relative_to(REPO), request, tmp_path)
     expected = HAND_TIME_CHANGES[committed.stem]
     if expected is None:  # nothing changed: the tables' own kernel columns say so too
         sides = [read_table(REPO / side) for side in diff_sides(committed)]
