@@ -8,7 +8,6 @@ inside the functions so that this module imports on machines without a GPU.
 from __future__ import annotations
 
 import math
-import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -38,7 +37,7 @@ class Timing:
 
     @property
     def median_ms(self) -> float:
-        return statistics.median(self.samples_ms)
+        return _median(sorted(self.samples_ms))
 
     @property
     def min_ms(self) -> float:
@@ -50,10 +49,7 @@ class Timing:
 
     @property
     def quartiles_ms(self) -> tuple[float, float]:
-        if self.reps < 2:
-            return self.median_ms, self.median_ms
-        q1, _median, q3 = statistics.quantiles(self.samples_ms, n=4, method="inclusive")
-        return q1, q3
+        return _quartiles(sorted(self.samples_ms))
 
     @property
     def spread(self) -> float:
@@ -66,15 +62,24 @@ class Timing:
         statistics.median and statistics.quantiles(method="inclusive") do (the same floats; the
         map summarises two distributions a problem, 262,144 problems a grid)."""
         ordered = sorted(self.samples_ms)
-        n = len(ordered)
-        half = n // 2
-        median = ordered[half] if n % 2 else (ordered[half - 1] + ordered[half]) / 2
-        q1, q3 = median, median
-        if n >= 2:
-            q1, q3 = (_inclusive(ordered, i) for i in (1, 3))
-        values = (n, ordered[0], q1, q3, ordered[-1])
+        q1, q3 = _quartiles(ordered)
+        values = (len(ordered), ordered[0], q1, q3, ordered[-1])
         named = dict(zip(distribution_columns(prefix), values, strict=True))
-        return {f"{prefix}_ms": median, **named}
+        return {f"{prefix}_ms": _median(ordered), **named}
+
+
+def _median(ordered: Sequence[float]) -> float:
+    """statistics.median of sorted data, without sorting it again."""
+    half = len(ordered) // 2
+    return ordered[half] if len(ordered) % 2 else (ordered[half - 1] + ordered[half]) / 2
+
+
+def _quartiles(ordered: Sequence[float]) -> tuple[float, float]:
+    """statistics.quantiles(data, n=4, method="inclusive")'s first and third of sorted data; the
+    median twice for a single sample."""
+    if len(ordered) < 2:
+        return _median(ordered), _median(ordered)
+    return _inclusive(ordered, 1), _inclusive(ordered, 3)
 
 
 def _inclusive(ordered: Sequence[float], quarter: int) -> float:
