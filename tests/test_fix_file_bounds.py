@@ -18,6 +18,7 @@ from cublas_audit.errors import AuditError
 from cublas_audit.planning.cases import MAX_DIMENSION, Case
 from cublas_audit.table import fix_file
 from cublas_audit.table.fix_file import Fix, FixSet, Problem, Timed, from_json, to_json
+from cublas_audit.vocabulary import FixKind
 from tests import fix_examples
 from tests.conftest import REPORTS
 
@@ -213,8 +214,10 @@ def test_problem_mode_layout_and_strides_are_checked() -> None:
 
 
 def test_torch_op_batch_and_share() -> None:
-    op = {"op": "aten::mm", "shape": "2048x5632x2048", "batch": 1, "share": 0.0}
-    assert from_json(edited(torch=op)).fixes[0].torch == fix_file.TorchOp(**op)
+    op: dict[str, Any] = {"op": "aten::mm", "shape": "2048x5632x2048", "batch": 1, "share": 0.0}
+    assert from_json(edited(torch=op)).fixes[0].torch == fix_file.TorchOp(
+        "aten::mm", "2048x5632x2048", 1, 0.0
+    )
     assert from_json(edited(torch={**op, "share": 1})).fixes[0].torch.share == 1  # type: ignore[union-attr]
     assert fault(edited(torch={**op, "batch": 0})) == (
         "fixes[0].torch.batch 0 is not a batch count"
@@ -251,6 +254,6 @@ def test_a_broken_file_is_one_audit_error(tmp_path: Path) -> None:
 
 def test_fix_kind_is_a_member_and_unknown_words_fail() -> None:
     made = fix_examples.pad_fix()
-    assert dataclasses.replace(made, kind="layout").kind is fix_file.FixKind.layout  # type: ignore[arg-type]
+    assert dataclasses.replace(made, kind="layout").kind is FixKind.layout  # type: ignore[arg-type]
     with pytest.raises(ValueError):
         Fix(**{**{f.name: getattr(made, f.name) for f in dataclasses.fields(made)}, "kind": "x"})
