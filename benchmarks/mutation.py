@@ -1,20 +1,28 @@
-"""One-token mutation testing of judge/ and table/ against the CPU tests that cover each module.
+"""One-token mutation testing of judge/ and table/ against the CPU tests that run each mutated line.
 
     python benchmarks/mutation.py [--modules GLOB...] [--sample N --seed S] [--jobs J]
                                   [--timeout S] [--out FILE] [--only FILE:LINE...] [--list]
+                                  [--rescore]
 
 Each mutant changes one token of one module (tokenize, so never inside a string or comment):
 a comparison swapped (> >=, < <=, == !=), and <-> or, is <-> is not, True <-> False, a number
 plus 1, + <-> -, * <-> /, a `not` removed. A mutant that does not compile, or parses to the
 same tree, is no mutant. Each is applied to a scratch copy of the committed tree (`--rev`,
 HEAD by default: never the checkout, where others' edits may be half done; one copy per job, the
-mutated file restored after each mutant), and the tests mapped to its module
-(`TESTS`, else the test files that import it; the first, or a rule's own, alone first) run in a
-child forked from a process that has
-pandas, numpy and pytest imported already (1.5 s a mutant saved), stopping at the first
-failure, under a timeout of `--timeout` or five times the unmutated run, whichever is longer (a
-timed-out mutant is counted killed: it changed behaviour enough to hang a test, and is listed).
-Each test set first runs unmutated: a set that fails is reported and its mutants not judged.
+mutated file restored after each mutant).
+
+The tests a mutant runs are those that execute its line (as mutmut and cosmic-ray select them):
+once per commit, the quick CPU suite (`-m "not slow and not heavy and not gpu"`) runs in one
+process under coverage.py, measuring judge/ and table/ with each test as its own context
+(mutation_coverage.py), and the map from line to passing tests, with each test's CPU seconds, is
+cached under ~/.cache/cublas-audit (a rerun or `--only` reuses it). A line run only at import
+(a module's constants, a default argument) is mapped to every test that runs any line of its
+module. A mutant runs its tests cheapest first, in a child forked from a process that has pandas,
+numpy and pytest imported already, stopping at the first failure, under a timeout of `--timeout`
+or five times the tests' recorded seconds, whichever is longer (a timed-out mutant is counted
+killed: it changed behaviour enough to hang a test, and is listed). A mutant that no test runs
+(its line unreached, or reached only in a child process the map does not measure) is listed as
+not covered and counts as survived.
 
 Equivalent mutants (no test can tell them apart: the same behaviour) are listed with why in
 benchmarks/mutation_equivalent.json, keyed by file, line text, column and token; the score is
@@ -26,14 +34,12 @@ from __future__ import annotations
 import argparse
 import ast
 import datetime
-import functools
 import importlib.util
 import io
 import json
 import math
 import os
 import random
-import re
 import shutil
 import signal
 import subprocess
@@ -48,114 +54,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pytest
+from mutation_coverage import QUICK, CoverageMap, fork_in
+
 REPO = Path(__file__).resolve().parent.parent
 TREE = REPO  # the committed tree mutated (a scratch copy of --rev), set by main
 RESULT = REPO / "benchmarks" / "results" / "mutation_judge_table.json"
 EQUIVALENT = REPO / "benchmarks" / "mutation_equivalent.json"
 DEFAULT_MODULES = ("cublas_audit/judge/**/*.py", "cublas_audit/table/*.py")
 
-RULE_TESTS = (
-    "tests/rules",
-    "tests/test_rule_thresholds.py",
-    "tests/test_layout_rules.py",
-    "tests/test_map_rules.py",
-    "tests/test_findings_kernel_time.py",
-)
-# A rule module's own tests, run first.
-RULE_FIRST = {
-    "utilization": (
-        "tests/rules/test_no_escalation.py",
-        "tests/rules/test_legacy_kernel.py",
-        "tests/rules/test_low_utilization.py",
-    ),
-    "timing_rules": (
-        "tests/rules/test_reference_faster.py",
-        "tests/rules/test_batched_slower_than_loop.py",
-    ),
-    "layout": (
-        "tests/rules/test_layout_penalty.py",
-        "tests/rules/test_broadcast_slower_than_folded.py",
-    ),
-    "maps": ("tests/rules/test_size_inversion.py", "tests/rules/test_dispatch_cliff.py"),
-    "occupancy": ("tests/rules/test_underfilled_grid.py",),
-    "causes": ("tests/rules/test_unaligned_operand.py",),
-    "better_candidate": ("tests/rules/test_better_candidate.py",),
-    "registry": ("tests/rules/test_registry.py",),
-    "__init__": (
-        "tests/rules/test_registry.py",
-        "tests/rules/test_reference_faster.py",
-        "tests/rules/test_batched_slower_than_loop.py",
-    ),
-}
-# The tests that cover each module, most specific first (a killed mutant stops at its first
-# failure); a module not named here gets the test files that import it.
-TESTS: dict[str, tuple[str, ...]] = {
-    "cublas_audit/judge/verdicts.py": (
-        "tests/test_verdict_arithmetic.py",
-        "tests/rules",
-        "tests/test_diff.py",
-        "tests/test_findings_kernel_time.py",
-    ),
-    "cublas_audit/judge/noise.py": (
-        "tests/test_verdict_arithmetic.py",
-        "tests/test_rerun_noise.py",
-        "tests/test_map_noise.py",
-        "tests/rules",
-    ),
-    "cublas_audit/judge/timed_rows.py": (
-        "tests/rules",
-        "tests/test_findings_kernel_time.py",
-        "tests/test_diff_kernel_time.py",
-        "tests/test_rule_thresholds.py",
-    ),
-    "cublas_audit/judge/finding.py": (
-        "tests/rules", "tests/test_findings.py", "tests/test_grouping.py",
-    ),
-    "cublas_audit/judge/thresholds.py": (
-        "tests/rules", "tests/test_findings.py", "tests/test_cli_errors.py",
-    ),
-    "cublas_audit/judge/audited.py": (
-        "tests/rules", "tests/test_findings.py", "tests/test_render.py",
-    ),
-    "cublas_audit/judge/roofline.py": ("tests/test_roofline.py", "tests/rules"),
-    "cublas_audit/judge/candidates.py": (
-        "tests/rules/test_better_candidate.py",
-        "tests/test_candidates.py",
-        "tests/test_candidates_kernel_times.py",
-    ),
-    "cublas_audit/judge/diff.py": (
-        "tests/test_diff_gate_decisions.py",
-        "tests/test_diff.py",
-        "tests/test_diff_kernel_time.py",
-        "tests/test_diff_judged_time.py",
-    ),
-    "cublas_audit/judge/fixes.py": (
-        "tests/rules/test_shape_fixes.py",
-        "tests/test_fixes.py",
-        "tests/test_fix_inputs.py",
-    ),
-    "cublas_audit/judge/grouping.py": ("tests/test_grouping.py", "tests/rules"),
-    "cublas_audit/judge/impact.py": ("tests/test_trace_impact.py", "tests/test_fixes.py"),
-    "cublas_audit/judge/map_audit.py": (
-        "tests/test_map_noise.py", "tests/test_map.py", "tests/test_map_rules.py",
-    ),
-    "cublas_audit/judge/units.py": ("tests/rules/test_unit_mismatch.py", "tests/test_multi_gpu.py"),
-    "cublas_audit/table/validation.py": (
-        "tests/test_table.py", "tests/test_hardening.py", "tests/test_rule_thresholds.py",
-    ),
-    "cublas_audit/table/dispatch.py": (
-        "tests/test_table.py", "tests/test_table_inputs.py", "tests/rules",
-    ),
-    "cublas_audit/table/fix_file.py": (
-        "tests/rules/test_shape_fixes.py",
-        "tests/test_fixes.py",
-        "tests/test_verify_inputs.py",
-        "tests/test_fix_inputs.py",
-    ),
-    "cublas_audit/table/json_records.py": ("tests/test_fixes.py", "tests/test_vocabulary.py"),
-    "cublas_audit/table/inputs.py": ("tests/test_table_inputs.py", "tests/test_table.py"),
-    "cublas_audit/table/rundir.py": ("tests/test_table_inputs.py", "tests/test_resume.py"),
-}  # fmt: skip
 SWAPS = {
     ">": ">=", ">=": ">", "<": "<=", "<=": "<", "==": "!=", "!=": "==",
     "+": "-", "-": "+", "*": "/", "/": "*", "and": "or", "or": "and",
@@ -240,39 +147,6 @@ def apply(source: str, start: tuple[int, int], end: tuple[int, int], text: str) 
     return source[:a] + text + source[b:]
 
 
-def tests_of(module: str) -> tuple[str, ...]:
-    """The test files of a module: `TESTS`, else those that import it (the tests/rules modules
-    for a rule module), its own rule's tests first."""
-    if module in TESTS:
-        return TESTS[module]
-    if module.startswith("cublas_audit/judge/rules/"):
-        return (*RULE_FIRST.get(Path(module).stem, ()), *RULE_TESTS)
-    dotted = module.removesuffix(".py").replace("/", ".").removesuffix(".__init__")
-    package, _, short = dotted.rpartition(".")
-    imported = rf"from {re.escape(package)} import [^\n]*\b{short}\b"
-    pattern = re.compile(rf"{re.escape(dotted)}\b|{imported}")
-    files = sorted(TREE.glob("tests/**/test_*.py"))
-    importing = [f for f in files if pattern.search(f.read_text())]
-    importing.sort(key=lambda f: f.stat().st_size)  # the smaller first: a kill comes sooner
-    return tuple(str(f.relative_to(TREE)) for f in importing[:6])
-
-
-@functools.cache
-def stages_of(module: str) -> tuple[tuple[str, ...], ...]:
-    """The module's test files in two runs: the first file (or its rule's own) alone, where a
-    mutant is most often killed at a fraction of the collection cost, then the others."""
-    files: list[str] = []
-    for entry in tests_of(module):
-        found = sorted(TREE.glob(f"{entry}/test_*.py")) if (TREE / entry).is_dir() else []
-        for name in [str(f.relative_to(TREE)) for f in found] or [entry]:
-            if name not in files and (TREE / name).exists():
-                files.append(name)
-    own = RULE_FIRST.get(Path(module).stem, ()) if "/rules/" in module else ()
-    if own:  # then every rule test: one second run (and one baseline) for all rule modules
-        return (own, tuple(sorted(files)))
-    return tuple(stage for stage in (tuple(files[:1]), tuple(files[1:])) if stage)
-
-
 # ----- the scratch trees and the forked runs -----------------------------------------------------
 
 
@@ -293,27 +167,15 @@ def scratch_tree(root: Path, rev: str) -> Path:
 
 
 def fork_tests(tree: Path, tests: tuple[str, ...]) -> int:
-    """Fork a child that runs `tests` in `tree` (its own process group); its pid."""
-    pid = os.fork()
-    if pid:
-        return pid
-    try:
-        os.setpgid(0, 0)
-        os.chdir(tree)
-        sys.path.insert(0, str(tree))
-        os.environ["PYTHONPATH"] = str(tree)  # the tests' own child processes import it too
-        log = os.open(tree / "pytest.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
-        os.dup2(log, 1)
-        os.dup2(log, 2)
+    """Fork a child that runs the tests `tests` (node ids, each its own argument) in `tree`, in
+    that order, stopping at the first failure; its pid."""
+
+    def work() -> int:
         import pytest
 
-        code = pytest.main(
-            [*tests, "-x", "-q", "-n", "0", "-p", "no:cacheprovider", "-o", "addopts=",
-             "-m", "not slow and not heavy and not gpu"]
-        )  # fmt: skip
-        os._exit(0 if code == pytest.ExitCode.NO_TESTS_COLLECTED else int(code))  # all GPU
-    except BaseException:
-        os._exit(99)
+        return int(pytest.main([*tests, "-x", "-q", *QUICK]))
+
+    return fork_in(tree, work)
 
 
 def wait_all(running: dict[int, float], limit: dict[int, float]) -> tuple[int, int, bool]:
@@ -339,50 +201,25 @@ def pristine_pyc(path: Path) -> None:
 
 def run(
     mutants: list[Mutant],
+    selected: dict[str, tuple[str, ...]],
+    limits: dict[str, float],
     trees: list[Path],
-    floor_s: float,
     progress: Callable[[dict[str, Any]], object] = lambda outcome: None,
 ) -> dict[str, Any]:
-    jobs = len(trees)
-    free = list(range(jobs))
-    by_module: dict[str, list[Mutant]] = defaultdict(list)
-    for mutant in mutants:
-        by_module[mutant.file].append(mutant)
-    baseline: dict[str, float] = {}
+    """Each mutant's tests (`selected`, by its key) run on it, under its time limit: the outcome,
+    mutants by kind (a mutant no test runs: not covered)."""
+    free = list(range(len(trees)))
     outcome: dict[str, Any] = {
-        "killed": [], "survived": [], "timeouts": [], "not_judged": {}, "baseline_s": baseline,
+        "killed": [], "survived": [], "timeouts": [], "not_covered": [], "not_judged": {},
     }  # fmt: skip
+    queue: list[Mutant] = []
+    for mutant in mutants:
+        (queue if selected[mutant.key] else outcome["not_covered"]).append(mutant)
+    running: dict[int, float] = {}
+    limit: dict[int, float] = {}
+    held: dict[int, tuple[Mutant, int, str]] = {}  # a child's mutant, slot and module's text
+    done = len(outcome["not_covered"])
     try:
-        # each stage's tests, unmutated (in parallel): they must pass, and give the timeout
-        took: dict[tuple[str, ...], tuple[float, int]] = {}
-        pending = sorted({stage for module in by_module for stage in stages_of(module)})
-        while pending:
-            started: dict[int, tuple[tuple[str, ...], int]] = {}
-            running: dict[int, float] = {}
-            limit: dict[int, float] = {}
-            for slot in list(free)[: len(pending)]:
-                tests = pending.pop(0)
-                pid = fork_tests(trees[slot], tests)
-                started[pid], running[pid], limit[pid] = (tests, slot), time.monotonic(), 1800
-            while running:
-                pid, code, _ = wait_all(running, limit)
-                tests, slot = started[pid]
-                took[tests] = (time.monotonic() - running.pop(pid), code)
-                if code != 0:  # why, for the record
-                    failed = (trees[slot] / "pytest.log").read_text().splitlines()
-                    print("\n".join(failed[-30:]), flush=True)
-                words = f"baseline {' '.join(tests)}: {took[tests][0]:.1f} s, exit {code}"
-                print(words, flush=True)
-        for module in by_module:
-            baseline[module] = sum(took[stage][0] for stage in stages_of(module))
-            codes = [took[stage][1] for stage in stages_of(module)]
-            if any(codes):
-                outcome["not_judged"][module] = f"its tests fail unmutated (pytest exit {codes})"
-        queue = [m for m in mutants if m.file not in outcome["not_judged"]]
-        running, limit = {}, {}
-        # each running child: its mutant, slot, the module's text, the stage it runs, its start
-        held: dict[int, tuple[Mutant, int, str, int, float]] = {}
-        done = 0
         while queue or running:
             while queue and free:
                 mutant, slot = queue.pop(0), free.pop()
@@ -392,28 +229,24 @@ def run(
                 path.write_text(
                     apply(original, (mutant.line, mutant.col), mutant.end, mutant.replacement)
                 )
-                pid = fork_tests(trees[slot], stages_of(mutant.file)[0])
-                held[pid] = (mutant, slot, original, 0, time.monotonic())
-                running[pid] = time.monotonic()
-                limit[pid] = max(floor_s, 5 * took[stages_of(mutant.file)[0]][0])
+                pid = fork_tests(trees[slot], selected[mutant.key])
+                held[pid] = (mutant, slot, original)
+                running[pid], limit[pid] = time.monotonic(), limits[mutant.key]
             pid, code, timed_out = wait_all(running, limit)
-            running.pop(pid)
-            mutant, slot, original, stage, began = held.pop(pid)
-            stages = stages_of(mutant.file)
-            if code == 0 and not timed_out and stage + 1 < len(stages):  # on to the next stage
-                nxt = fork_tests(trees[slot], stages[stage + 1])
-                held[nxt] = (mutant, slot, original, stage + 1, began)
-                running[nxt] = time.monotonic()
-                limit[nxt] = max(floor_s, 5 * took[stages[stage + 1]][0])
-                continue
+            spent = time.monotonic() - running.pop(pid)
+            mutant, slot, original = held.pop(pid)
             path = trees[slot] / mutant.file
             path.write_text(original)
             pristine_pyc(path)
             free.append(slot)
-            kind = "timeouts" if timed_out else "killed" if code != 0 else "survived"
-            outcome[kind].append(mutant)
+            if code == pytest.ExitCode.USAGE_ERROR:  # a test id not found: no verdict
+                log = (trees[slot] / "pytest.log").read_text().splitlines()
+                outcome["not_judged"][mutant.name] = " ".join(log[-3:])
+                kind = "not judged"
+            else:
+                kind = "timeouts" if timed_out else "killed" if code != 0 else "survived"
+                outcome[kind].append(mutant)
             done += 1
-            spent = time.monotonic() - began
             print(f"[{done}/{len(mutants)}] {kind:9} {spent:5.1f} s  {mutant.name}", flush=True)
             if done % 10 == 0:
                 progress(outcome)  # the record so far: a run cut short still says what it did
@@ -454,6 +287,9 @@ def rescore(path: Path) -> int:
         if key in allowed:
             moved[name] = allowed[key]
     record["survived"] = [name for name in record["survived"] if name not in moved]
+    if "not_covered" in record:  # a not covered mutant is among the survivors too
+        record["not_covered"] = [name for name in record["not_covered"] if name not in moved]
+        record["totals"]["not_covered"] = len(record["not_covered"])
     record["equivalent"] += [{"mutant": name, "reason": why} for name, why in moved.items()]
     totals = record["totals"]
     totals["equivalent"], totals["survived"] = len(record["equivalent"]), len(record["survived"])
@@ -493,7 +329,13 @@ def main(argv: list[str] | None = None) -> int:
     trees = [scratch_tree(scratch / f"tree{i}", rev) for i in range(max(1, args.jobs))]
     TREE = trees[0]
     files = sorted({p for pattern in args.modules for p in TREE.glob(pattern) if p.is_file()})
-    every = [m for path in files for m in mutants_of(path)]
+    named = {spot.rpartition(":")[0] for spot in args.only}
+    every = [
+        m
+        for path in files
+        if not named or str(path.relative_to(TREE)) in named  # no mutants made for nothing
+        for m in mutants_of(path)
+    ]
     if args.only:
         every = [m for m in every if f"{m.file}:{m.line}" in args.only]
     allowed = {e["key"]: e["reason"] for e in json.loads(EQUIVALENT.read_text())}
@@ -508,24 +350,38 @@ def main(argv: list[str] | None = None) -> int:
     # for speed: the children start from a process with the test suite's libraries imported
     import numpy  # noqa: F401
     import pandas  # noqa: F401
-    import pytest  # noqa: F401
 
     started = time.monotonic()
-    tests = {module: stages_of(module) for module in sorted({m.file for m in chosen})}
+    covering = CoverageMap.of(TREE, rev)
+    print(f"coverage map: {len(covering.seconds)} tests, built in {covering.build_s} s", flush=True)
+    selected = {
+        m.key: covering.tests_for(m.file, m.line, (TREE / m.file).read_text()) for m in chosen
+    }
+    limits = {
+        key: max(args.timeout, 5 * sum(covering.seconds[t] for t in tests))
+        for key, tests in selected.items()
+    }
+    covers: dict[str, set[str]] = defaultdict(set)
+    for mutant in chosen:
+        covers[mutant.file].update(selected[mutant.key])
 
     def write(outcome: dict[str, Any], complete: bool = False) -> dict[str, Any]:
-        done = {m.key for kind in ("killed", "survived", "timeouts") for m in outcome[kind]}
+        kinds = ("killed", "survived", "timeouts", "not_covered")
+        done = {m.key for kind in kinds for m in outcome[kind]}
         judged = [m for m in chosen if m.key in done]
-        equivalent = [m for m in outcome["survived"] if m.key in allowed]
-        survived = [m for m in outcome["survived"] if m.key not in allowed]
+        unrun = outcome["not_covered"]
+        equivalent = [m for m in outcome["survived"] + unrun if m.key in allowed]
+        survived = [m for m in outcome["survived"] + unrun if m.key not in allowed]
         detected = len(outcome["killed"]) + len(outcome["timeouts"])
         scored = len(judged) - len(equivalent)
+        spent = time.monotonic() - started
         record = {
             "what": "one-token mutation testing of cublas_audit/judge/ and cublas_audit/table/",
             "date": datetime.date.today().isoformat(),
             "command": " ".join(["python benchmarks/mutation.py", *(argv or sys.argv[1:])]),
             "commit": rev,
             "complete": complete,
+            "selection": "coverage",
             "modules": [str(f.relative_to(TREE)) for f in files],
             "mutants_generated": len(every),
             "sample": args.sample or None,
@@ -536,22 +392,34 @@ def main(argv: list[str] | None = None) -> int:
                 "killed": len(outcome["killed"]),
                 "timeouts": len(outcome["timeouts"]),
                 "equivalent": len(equivalent),
-                "survived": len(survived),
+                "survived": len(survived),  # the not covered among them
+                "not_covered": len([m for m in unrun if m.key not in allowed]),
                 "score": round(detected / scored, 4) if scored else None,
                 "wilson_95": list(wilson(detected, scored)),
             },
             "not_judged": outcome["not_judged"],
             "survived": [m.name for m in survived],
+            "not_covered": [m.name for m in unrun if m.key not in allowed],
             "timeouts": [m.name for m in outcome["timeouts"]],
             "equivalent": [{"mutant": m.name, "reason": allowed[m.key]} for m in equivalent],
-            "tests": {module: [list(stage) for stage in st] for module, st in tests.items()},
-            "baseline_s": {m: round(t, 1) for m, t in sorted(outcome["baseline_s"].items())},
-            "wall_s": round(time.monotonic() - started, 1),
+            "coverage_map": {
+                "tests": len(covering.seconds),
+                "not_passed": covering.failed,  # failed or skipped there: never selected
+                "build_s": covering.build_s,
+            },
+            # each module: how many tests run its mutants' lines, and their CPU seconds in all
+            "tests": {module: len(tests) for module, tests in covers.items()},
+            "baseline_s": {
+                module: round(sum(covering.seconds[t] for t in tests), 1)
+                for module, tests in covers.items()
+            },
+            "wall_s": round(spent, 1),
+            "s_per_mutant": round(spent / len(judged), 2) if judged else None,
         }
         args.out.write_text(json.dumps(record, indent=1) + "\n")
         return record
 
-    outcome = run(chosen, trees, args.timeout, write)
+    outcome = run(chosen, selected, limits, trees, write)
     shutil.rmtree(scratch, ignore_errors=True)
     record = write(outcome, complete=True)
     print(json.dumps(record["totals"]))
