@@ -11,7 +11,8 @@ Throughput is from the kernels' own time (CUPTI) where the map traced them, else
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+import functools
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from cublas_audit.forked import Forks
 from cublas_audit.judge.rules.maps import MAP_SERIES
 from cublas_audit.report.markdown import shorten
 from cublas_audit.report.plots import save_figure
@@ -26,6 +28,9 @@ from cublas_audit.report.plots import save_figure
 KERNELS_NAMED = 12  # kernels with their own colour and legend entry; the rest are "other"
 K_PANELS = 4  # K slices (or bands of K) of a plane picture
 OTHER = "other"
+# A map of this many rows draws each picture in a child of its own, all at once (forked.Forks):
+# a full map's plane picture alone is seconds of matplotlib; below this a fork saves nothing.
+FORK_ROWS = 20_000
 
 
 @dataclass(frozen=True)
@@ -47,15 +52,15 @@ def draw(
 
     matplotlib.use("Agg")  # files only: no display on CPU machines and CI
     rows = rows[~rows["is_loop"]].assign(rate=throughput(rows)).dropna(subset=["rate"])
-    pictures = []
+    pictures: list[Callable[[], Picture]] = []
     for key, series in rows.groupby(MAP_SERIES, dropna=False, sort=True):
         name = series_name(key)
         squares = (series["m"] == series["n"]) & (series["n"] == series["k"])
         if squares.sum() >= 2:
-            pictures.append(_size_axis(series[squares], name, plots, flagged))
+            pictures.append(functools.partial(_size_axis, series[squares], name, plots, flagged))
         if (~squares).sum() >= 2:
-            pictures.append(_plane(series[~squares], name, plots, k_values))
-    return pictures
+            pictures.append(functools.partial(_plane, series[~squares], name, plots, k_values))
+    return Forks(pictures, enabled=len(rows) >= FORK_ROWS).results()
 
 
 def throughput(rows: pd.DataFrame) -> pd.Series:

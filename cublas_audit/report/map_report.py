@@ -6,13 +6,17 @@ each finding it took deep. findings.json beside it holds every finding, not only
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import functools
+import json
+import os
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 from cublas_audit.files import write_text_atomic
+from cublas_audit.forked import Forks
 from cublas_audit.judge.candidates import LAYOUT_UNKNOWN, CandidateVerdicts
 from cublas_audit.judge.finding import Finding
 from cublas_audit.judge.map_audit import FollowUpVerdicts, MapAudit, case_ids
@@ -26,25 +30,52 @@ from cublas_audit.report.render import env_rows
 from cublas_audit.table.dispatch import json_ready
 from cublas_audit.table.env_record import EnvRecord
 from cublas_audit.table.rundir import (
+    COMPACT_FINDINGS,
     FOLLOW_UP_DIR,
     PLOTS_DIR,
     REPORT_FILE,
     findings_name,
+    write_compact_findings,
     write_findings,
 )
 from cublas_audit.vocabulary import Verdict
 
 FINDINGS_SHOWN = 40  # per rule; findings.json has them all
 KERNELS_SHOWN = 25
+FINDINGS_FORKS = 4  # at most: findings.json.gz's text is made in this many parts at once
 
 
 def write_map_report(run_dir: Path, judged: MapAudit) -> Path:
     """run_dir/report.md, its pictures under plots/ and every finding in findings.json."""
     run_dir = Path(run_dir)
-    text = render(judged, run_dir / PLOTS_DIR)
-    records = [finding.to_json() for finding in judged.findings]
-    write_findings(run_dir, json_ready(records))
+    found = judged.findings
+    if len(found) >= COMPACT_FINDINGS:  # JSON made in forks while the report is rendered here
+        parts = _findings_parts(found)
+        text = render(judged, run_dir / PLOTS_DIR)
+        write_compact_findings(run_dir, "[" + ",".join(_joined(parts.results())) + "]\n")
+    else:
+        text = render(judged, run_dir / PLOTS_DIR)
+        write_findings(run_dir, json_ready([finding.to_json() for finding in found]))
     return write_text_atomic(run_dir / REPORT_FILE, text)
+
+
+def _findings_parts(found: Sequence[Finding]) -> Forks[str]:
+    """The findings' compact JSON, made in parts at once, each in a fork: a full map's 86,000
+    findings are ~5 s of Python in one process, their records, cells and text."""
+    count = max(1, min(FINDINGS_FORKS, (os.cpu_count() or 1) - 2))  # (2: the pictures)
+    size = -(-len(found) // count)
+    parts = [found[start : start + size] for start in range(0, len(found), size)]
+    return Forks([functools.partial(_compact_json, part) for part in parts])
+
+
+def _compact_json(found: Sequence[Finding]) -> str:
+    records = json_ready([finding.to_json() for finding in found])
+    return json.dumps(records, separators=(",", ":"))
+
+
+def _joined(lists: Sequence[str]) -> Iterator[str]:
+    """The items of JSON lists (compact text): the parts of one list, as json.dumps writes it."""
+    return (text[1:-1] for text in lists if text != "[]")
 
 
 def render(judged: MapAudit, plots: Path | None) -> str:
@@ -60,14 +91,14 @@ def render(judged: MapAudit, plots: Path | None) -> str:
         "## Kernel switches along the size axis",
         _switches(rows),
     ]
-    if plots is not None:
+    listed = ["## Findings", _findings(rows, found, thresholds)]
+    if judged.follow_up is not None:
+        listed += ["## Follow-up", _follow_up(rows, judged, judged.follow_up)]
+    if plots is not None:  # drawn last: a large map's pictures are forks, the text made first
         flagged = {label for f in found for label in f.rows}
         pictures = map_plots.draw(rows, plots, flagged)
         parts += ["## Pictures", *(f"![{md_text(p.caption)}]({p.path})" for p in pictures)]
-    parts += ["## Findings", _findings(rows, found, thresholds)]
-    if judged.follow_up is not None:
-        parts += ["## Follow-up", _follow_up(rows, judged, judged.follow_up)]
-    return "\n\n".join(part for part in parts if part) + "\n"
+    return "\n\n".join(part for part in [*parts, *listed] if part) + "\n"
 
 
 def map_time(env: EnvRecord) -> str:

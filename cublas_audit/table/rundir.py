@@ -117,13 +117,22 @@ def write_findings(run_dir: Path, records: list[Any]) -> Path:
     file of an earlier report removed."""
     name = findings_name(len(records))
     if name == FINDINGS_COMPACT:
-        text = json.dumps(records, separators=(",", ":")) + "\n"
-        # level 1 and no name or time in the header: a few times faster than the default, and
-        # the same findings give the same bytes
-        written = write_file(Path(run_dir) / name, gzip.compress(text.encode(), 1, mtime=0))
-    else:
-        written = write_text_atomic(Path(run_dir) / name, json.dumps(records, indent=1) + "\n")
-    other = Path(run_dir) / (FINDINGS_FILE if name == FINDINGS_COMPACT else FINDINGS_COMPACT)
+        return write_compact_findings(run_dir, json.dumps(records, separators=(",", ":")) + "\n")
+    written = write_text_atomic(Path(run_dir) / name, json.dumps(records, indent=1) + "\n")
+    other = Path(run_dir) / FINDINGS_COMPACT
+    if other.is_file():
+        other.unlink()
+    return written
+
+
+def write_compact_findings(run_dir: Path, text: str) -> Path:
+    """findings.json.gz of COMPACT_FINDINGS or more findings from their compact JSON `text`
+    (write_findings, or a map report's text made in parts), findings.json of an earlier report
+    removed."""
+    # level 1 and no name or time in the header: a few times faster than the default, and the
+    # same findings give the same bytes
+    written = write_file(Path(run_dir) / FINDINGS_COMPACT, gzip.compress(text.encode(), 1, mtime=0))
+    other = Path(run_dir) / FINDINGS_FILE
     if other.is_file():
         other.unlink()
     return written
