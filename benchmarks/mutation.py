@@ -14,15 +14,16 @@ mutated file restored after each mutant).
 The tests a mutant runs are those that execute its line (as mutmut and cosmic-ray select them):
 once per commit, the quick CPU suite (`-m "not slow and not heavy and not gpu"`) runs in one
 process under coverage.py, measuring judge/ and table/ with each test as its own context
-(mutation_coverage.py), and the map from line to passing tests, with each test's CPU seconds, is
-cached under ~/.cache/cublas-audit (a rerun or `--only` reuses it). A line run only at import
-(a module's constants, a default argument) is mapped to every test that runs any line of its
-module. A mutant runs its tests cheapest first, in a child forked from a process that has pandas,
-numpy and pytest imported already, stopping at the first failure, under a timeout of `--timeout`
-or five times the tests' recorded seconds, whichever is longer (a timed-out mutant is counted
-killed: it changed behaviour enough to hang a test, and is listed). A mutant that no test runs
-(its line unreached, or reached only in a child process the map does not measure) is listed as
-not covered and counts as survived.
+(mutation_coverage.py), and the map from line to passing tests (one that fails or skips there is
+never selected), with each test's CPU seconds, is cached under ~/.cache/cublas-audit (a rerun or
+`--only` reuses it). A mutant's tests are those of any line of its statement; for a line outside
+any function body (run at import: a module's constants, a default argument), every test that
+runs a line of its module. A mutant runs its tests cheapest first, in a child forked from a
+process that has pandas, numpy and pytest imported already, stopping at the first failure, under
+a timeout of `--timeout` or five times the tests' recorded seconds, whichever is longer (a
+timed-out mutant is counted killed: it changed behaviour enough to hang a test, and is listed).
+A mutant that no test runs (its line unreached, or reached only in a child process the map does
+not measure) is listed as not covered and counts as survived.
 
 Equivalent mutants (no test can tell them apart: the same behaviour) are listed with why in
 benchmarks/mutation_equivalent.json, keyed by file, line text, column and token; the score is
