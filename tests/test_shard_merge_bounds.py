@@ -16,6 +16,7 @@ import pytest
 
 from cublas_audit.errors import AuditError
 from cublas_audit.planning.shards import ShardSpec
+from cublas_audit.table import candidates_table
 from cublas_audit.table import shard_merge as sm
 from cublas_audit.table.shard_merge import ShardRun
 from tests.conftest import REPORTS
@@ -195,7 +196,7 @@ def test_merge_of_one_candidates_shard(
 ) -> None:
     (tmp_path / "candidates.csv").write_text("read by the stand-in below\n")
     ids = [c.case_id for c in shards[0].whole[:3]]
-    monkeypatch.setattr(sm.candidates_table, "read_candidates", lambda path: frame(*ids[::-1]))
+    monkeypatch.setattr(candidates_table, "read_candidates", lambda path: frame(*ids[::-1]))
     merged = sm.merge([dataclasses.replace(shards[0], path=tmp_path)], [])
     assert merged.table is None and merged.candidates is not None
     assert merged.candidates["case_id"].tolist() == ids
