@@ -20,7 +20,8 @@ never selected), with each test's CPU seconds, is cached under ~/.cache/cublas-a
 any function body (run at import: a module's constants, a default argument), every test that
 runs a line of its module. A mutant runs its tests cheapest first, in a child forked from a
 process that has pandas, numpy and pytest imported already, stopping at the first failure, under
-a timeout of `--timeout` or five times the tests' recorded seconds, whichever is longer (a
+a timeout of `--timeout` or five times the tests' recorded CPU seconds, whichever is longer, in
+the child's CPU seconds (four times that in wall-clock seconds for a child hung idle; a
 timed-out mutant is counted killed: it changed behaviour enough to hang a test, and is listed).
 A mutant that no test runs (its line unreached, or reached only in a child process the map does
 not measure) is listed as not covered and counts as survived.
@@ -179,14 +180,26 @@ def fork_tests(tree: Path, tests: tuple[str, ...]) -> int:
     return fork_in(tree, work)
 
 
+def cpu_seconds(pid: int) -> float:
+    """A child's CPU seconds so far, with those of the children it waited for (/proc)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    except OSError:
+        return 0.0
+    return sum(int(tick) for tick in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+
+
 def wait_all(running: dict[int, float], limit: dict[int, float]) -> tuple[int, int, bool]:
-    """Wait for one child: (pid, exit code, timed out)."""
+    """Wait for one child: (pid, exit code, timed out). A child times out past its limit in CPU
+    seconds (on the shared machine the neighbours set the wall clock), or, hung without using
+    the CPU, past four times that in wall-clock seconds."""
     while True:
         for pid in list(running):
             done, status = os.waitpid(pid, os.WNOHANG)
             if done:
                 return pid, os.waitstatus_to_exitcode(status), False
-            if time.monotonic() - running[pid] > limit[pid]:
+            wall = time.monotonic() - running[pid]
+            if cpu_seconds(pid) > limit[pid] or wall > 4 * limit[pid]:
                 os.killpg(pid, signal.SIGKILL)
                 os.waitpid(pid, 0)
                 return pid, -9, True
