@@ -160,7 +160,9 @@ def test_the_grid_keeps_varying_series_columns_and_one_value_of_the_others() -> 
 
 def test_the_kernel_table() -> None:
     grid = af.grid_of(rows(kernel_name=["y", "x", "x"]))  # x: id 0 (twice), y: id 1
-    grid_frame = pd.concat([grid.frame, grid.frame.iloc[:1].assign(kernel=pd.NA)])  # a 4th row
+    unchosen = grid.frame.iloc[:1].copy()
+    unchosen["kernel"] = pd.NA  # a 4th row: no kernel
+    grid_frame = pd.concat([grid.frame, unchosen])
     rate = pd.Series([10.0, 20.0, 40.0, 5.0])
     table = af.kernel_table(grid_frame, grid.kernels, {"x": "X"}, rate)
     assert list(table.columns) == af.KERNEL_COLUMNS and list(table.index) == [0, 1]
