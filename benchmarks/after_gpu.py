@@ -15,7 +15,8 @@ record of each case: timing.jsonl of the H100's 10,000-problem FP32 map
 (benchmarks/results/map-10k-h100: its `probe` record, then each case's `start` and `done`
 records in turn, ids renamed to the shard's cases), ~1 KB a problem as a map run writes it.
 
-Timed, in this process, with the CPU time beside the wall time (the machine may be shared):
+Timed, in this process, with the CPU time beside the wall time (the machine may be shared; the
+CPU time of forked children counted in):
 `merge` of the shards into a new run directory (jobs.merge.run: read and check every shard, the
 tables joined in plan order, the merged files written), split by wrapping the job's own calls
 into its merge (reading, checking, joining, writing), its judging (the map's findings:
@@ -165,11 +166,17 @@ def full_grid_atlas(work: Path) -> dict[str, Any]:
     }
 
 
+def cpu_seconds() -> float:
+    """CPU seconds of this process and of its children waited for: a large map's report draws
+    its pictures and makes its findings' JSON in forks (cublas_audit.forked)."""
+    return sum(os.times()[:4])
+
+
 def timed(action: Callable[[], Any]) -> tuple[tuple[float, float], Any]:
     """(wall seconds, CPU seconds) of `action`, and its result."""
-    wall, cpu = time.perf_counter(), time.process_time()
+    wall, cpu = time.perf_counter(), cpu_seconds()
     result = action()
-    return (round(time.perf_counter() - wall, 2), round(time.process_time() - cpu, 2)), result
+    return (round(time.perf_counter() - wall, 2), round(cpu_seconds() - cpu, 2)), result
 
 
 class Clock:
@@ -184,14 +191,14 @@ class Clock:
         @functools.wraps(call)
         def timed(*args: Any, **kwargs: Any) -> Any:
             self._depth += 1
-            wall, cpu = time.perf_counter(), time.process_time()
+            wall, cpu = time.perf_counter(), cpu_seconds()
             try:
                 return call(*args, **kwargs)
             finally:
                 self._depth -= 1
                 if self._depth == 0:
                     self.wall[stage] = self.wall.get(stage, 0) + time.perf_counter() - wall
-                    self.cpu[stage] = self.cpu.get(stage, 0) + time.process_time() - cpu
+                    self.cpu[stage] = self.cpu.get(stage, 0) + cpu_seconds() - cpu
 
         return timed
 
@@ -256,9 +263,9 @@ def main() -> int:
         clock = Clock()
         job = merge.MergeJob([*shard_dirs], out, command=["after_gpu.py"])
         with patched(clock):
-            wall, cpu = time.perf_counter(), time.process_time()
+            wall, cpu = time.perf_counter(), cpu_seconds()
             merge.run(job)
-            total_s, total_cpu = time.perf_counter() - wall, time.process_time() - cpu
+            total_s, total_cpu = time.perf_counter() - wall, cpu_seconds() - cpu
         stages = {
             "merge": total_s - sum(clock.wall.values()),
             "judge": clock.wall.get("judge", 0.0),
