@@ -26,7 +26,9 @@ def test_the_fleet_row_is_the_recorded_benchmark() -> None:
     assert f"({recorded['ray_wall_s'] / recorded['quarter_shard_wall_s']:.2f}x)" in row
     assert f"after the GPUs {recorded['after_gpu_s']:.1f} s" in row
     assert f"run directory {recorded['run_dir_mb']:.1f} MB" in row
-    met = recorded["devices_all_wall_s"] <= 1.25 * recorded["quarter_shard_wall_s"]
+    # the target holds for both ways of spreading the grid
+    limit = 1.25 * recorded["quarter_shard_wall_s"]
+    met = max(recorded["devices_all_wall_s"], recorded["ray_wall_s"]) <= limit
     assert ("Not met" in row) is not met
 
 
