@@ -12,8 +12,9 @@ HEAD by default: never the checkout, where others' edits may be half done; one c
 mutated file restored after each mutant).
 
 The tests a mutant runs are those that execute its line (as mutmut and cosmic-ray select them):
-once per commit, the quick CPU suite (`-m "not slow and not heavy and not gpu"`) runs in one
-process under coverage.py, measuring judge/ and table/ with each test as its own context
+once per commit, the CPU suite (`-m "not slow and not gpu"`: `pytest -q`'s tests and CI's
+second step's heavy ones, all that a mutant must get past) runs in one process under
+coverage.py, measuring judge/ and table/ with each test as its own context
 (mutation_coverage.py), and the map from line to passing tests (one that fails or skips there is
 never selected), with each test's CPU seconds, is cached under ~/.cache/cublas-audit (a rerun or
 `--only` reuses it). A mutant's tests are those of any line of its statement; for a line outside
@@ -57,7 +58,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from mutation_coverage import QUICK, CoverageMap, fork_in
+from mutation_coverage import WITH_HEAVY, CoverageMap, fork_in
 
 REPO = Path(__file__).resolve().parent.parent
 TREE = REPO  # the committed tree mutated (a scratch copy of --rev), set by main
@@ -175,7 +176,7 @@ def fork_tests(tree: Path, tests: tuple[str, ...]) -> int:
     def work() -> int:
         import pytest
 
-        return int(pytest.main([*tests, "-x", "-q", *QUICK]))
+        return int(pytest.main([*tests, "-x", "-q", *WITH_HEAVY]))
 
     return fork_in(tree, work)
 
@@ -366,7 +367,7 @@ def main(argv: list[str] | None = None) -> int:
     import pandas  # noqa: F401
 
     started = time.monotonic()
-    covering = CoverageMap.of(TREE, rev)
+    covering = CoverageMap.of(TREE, rev, suite="with-heavy")
     print(f"coverage map: {len(covering.seconds)} tests, built in {covering.build_s} s", flush=True)
     selected = {
         m.key: covering.tests_for(m.file, m.line, (TREE / m.file).read_text()) for m in chosen

@@ -26,8 +26,12 @@ from typing import Any
 import pytest
 
 MEASURED = ("cublas_audit/judge", "cublas_audit/table")
+# The CPU tests as pytest runs them in one process: `pytest -q`'s own (QUICK), or with CI's
+# second step's heavy ones too (WITH_HEAVY: what a mutant must survive is the whole CPU suite).
 QUICK = ("-n", "0", "-p", "no:cacheprovider", "-o", "addopts=",
          "-m", "not slow and not heavy and not gpu")  # fmt: skip
+WITH_HEAVY = (*QUICK[:-1], "not slow and not gpu")
+SUITES = {"quick": QUICK, "with-heavy": WITH_HEAVY}
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "cublas-audit"
 
 
@@ -169,10 +173,10 @@ def _fixture(fixturedef: Any) -> str:
     return f"fixture {fixturedef.baseid}::{fixturedef.argname}"
 
 
-def record(tree: Path, out: Path, measured: tuple[str, ...]) -> int:
-    """The map's run (in a forked child in `tree`): the quick suite under coverage of the
-    folders `measured`, the map written to `out` as JSON; 0, or 1 where some tests failed or
-    skipped (they are left out of the map)."""
+def record(tree: Path, out: Path, measured: tuple[str, ...], suite: str) -> int:
+    """The map's run (in a forked child in `tree`): the tests of `suite` (SUITES) under coverage
+    of the folders `measured`, the map written to `out` as JSON; 0, or 1 where some tests failed
+    or skipped (they are left out of the map)."""
     import coverage
 
     cov = coverage.Coverage(
@@ -182,7 +186,7 @@ def record(tree: Path, out: Path, measured: tuple[str, ...]) -> int:
     )
     recorder = Recorder(cov, tree, measured)
     cov.start()
-    pytest.main(["-q", *QUICK], plugins=[recorder])
+    pytest.main(["-q", *SUITES[suite]], plugins=[recorder])
     cov.stop()
     cov.save()
     data = cov.get_data()
@@ -211,16 +215,18 @@ class CoverageMap:
     lines: dict[str, dict[int, frozenset[str]]]  # file: line: the passing tests that run it
 
     @classmethod
-    def of(cls, tree: Path, commit: str, measured: tuple[str, ...] = MEASURED) -> CoverageMap:
-        """The map of `tree` (commit `commit`'s) over the folders `measured`: the cached one,
-        else built now (minutes)."""
+    def of(
+        cls, tree: Path, commit: str, measured: tuple[str, ...] = MEASURED, suite: str = "quick"
+    ) -> CoverageMap:
+        """The map of `tree` (commit `commit`'s) over the folders `measured`, by the tests of
+        `suite` (SUITES): the cached one, else built now (minutes)."""
         folders = "+".join(folder.replace("/", ".") for folder in measured)
-        cached = CACHE / f"coverage-{commit}-{folders}.json"
+        cached = CACHE / f"coverage-{commit}-{folders}-{suite}.json"
         if not cached.exists():
             CACHE.mkdir(parents=True, exist_ok=True)
             began = time.monotonic()
             partial = cached.with_suffix(f".{os.getpid()}.partial")
-            pid = fork_in(tree, lambda: record(tree, partial, measured))
+            pid = fork_in(tree, lambda: record(tree, partial, measured, suite))
             code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
             if code not in (0, 1) or not partial.exists():
                 print((tree / "pytest.log").read_text()[-3000:], file=sys.stderr)
