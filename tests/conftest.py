@@ -85,7 +85,27 @@ def _module(item: pytest.Item) -> str:
     return str(getattr(module, "__name__", ""))
 
 
+# The quick suite's costliest tests, chosen by benchmarks/heavy_tests.py (each runs no line of
+# the package that a quick test leaves unrun), carry the `heavy` marker: CI's second step runs
+# them.
+HEAVY_LIST = REPO / "tests" / "heavy_tests.txt"
+
+
+@functools.cache
+def listed_heavy() -> frozenset[str]:
+    """The node ids HEAVY_LIST names (each line: its CPU seconds, then the node id)."""
+    if not HEAVY_LIST.exists():
+        return frozenset()
+    lines = HEAVY_LIST.read_text().splitlines()
+    return frozenset(line.split(None, 1)[1] for line in lines if line.strip() and line[0] != "#")
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    heavy = listed_heavy()
+    for item in items:
+        if item.nodeid in heavy:
+            item.add_marker(pytest.mark.heavy)
     items.sort(key=lambda item: _module(item) in BACKGROUND)  # stable: those modules last
     if _gpu_available():
         return

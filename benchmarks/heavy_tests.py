@@ -1,0 +1,127 @@
+"""Which tests leave the everyday `pytest -q` for CI's second step (issue 38 item 4: the quick
+suite in at most 80 s of CPU on the 2-core machine, without dropping what it proves).
+
+    python benchmarks/heavy_tests.py [--budget S] [--floor S] [--cpu-log FILE] [--rev REV]
+
+The quick suite (`pytest -q`'s tests at --rev, with tests/heavy_tests.txt emptied) runs once
+under coverage.py over the whole package, each test its own context (mutation_coverage.py's
+recorder: a fixture's or a session cache's lines go to every test that uses it). Then, costliest
+test first (a parametrized test's cases each on their own), a test moves to
+tests/heavy_tests.txt only where every line of cublas_audit it runs is still run by a test that
+stays quick; it stops once the quick tests' CPU is within --budget, and never moves a test
+cheaper than --floor. So the quick suite still runs every line it ran before; what moves is the
+same paths run again by costlier end-to-end tests, which CI's second step (`pytest -q -m heavy`)
+keeps proving. Each test's CPU comes from --cpu-log (tests/conftest.py's CUBLAS_AUDIT_TEST_CPU
+log of `pytest -q` on the quiet machine: the coverage run's own seconds are inflated by
+tracing), else from the coverage run. Lines run only in a child process (a test that starts
+`cublas-audit` as a program) are outside the map.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+from mutation_coverage import CoverageMap  # noqa: E402
+
+LIST = REPO / "tests" / "heavy_tests.txt"
+HEADER = """\
+# The quick suite's costliest tests: they carry the `heavy` marker (tests/conftest.py), so
+# `pytest -q` leaves them to CI's second step, `pytest -q -m heavy`. Chosen by
+# benchmarks/heavy_tests.py: each runs no line of cublas_audit that a quick test leaves unrun.
+# Regenerate it after changing the tests: python benchmarks/heavy_tests.py --cpu-log LOG
+# CPU seconds (quiet 2-core machine)  test
+"""
+
+
+def lines_by_test(lines: Mapping[str, Mapping[int, Iterable[str]]]) -> dict[str, set[str]]:
+    """Each test's lines of the package, as "file:line"."""
+    runs: dict[str, set[str]] = defaultdict(set)
+    for file, by_line in lines.items():
+        for line, tests in by_line.items():
+            for test in tests:
+                runs[test].add(f"{file}:{line}")
+    return dict(runs)
+
+
+def choose(
+    seconds: Mapping[str, float], runs: Mapping[str, set[str]], budget: float, floor: float
+) -> list[str]:
+    """The tests to move, costliest first, while the rest cost more than `budget`: each only
+    where every line it runs stays run by a test that stays quick; none under `floor`."""
+    runners = Counter(line for lines in runs.values() for line in lines)
+    quick = sum(seconds.values())
+    moved: list[str] = []
+    for test in sorted(seconds, key=lambda name: (-seconds[name], name)):
+        if quick <= budget or seconds[test] < floor:
+            break
+        own = runs.get(test, set())
+        if any(runners[line] <= 1 for line in own):
+            continue  # the only quick test of some line: it stays
+        for line in own:
+            runners[line] -= 1
+        moved.append(test)
+        quick -= seconds[test]
+    return moved
+
+
+def cpu_log(path: Path) -> dict[str, float]:
+    """A CUBLAS_AUDIT_TEST_CPU log's seconds by node id (a test logged twice: summed)."""
+    seconds: dict[str, float] = defaultdict(float)
+    for line in path.read_text().splitlines():
+        spent, _, nodeid = line.partition(" ")
+        seconds[nodeid] += float(spent)
+    return dict(seconds)
+
+
+def scratch_tree(rev: str) -> Path:
+    """The tests and package of `rev` in a scratch directory, with no heavy list: the quick
+    suite as it was before any test moved."""
+    tree = Path(tempfile.mkdtemp(prefix="heavy-tests-"))
+    archive = subprocess.run(
+        ["git", "archive", rev], cwd=REPO, capture_output=True, check=True
+    ).stdout
+    subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
+    (tree / "tests" / "heavy_tests.txt").unlink(missing_ok=True)
+    return tree
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--budget", type=float, default=40.0, help="quick tests' CPU seconds")
+    parser.add_argument("--floor", type=float, default=0.1, help="never move a cheaper test")
+    parser.add_argument("--cpu-log", type=Path, help="a CUBLAS_AUDIT_TEST_CPU log")
+    parser.add_argument("--rev", default="HEAD", help="the commit whose quick suite is mapped")
+    args = parser.parse_args()
+    commit = subprocess.run(
+        ["git", "rev-parse", args.rev], cwd=REPO, capture_output=True, text=True, check=True
+    ).stdout.strip()
+    tree = scratch_tree(commit)
+    try:
+        covered = CoverageMap.of(tree, commit, measured=("cublas_audit",), suite="quick")
+    finally:
+        shutil.rmtree(tree, ignore_errors=True)
+    measured = cpu_log(args.cpu_log) if args.cpu_log else covered.seconds
+    seconds = {test: measured.get(test, 0.0) for test in covered.seconds}
+    moved = choose(seconds, lines_by_test(covered.lines), args.budget, args.floor)
+    rows = [f"{seconds[test]:7.2f}  {test}" for test in moved]
+    LIST.write_text(HEADER + "\n".join(rows) + "\n")
+    kept = sum(seconds.values()) - sum(seconds[test] for test in moved)
+    print(
+        f"{len(moved)} tests to CI's second step ({sum(seconds[t] for t in moved):.1f} s of CPU);"
+        f" the quick ones keep {kept:.1f} s and every line they ran; {LIST}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
