@@ -1,7 +1,7 @@
 """CPU time of the test suite (issue 38, item 4: at most 80 s of CPU on the 2-core machine).
 
-    python benchmarks/test_suite_time.py [--serial] [--repeat N] [--per-test] [--json FILE]
-                                         [-- PYTEST_ARGS]
+    python benchmarks/test_suite_time.py [--serial] [--repeat N] [--per-test] [--log FILE]
+                                         [--json FILE] [-- PYTEST_ARGS]
 
 Runs `python -m pytest -q` as the README gives it (pyproject's addopts: a worker per core) in a
 child process and reads what it cost: CPU time (user + system of pytest and of every worker and
@@ -11,7 +11,8 @@ with other work the wall time says more about the neighbours. CPU time grows too
 processes than cores are running (they share caches and cores), so each run records the load
 average before and after it. The figures measured before the work on the suite's speed are kept
 in the JSON beside the new ones (BEFORE). `--per-test` also records each test's CPU seconds
-(tests/conftest.py's CUBLAS_AUDIT_TEST_CPU log) and prints the costliest tests and files.
+(tests/conftest.py's CUBLAS_AUDIT_TEST_CPU log) and prints the costliest tests and files;
+`--log FILE` keeps that log (what benchmarks/heavy_tests.py --cpu-log reads).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import os
 import platform
 import re
 import resource
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -118,17 +120,23 @@ def main() -> int:
         "--json", type=Path, default=REPO / "benchmarks" / "results" / "test_suite_time.json"
     )
     parser.add_argument("--per-test", action="store_true", help="each test's CPU seconds too")
+    parser.add_argument(
+        "--log", type=Path, help="keep the per-test log here (benchmarks/heavy_tests.py --cpu-log)"
+    )
     parser.add_argument("pytest_args", nargs="*", help="more arguments for pytest (after --)")
     args = parser.parse_args()
     argv = [sys.executable, "-m", "pytest", "-q", *(["-n", "0"] if args.serial else [])]
     argv += args.pytest_args
     runs = []
     for number in range(1, args.repeat + 1):
-        log = own_log() if args.per_test else None
+        log = own_log() if args.per_test or args.log else None
         run = measure(argv, log)
         if log is not None and log.exists():
             run["per_test"] = costliest(log)
-            log.unlink()
+            if args.log:
+                shutil.move(log, args.log)
+            else:
+                log.unlink()
             for name, seconds in run["per_test"]["costliest_files"].items():
                 print(f"  {seconds:6.2f} s  {name}")
         runs.append(run)
