@@ -79,6 +79,19 @@ def _joined(lists: Sequence[str]) -> Iterator[str]:
 
 
 def render(judged: MapAudit, plots: Path | None) -> str:
+    # a large map's text is made in a fork while its pictures are drawn (each in its own)
+    text = Forks([functools.partial(_text, judged)], len(judged.rows) >= map_plots.FORK_ROWS)
+    pictures = []
+    if plots is not None:
+        flagged = {label for f in judged.findings for label in f.rows}
+        drawn = map_plots.draw(judged.rows, plots, flagged)
+        pictures = ["## Pictures", *(f"![{md_text(p.caption)}]({p.path})" for p in drawn)]
+    ((parts, listed),) = text.results()
+    return "\n\n".join(part for part in [*parts, *pictures, *listed] if part) + "\n"
+
+
+def _text(judged: MapAudit) -> tuple[list[str], list[str]]:
+    """The report's parts before its pictures and after them."""
     dataset, found, thresholds = judged.dataset, judged.findings, judged.thresholds
     rows = judged.rows
     parts = [
@@ -94,11 +107,7 @@ def render(judged: MapAudit, plots: Path | None) -> str:
     listed = ["## Findings", _findings(rows, found, thresholds)]
     if judged.follow_up is not None:
         listed += ["## Follow-up", _follow_up(rows, judged, judged.follow_up)]
-    if plots is not None:  # drawn last: a large map's pictures are forks, the text made first
-        flagged = {label for f in found for label in f.rows}
-        pictures = map_plots.draw(rows, plots, flagged)
-        parts += ["## Pictures", *(f"![{md_text(p.caption)}]({p.path})" for p in pictures)]
-    return "\n\n".join(part for part in [*parts, *listed] if part) + "\n"
+    return parts, listed
 
 
 def map_time(env: EnvRecord) -> str:
