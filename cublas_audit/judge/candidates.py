@@ -301,7 +301,12 @@ def judge_candidates(
     ]
     # each case's best candidate, described: one merge, not a lookup per case
     columns = ["case_id", "candidate", "algo_id", "tile", "stages", "split_k"]
-    best = summary[["case_id", "best_candidate"]].merge(
+    # the best's key in the table's own type: a summary whose every case has no best (all
+    # skipped, all wrong) holds only NA, which pandas will not merge with the table's integers
+    keys = summary[["case_id", "best_candidate"]].astype(
+        {"best_candidate": frame["candidate"].dtype}
+    )
+    best = keys.merge(
         frame[columns].drop_duplicates(["case_id", "candidate"]),
         left_on=["case_id", "best_candidate"],
         right_on=["case_id", "candidate"],
