@@ -1,7 +1,7 @@
 """After the GPUs (issue 40 item 3): merge four shards of a 262,144-problem map, judge it and
 write its report, timed, and the size of the run directory that leaves.
 
-    python benchmarks/after_gpu.py [--rows N] [--shards N] [--json FILE] [--keep DIR]
+    python benchmarks/after_gpu.py [--rows N] [--shards N] [--json FILE] [--keep DIR] [--serial]
 
 The map is real rows tiled, as benchmarks/large_table.py tiles them: the 10,000-problem BF16 map
 of the H100 (tests/fixtures/h100-map-reruns/bf16-s1, run a: every column of its dispatch.csv,
@@ -63,6 +63,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 from judge_scale import cpu_model  # noqa: E402
 from large_table import tile  # noqa: E402
 
+from cublas_audit import forked  # noqa: E402
 from cublas_audit.gc_pause import collector_paused  # noqa: E402
 from cublas_audit.jobs import merge, run_reports  # noqa: E402
 from cublas_audit.planning.cases import Case, write_plan  # noqa: E402
@@ -246,7 +247,12 @@ def main() -> int:
         "--json", type=Path, default=REPO / "benchmarks" / "results" / "after_gpu_cpu.json"
     )
     parser.add_argument("--keep", type=Path, help="write the run directories here; keep them")
+    parser.add_argument(
+        "--serial", action="store_true", help="no forks: the report made in this process alone"
+    )
     args = parser.parse_args()
+    if args.serial:  # (the figures before the report's forks, on the same host)
+        forked.can_fork = lambda: False
     with tempfile.TemporaryDirectory() as tmp:
         work = (args.keep or Path(tmp)).absolute()
         work.mkdir(parents=True, exist_ok=True)
@@ -294,6 +300,7 @@ def main() -> int:
         "pandas": pd.__version__,
         "rows": args.rows,
         "shards": args.shards,
+        "forks": not args.serial and forked.can_fork(),
         "source": str(RECORDED.relative_to(REPO)) + "/a.parquet (tiled)",
         "gpu": found.get("gpu_name"),
         "after_gpu_s": round(total_s + max(folds), 2),
