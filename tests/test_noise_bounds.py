@@ -109,3 +109,30 @@ def test_a_loop_of_two_launches_is_not_interleaved_with_the_reference() -> None:
          "ref_time_n": [5, 5]}
     )  # fmt: skip
     assert noise.interleaved_with_reference(rows).tolist() == [False, True]
+
+
+def test_the_maps_pool_reaches_the_bin_that_ends_at_1_ms() -> None:
+    # a 20 % shift at 0.05 ms and a 0.4 % one at 0.5 ms (the bin from 0.3 to 1 ms): the pool
+    # up to 1 ms takes its largest, 20 % x 1.25 = 0.25, for the 0.5 ms bin too
+    def pair(per_launch_ms: float, change: float) -> list[pd.DataFrame]:
+        first = pd.DataFrame(
+            {"case_id": ["x"], "api": ["cublas"], "mode": ["fp32"], "time_ms": [per_launch_ms]}
+        )
+        return [first, first.assign(time_ms=per_launch_ms * (1 + change))]
+
+    floors = noise.map_floors([pair(0.05, 0.20), pair(0.5, 0.004)])["map_call"]
+    assert floors[noise.EDGES_MS.index(1.0)] == 0.25
+
+
+def test_the_top_bin_lifts_the_one_below_it() -> None:
+    # two runs: a 50 ms case unchanged (bin 30-100 ms: 0 -> MIN_FLOOR 0.01) and a 200 ms one 10 %
+    # slower (the last bin: 0.1 x 1.25 = 0.125); a shorter launch is never quieter, so the
+    # 30-100 ms bin and every one below it get 0.125 too
+    def run(slow: float) -> pd.DataFrame:
+        return pd.DataFrame(
+            {"case_id": ["a", "b"], "api": ["cublas"] * 2, "mode": ["fp32"] * 2,
+             "time_ms": [50.0, 200.0 * slow]}
+        )  # fmt: skip
+
+    model = noise.fit([run(1.0), run(1.1)], {})
+    assert model.floors == (0.125,) * len(noise.EDGES_MS)
