@@ -28,6 +28,7 @@ from cublas_audit.judge.impact import (
     _candidate_gaps,
     _problem_verdict,
     _Rows,
+    model_fixes,
     pct_text,
     proven_gain,
     trace_verdict,
@@ -36,6 +37,7 @@ from cublas_audit.judge.impact import (
 )
 from cublas_audit.judge.rules import prepare
 from cublas_audit.judge.thresholds import Thresholds
+from cublas_audit.table.fix_file import TorchOp, read_fix_file
 from cublas_audit.table.inputs import load_run
 from cublas_audit.table.trace_record import TraceRecord, read_trace_record
 from cublas_audit.vocabulary import Severity
@@ -331,3 +333,43 @@ def judged_all(record: TraceRecord, candidates: CandidateVerdicts) -> list[Probl
 
 def test_a_problem_verdict_is_not_flagged_unless_said() -> None:
     assert ProblemVerdict("p", "o", "s", 0.1, None, False).flagged is False
+
+
+def test_the_verdict_s_shares_of_a_record_without_gemm_time(
+    record: TraceRecord, candidates: CandidateVerdicts
+) -> None:
+    # 0.323282 of 3.232819 ms unaudited: 0.1 of the GEMM time
+    part = trace_verdict(replace(record, unaudited_ms=0.323282), candidates, [])
+    assert part is not None and part.unaudited_share == pytest.approx(0.1, abs=1e-6)
+    # a gain under 1 us a step counts as itself (gains start from nothing)
+    small = replace(
+        _finding("layout-penalty", Severity.info, [7], 0.1),
+        impact={"called": True, "saved_us_per_step": 0.5, "problems": [DOWN]},
+    )
+    some = trace_verdict(record, candidates, [small])
+    assert some is not None and some.gain_us == 0.5
+    # a record without GEMM time: no share of it
+    empty = trace_verdict(replace(record, gemm_ms=0.0), candidates, [small])
+    assert empty is not None and empty.unaudited_share == 0.0 and empty.gain_share == 0.0
+
+
+def test_a_problem_without_a_candidate_audit(record: TraceRecord) -> None:
+    alone = _problem_verdict(record.problems[0], {})
+    assert (alone.gap, alone.within_noise, alone.flagged) == (None, False, False)
+
+
+def test_a_trace_s_fixes_are_the_model_s_calls(record: TraceRecord) -> None:
+    """The recorded fix set of the FP32 map (reports/h100/fixes/20261125-092546): its run traced
+    by the ViT record, no fix is a call the model makes; re-pointed at FC1's cuBLASLt case, one is
+    kept with the model's op, shape, batch and share."""
+    fixes = read_fix_file(REPORTS / "h100" / "fixes" / "20261125-092546" / "fix.json")
+    first = replace(fixes, fixes=fixes.fixes[:2])
+    run = first.fixes[0].source["run"]
+    assert model_fixes(first, {}) == (first, [])  # no trace for its run: kept as it is
+    kept, left = model_fixes(first, {run: record})
+    assert kept.fixes == () and [n.fix_id for n in left] == [f.id for f in first.fixes]
+    case = first.fixes[0].source["case_id"]
+    assert left[0].why == f"not a call the traced model makes: {case} is {record.why_not(case)}"
+    fc1 = replace(first.fixes[0], source={**first.fixes[0].source, "case_id": f"cublasLt.{FC1}"})
+    kept, left = model_fixes(replace(first, fixes=(fc1,)), {run: record})
+    assert left == [] and kept.fixes[0].torch == TorchOp(LINEAR, "12608x3072x768", 1, 0.349325)
