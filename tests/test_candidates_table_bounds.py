@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from cublas_audit.errors import AuditError
 from cublas_audit.planning.cases import Case
 from cublas_audit.table import candidates_table as ct
 from cublas_audit.table.env_record import EnvRecord
@@ -119,27 +120,30 @@ def raw() -> pd.DataFrame:
 
 def test_a_hand_edited_audit_is_named_by_row(raw: pd.DataFrame) -> None:
     where = Path("c.csv")
-    with pytest.raises(ct.AuditError, match=r"^c\.csv: missing required column\(s\) status$"):
+    with pytest.raises(AuditError, match=r"^c\.csv: missing required column\(s\) status$"):
         ct.validate(raw.drop(columns=["status"]), where)
-    with pytest.raises(ct.AuditError, match=r"^c\.csv, row 2, column 'tile': "):
+    with pytest.raises(AuditError, match=r"^c\.csv, row 2, column 'tile': "):
         ct.validate(raw.assign(tile=["32x32", "7x7", "7x7"]), where)
     # a missing transpose is allowed (a version-1 row); split-K up to k = 256 itself
-    edited = ct.validate(raw.assign(transa=["n", None, "t"], split_k=["1", "256", "1"]), where)
+    edited = ct.validate(
+        raw.assign(transa=pd.Series(["n", None, "t"], dtype=object), split_k=["1", "256", "1"]),
+        where,
+    )
     assert edited["transa"].isna().sum() == 1 and edited["split_k"].tolist()[1] == 256
-    with pytest.raises(
-        ct.AuditError, match=r"^c\.csv, row 2, column 'split_k': split_k 257 is not"
-    ):
+    with pytest.raises(AuditError, match=r"^c\.csv, row 2, column 'split_k': split_k 257 is not"):
         ct.validate(raw.assign(split_k=["1", "257", "258"]), where)
 
 
 def test_a_run_directory_s_audit_and_text_that_looks_missing(
     raw: pd.DataFrame, tmp_path: Path
 ) -> None:
-    raw.assign(reason=["None", "NA", None]).to_csv(tmp_path / "candidates.csv", index=False)
+    raw.assign(reason=pd.Series(["None", "NA", None], dtype=object)).to_csv(
+        tmp_path / "candidates.csv", index=False
+    )
     (tmp_path / "run").mkdir()  # a run directory without an audit
     frame = ct.read_candidates(tmp_path)  # a run directory: its candidates.csv
     assert frame["reason"].tolist()[:2] == ["None", "NA"] and len(frame) == 3
-    with pytest.raises(ct.AuditError, match=r"candidates\.csv: no such file"):
+    with pytest.raises(AuditError, match=r"candidates\.csv: no such file"):
         ct.read_candidates((tmp_path / "run").resolve())
 
 
