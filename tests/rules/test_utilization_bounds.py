@@ -1,0 +1,63 @@
+"""judge.rules.utilization's no-escalation at its boundaries on the article's RTX 5090 table
+(tests/fixtures/published_article_b8.csv, FP32 batch 8): simt_128x32_8x5 at every size from 256
+to 8192 (32x in linear size), FMA utilization 33, 39, 41, 41, 42 and 42 %."""
+
+from __future__ import annotations
+
+from functools import cache
+
+import pandas as pd
+
+from cublas_audit.judge.finding import Finding
+from cublas_audit.judge.rules import prepare
+from cublas_audit.judge.rules.frame import RuleContext
+from cublas_audit.judge.rules.utilization import no_escalation
+from cublas_audit.judge.thresholds import Thresholds
+from cublas_audit.table.dispatch import from_records
+from tests.conftest import FIXTURES
+
+
+@cache
+def _rows() -> pd.DataFrame:
+    table = pd.read_csv(FIXTURES / "published_article_b8.csv")
+    return prepare(from_records(table[table["gpu_label"] == "5090"].to_dict("records")))
+
+
+def escalation(rows: pd.DataFrame | None = None, **thresholds: float) -> list[Finding]:
+    ctx = RuleContext(_rows() if rows is None else rows, Thresholds(**thresholds))  # type: ignore[arg-type]
+    return no_escalation(ctx)
+
+
+def test_the_5090_at_the_default_limits() -> None:
+    (found,) = escalation()
+    assert found.sizes == ["256", "512", "1024", "2048", "4096", "8192"]
+    assert "from 256 to 8192 (32x in linear size)" in found.message
+    assert "utilization stays at 33-42 % (below 60 % from 4096 up)" in found.message
+
+
+def test_the_range_and_the_largest_size_at_their_limits() -> None:
+    # 8192 / 256 = 32: a range of exactly 32 is enough; the largest size 8192 reaches 8192
+    assert len(escalation(escalation_min_range=32)) == 1
+    assert len(escalation(escalation_min_size=8192)) == 1
+    # a run that never reaches the size judged from is no finding, however wide
+    assert escalation(escalation_min_size=8193) == []
+
+
+def test_only_the_sizes_from_the_limit_up_count() -> None:
+    # from 8192 up: 42 %, at a limit of 42 % (reached: it escalates enough) -> nothing; 42.5 fires
+    assert escalation(escalation_min_size=8192, escalation_max_pct=42) == []
+    assert len(escalation(escalation_min_size=8192, escalation_max_pct=42.5)) == 1
+    # from 4096 up (42, 42 %), 512's 39 % is not judged: a limit of 40 % is reached -> nothing
+    assert escalation(escalation_max_pct=40) == []
+    # from 512 up: 39 % is below 40, but 41 and 42 reach it
+    assert escalation(escalation_min_size=512, escalation_max_pct=40) == []
+    assert len(escalation(escalation_min_size=512, escalation_max_pct=42.5)) == 1
+
+
+def test_a_size_without_its_utilization_is_no_finding() -> None:
+    rows = _rows().copy()
+    rows.loc[5, "util"] = None  # 8192 without ncu's counters: it might have escalated
+    assert escalation(rows) == []
+    # one kernel at one size (a range of 1 is allowed here): the run is that one row
+    (one,) = escalation(_rows().iloc[[5]], escalation_min_range=1)
+    assert one.sizes == ["8192"] and "(1x in linear size)" in one.message
