@@ -4,14 +4,16 @@ to 8192 (32x in linear size), FMA utilization 33, 39, 41, 41, 42 and 42 %."""
 
 from __future__ import annotations
 
+import json
 from functools import cache
 
 import pandas as pd
 
 from cublas_audit.judge.finding import Finding
+from cublas_audit.judge.roofline import Machine, machine_of, with_roofline
 from cublas_audit.judge.rules import prepare
 from cublas_audit.judge.rules.frame import RuleContext
-from cublas_audit.judge.rules.utilization import no_escalation
+from cublas_audit.judge.rules.utilization import low_utilization, no_escalation
 from cublas_audit.judge.thresholds import Thresholds
 from cublas_audit.table.dispatch import from_records
 from tests.conftest import FIXTURES
@@ -61,3 +63,32 @@ def test_a_size_without_its_utilization_is_no_finding() -> None:
     # one kernel at one size (a range of 1 is allowed here): the run is that one row
     (one,) = escalation(_rows().iloc[[5]], escalation_min_range=1)
     assert one.sizes == ["8192"] and "(1x in linear size)" in one.message
+
+
+@cache
+def _h100() -> tuple[pd.DataFrame, Machine]:
+    """tests/fixtures/h100-batched-cublas: FP32 256^3 on xmma_32x32x8 at 18.2718 % (batch 4)
+    and 33.3562 % (batch 8); the table's best 82.1128 % (8192^3 batch 8, xmma_128x128x8), then
+    82.1033 % (batch 16)."""
+    run = FIXTURES / "h100-batched-cublas"
+    table = pd.read_csv(run / "dispatch.csv")
+    machine = machine_of(json.loads((run / "env.json").read_text()), table)
+    assert machine is not None
+    return with_roofline(prepare(from_records(table.to_dict("records"))), machine), machine
+
+
+def low(**thresholds: float) -> list[Finding]:
+    rows, machine = _h100()
+    return low_utilization(RuleContext(rows, Thresholds(**thresholds), machine=machine))  # type: ignore[arg-type]
+
+
+def test_low_against_the_best_at_exactly_the_fraction() -> None:
+    fraction = 33.3562 / 82.1128  # x 82.1128 is 33.3562 again, exactly
+    assert low(fill_min_elements=524288, low_util_fraction=fraction) == []
+    (found,) = low(fill_min_elements=524288, low_util_fraction=fraction + 1e-9)
+    assert found.batch == 8
+    # 33.3562 / 82.1128 = 41 % of the best, named by its kernel, routine, shape and batch
+    assert found.message.startswith(
+        "xmma_32x32x8 reaches only 33 % FMA-pipe utilization at size 256, 41% of the 82 % this "
+        "GPU reaches in fp32 with xmma_128x128x8 (cublasSgemmStridedBatched, 8192, batch 8)"
+    )
