@@ -16,8 +16,7 @@ import pytest
 
 from cublas_audit.errors import AuditError
 from cublas_audit.planning.shards import ShardSpec
-from cublas_audit.table import candidates_table
-from cublas_audit.table import shard_merge as sm
+from cublas_audit.table import candidates_table, shard_merge
 from cublas_audit.table.shard_merge import ShardRun
 from tests.conftest import REPORTS
 
@@ -26,7 +25,7 @@ CHECK = REPORTS / "h100" / "checks" / "20261125-101230-shards"
 
 @pytest.fixture(scope="module")
 def shards() -> list[ShardRun]:
-    return [sm.read_shard(CHECK / f"shard-{i}") for i in (1, 2, 3)]
+    return [shard_merge.read_shard(CHECK / f"shard-{i}") for i in (1, 2, 3)]
 
 
 def with_env(shard: ShardRun, **changes: object) -> ShardRun:
@@ -36,9 +35,9 @@ def with_env(shard: ShardRun, **changes: object) -> ShardRun:
 def refusal(shards: list[ShardRun], allow_mixed: bool = False) -> str:
     with pytest.raises(AuditError) as caught:
         if allow_mixed:
-            sm.check_shards(shards, allow_mixed=True)
+            shard_merge.check_shards(shards, allow_mixed=True)
         else:
-            sm.check_shards(shards)  # mixed shards refused unless asked for
+            shard_merge.check_shards(shards)  # mixed shards refused unless asked for
     return str(caught.value)
 
 
@@ -47,9 +46,9 @@ def test_the_recorded_shards_read_and_pass(shards: list[ShardRun]) -> None:
     assert sum(len(s.cases) for s in shards) == 400 == len(shards[0].whole)
     assert [s.has_table for s in shards] == [True] * 3
     assert [s.has_candidates for s in shards] == [False] * 3
-    assert sm.result_file(shards[0]) == "dispatch.csv" and sm.finished(shards[0])
-    sm.check_shards(shards)
-    sm.check_shards(list(reversed(shards)))
+    assert shard_merge.result_file(shards[0]) == "dispatch.csv" and shard_merge.finished(shards[0])
+    shard_merge.check_shards(shards)
+    shard_merge.check_shards(list(reversed(shards)))
 
 
 def test_a_shard_whose_files_disagree_with_its_record(tmp_path: Path) -> None:
@@ -58,31 +57,31 @@ def test_a_shard_whose_files_disagree_with_its_record(tmp_path: Path) -> None:
     env = json.loads((shard / "env.json").read_text())
     (shard / "env.json").write_text(json.dumps({**env, "plan_fingerprint": "f" * 64}))
     with pytest.raises(AuditError, match=r"plan-whole\.json is not the plan its env\.json names"):
-        sm.read_shard(shard)
+        shard_merge.read_shard(shard)
     (shard / "env.json").write_text(json.dumps({**env, "shard": "1/3"}))  # its plan is part 2
     with pytest.raises(AuditError, match=r"plan\.json is not part 1/3 of its whole plan"):
-        sm.read_shard(shard)
+        shard_merge.read_shard(shard)
     (shard / "env.json").write_text(json.dumps({**env, "shard": "4/3"}))
     with pytest.raises(AuditError, match=r"its env\.json.s shard"):
-        sm.read_shard(shard)
+        shard_merge.read_shard(shard)
     (shard / "env.json").write_text(json.dumps({k: v for k, v in env.items() if k != "shard"}))
     with pytest.raises(AuditError, match="not a shard run"):
-        sm.read_shard(shard)
+        shard_merge.read_shard(shard)
     with pytest.raises(AuditError, match=r"not a cublas-audit run directory \(no env\.json\)"):
-        sm.read_shard(tmp_path)
+        shard_merge.read_shard(tmp_path)
     (shard / "plan-whole.json").write_text("{")
     (shard / "env.json").write_text(json.dumps(env))
     with pytest.raises(AuditError, match=r"plan-whole\.json: not a cublas-audit plan"):
-        sm.read_shard(shard)
+        shard_merge.read_shard(shard)
 
 
 def test_out_goes_neither_into_a_shard_nor_onto_one(tmp_path: Path) -> None:
     run = tmp_path / "shard-1"
     for out in (run, run / "merged", run / "a" / "b"):
         with pytest.raises(AuditError, match="is inside the input"):
-            sm.check_out(out, [tmp_path / "other", run])
-    sm.check_out(tmp_path / "merged", [run, tmp_path / "shard-2"])
-    sm.check_out(tmp_path, [run])  # a parent of a shard: the shard is not mixed into it
+            shard_merge.check_out(out, [tmp_path / "other", run])
+    shard_merge.check_out(tmp_path / "merged", [run, tmp_path / "shard-2"])
+    shard_merge.check_out(tmp_path, [run])  # a parent of a shard: the shard is not mixed into it
 
 
 def test_no_shards_and_unfinished_ones(shards: list[ShardRun], tmp_path: Path) -> None:
@@ -98,9 +97,9 @@ def test_a_candidates_shard_is_finished_by_its_candidates(
     shards: list[ShardRun], tmp_path: Path
 ) -> None:
     run = dataclasses.replace(with_env(shards[0], phase="candidates"), path=tmp_path)
-    assert sm.result_file(run) == "candidates.csv" and not sm.finished(run)
+    assert shard_merge.result_file(run) == "candidates.csv" and not shard_merge.finished(run)
     (tmp_path / "candidates.csv").write_text("x\n")
-    assert sm.finished(run) and run.has_candidates
+    assert shard_merge.finished(run) and run.has_candidates
 
 
 def test_one_plan_split_into_one_number_of_parts(shards: list[ShardRun]) -> None:
@@ -138,11 +137,11 @@ def test_versions_and_settings_agree_unless_mixed_is_allowed(shards: list[ShardR
         "shards differ in min_reps"
     )
     assert "differ in GPU models" in refusal([*shards[:2], with_env(shards[2], gpu_name="B200")])
-    sm.check_shards([shards[0], newer, shards[2]], allow_mixed=True)
+    shard_merge.check_shards([shards[0], newer, shards[2]], allow_mixed=True)
     # the same settings written in another key order are the same settings
     ordered = [with_env(s, probe_env={"A": "1", "B": "2"}) for s in shards[:2]]
     flipped = with_env(shards[2], probe_env={"B": "2", "A": "1"})
-    sm.check_shards([*ordered, flipped])
+    shard_merge.check_shards([*ordered, flipped])
 
 
 def test_one_label_one_model(shards: list[ShardRun]) -> None:
@@ -151,12 +150,12 @@ def test_one_label_one_model(shards: list[ShardRun]) -> None:
     assert message.startswith(
         "gpu_label 'h100' names two GPU models (NVIDIA H100 80GB HBM3, NVIDIA B200)"
     )
-    sm.check_shards([*shards[:2], with_env(other, gpu_label="b200")], allow_mixed=True)
+    shard_merge.check_shards([*shards[:2], with_env(other, gpu_label="b200")], allow_mixed=True)
 
 
 def test_the_merged_env_is_the_recorded_one(shards: list[ShardRun]) -> None:
     recorded = json.loads((CHECK / "merged" / "env.json").read_text())
-    env = sm.merged_env(shards, recorded["command"])
+    env = shard_merge.merged_env(shards, recorded["command"])
     for entry in (*env["shards"], *recorded["shards"]):
         entry.pop("run_dir")  # where the checkout stood
     assert {k: v for k, v in env.items() if k != "merged"} == {
@@ -164,12 +163,12 @@ def test_the_merged_env_is_the_recorded_one(shards: list[ShardRun]) -> None:
     }
     assert env["gpu_name"] == "NVIDIA H100 80GB HBM3" and env["allow_mixed"] is False
     assert env["mixed"] == [] and "started" not in env and "shard" not in env
-    assert sm.merged_env(shards[::-1], [])["roofline"] == shards[2].env["roofline"]
+    assert shard_merge.merged_env(shards[::-1], [])["roofline"] == shards[2].env["roofline"]
 
 
 def test_a_mixed_merge_says_so(shards: list[ShardRun]) -> None:
     mixed = [shards[0], with_env(shards[1], gpu_name="NVIDIA B200", gpu_label="b200", min_reps=9)]
-    env = sm.merged_env(mixed, [])
+    env = shard_merge.merged_env(mixed, [])
     assert env["gpu_name"] == "mixed" and env["allow_mixed"] is True
     assert env["mixed"] == ["min_reps"]
     assert env["shards"][1]["gpu_name"] == "NVIDIA B200"
@@ -180,8 +179,8 @@ def test_merge_of_one_shard_is_its_table_under_the_whole_plan(
 ) -> None:
     # its table as the shard's cases backwards (reading a table is validation's, tested there)
     backwards = [c.case_id for c in reversed(shards[1].cases)]
-    monkeypatch.setattr(sm, "read_table", lambda path: frame(*backwards))
-    merged = sm.merge([shards[1]], ["cublas-audit", "merge"])
+    monkeypatch.setattr(shard_merge, "read_table", lambda path: frame(*backwards))
+    merged = shard_merge.merge([shards[1]], ["cublas-audit", "merge"])
     assert merged.candidates is None and merged.table is not None
     assert len(merged.whole) == 400 and merged.plan == shards[1].whole_plan
     part = {c.case_id for c in shards[1].cases}
@@ -197,7 +196,7 @@ def test_merge_of_one_candidates_shard(
     (tmp_path / "candidates.csv").write_text("read by the stand-in below\n")
     ids = [c.case_id for c in shards[0].whole[:3]]
     monkeypatch.setattr(candidates_table, "read_candidates", lambda path: frame(*ids[::-1]))
-    merged = sm.merge([dataclasses.replace(shards[0], path=tmp_path)], [])
+    merged = shard_merge.merge([dataclasses.replace(shards[0], path=tmp_path)], [])
     assert merged.table is None and merged.candidates is not None
     assert merged.candidates["case_id"].tolist() == ids
 
@@ -207,7 +206,7 @@ def frame(*ids: str) -> pd.DataFrame:
 
 
 def test_rows_in_plan_order_the_unplanned_last() -> None:
-    got = sm.in_plan_order(["a", "b", "c"], [frame("c", "x", "a"), frame("b", "a")])
+    got = shard_merge.in_plan_order(["a", "b", "c"], [frame("c", "x", "a"), frame("b", "a")])
     assert got["case_id"].tolist() == ["a", "a", "b", "c", "x"]
     assert got["row"].tolist() == [2, 1, 0, 0, 1]  # a case's rows as they were
     assert list(got.columns) == ["case_id", "row"] and list(got.index) == [0, 1, 2, 3, 4]
@@ -215,7 +214,7 @@ def test_rows_in_plan_order_the_unplanned_last() -> None:
 
 def test_rows_in_plan_order_where_an_id_repeats() -> None:
     # a sweep's cases then their problems: an id's last position counts
-    got = sm.in_plan_order(["a", "b", "a"], [frame("a", "b"), frame("a")])
+    got = shard_merge.in_plan_order(["a", "b", "a"], [frame("a", "b"), frame("a")])
     assert got["case_id"].tolist() == ["b", "a", "a"]
     assert list(got.columns) == ["case_id", "row"] and list(got.index) == [0, 1, 2]
 
@@ -225,6 +224,6 @@ def test_two_audits_of_one_problem_keep_the_lower_shards(shards: list[ShardRun])
     first, second = whole[0].case_id, whole[1].case_id
     lower = pd.DataFrame({"case_id": [second, second], "candidate": [0, 1], "shard": [1, 1]})
     upper = pd.DataFrame({"case_id": [second, first], "candidate": [0, 0], "shard": [2, 2]})
-    got = sm._merged_candidates(whole, [lower, upper])
+    got = shard_merge._merged_candidates(whole, [lower, upper])
     assert got["case_id"].tolist() == [first, second, second]
     assert got["shard"].tolist() == [2, 1, 1]

@@ -20,7 +20,7 @@ from cublas_audit.errors import AuditError
 from cublas_audit.observe.torch_trace import Trace, gemms, problems, read_trace
 from cublas_audit.observe.torch_trace.attribution import GemmAccount, UnreadGemm
 from cublas_audit.planning.cases import Case, read_plan, with_cause_removed_companions
-from cublas_audit.table import trace_record as tr
+from cublas_audit.table import trace_record
 from cublas_audit.table.trace_record import TracedProblem, TraceRecord, Variant
 from tests.conftest import FIXTURES, REPORTS
 
@@ -42,13 +42,13 @@ def plan() -> list[Case]:
 
 
 def with_account(monkeypatch: pytest.MonkeyPatch, account: GemmAccount) -> None:
-    monkeypatch.setattr(tr, "gemms", lambda trace: account)
+    monkeypatch.setattr(trace_record, "gemms", lambda trace: account)
 
 
 def test_the_recorded_decode_record_is_rebuilt_exactly(decode: Trace, plan: list[Case]) -> None:
-    found = tr.trace_record(decode, plan)
-    assert tr.to_json(dataclasses.replace(found, trace=RECORDED["trace"])) == RECORDED
-    assert tr.run_record(DECODE_RUN, decode) == found
+    found = trace_record.trace_record(decode, plan)
+    assert trace_record.to_json(dataclasses.replace(found, trace=RECORDED["trace"])) == RECORDED
+    assert trace_record.run_record(DECODE_RUN, decode) == found
     # most expensive first; 8 calls of 0.339081 ms: 42.385125 us each; 806.261 us over 1 step
     assert [p.kernel_ms for p in found.problems] == sorted(
         (p.kernel_ms for p in found.problems), reverse=True
@@ -59,18 +59,18 @@ def test_the_recorded_decode_record_is_rebuilt_exactly(decode: Trace, plan: list
 
 def test_a_run_without_a_plan_has_nothing_to_weigh(decode: Trace, tmp_path: Path) -> None:
     with pytest.raises(AuditError, match="has none"):
-        tr.run_record(tmp_path, decode)
+        trace_record.run_record(tmp_path, decode)
 
 
 def test_the_record_is_written_and_read_back(
     decode: Trace, plan: list[Case], tmp_path: Path
 ) -> None:
-    assert tr.read_trace_record(tmp_path) is None
-    found = dataclasses.replace(tr.trace_record(decode, plan), trace=RECORDED["trace"])
-    written = tr.write_trace_record(found, tmp_path)
+    assert trace_record.read_trace_record(tmp_path) is None
+    found = dataclasses.replace(trace_record.trace_record(decode, plan), trace=RECORDED["trace"])
+    written = trace_record.write_trace_record(found, tmp_path)
     assert written == tmp_path / "trace.json"
     assert written.read_text() == (DECODE_RUN / "trace.json").read_text()  # indent 1, a newline
-    assert tr.read_trace_record(tmp_path) == found
+    assert trace_record.read_trace_record(tmp_path) == found
 
 
 def test_gemm_time_no_planned_case_poses_is_unaudited(
@@ -78,7 +78,7 @@ def test_gemm_time_no_planned_case_poses_is_unaudited(
 ) -> None:
     account = gemms(decode)
     *calls, head = account.calls
-    assert tr._key(head.problem) == LM_HEAD
+    assert trace_record._key(head.problem) == LM_HEAD
     odd = [
         dataclasses.replace(calls[0], problem=dataclasses.replace(calls[0].problem, mode="fp64")),
         dataclasses.replace(calls[1], problem=dataclasses.replace(calls[1].problem, k=2**31)),
@@ -87,7 +87,7 @@ def test_gemm_time_no_planned_case_poses_is_unaudited(
     # tool runs, and the 1024x8x4096 problem's cases left out of the plan
     unread = [UnreadGemm(head.op, head.kernels)]
     with_account(monkeypatch, GemmAccount(calls=[*odd, *calls[2:]], unread=unread))
-    found = tr.trace_record(decode, [c for c in plan if "1024x8x4096" not in c.case_id])
+    found = trace_record.trace_record(decode, [c for c in plan if "1024x8x4096" not in c.case_id])
     assert found.gemm_ms == 0.806261  # every GEMM op's kernels still
     assert LM_HEAD not in [p.problem for p in found.problems]
     small = found.called("cublas.bf16.1024x8x4096.b1.tn")
@@ -107,13 +107,13 @@ def test_kernel_times_below_a_nanosecond_and_of_no_time(
     with_account(
         monkeypatch, GemmAccount(calls=[dataclasses.replace(call, kernels=(tiny,))], unread=[])
     )
-    (one,) = tr.trace_record(decode, []).problems
+    (one,) = trace_record.trace_record(decode, []).problems
     # 0.5004 us = 0.0005004 ms, kept to the nanosecond: 0.0005; its share of itself: 1
     assert (one.kernel_ms, one.share, one.calls, one.batch) == (0.0005, 1.0, 1, 1)
-    found = tr.trace_record(decode, [])
+    found = trace_record.trace_record(decode, [])
     assert (found.gemm_ms, found.unaudited_ms) == (0.0005, 0.0005)
     with_account(monkeypatch, GemmAccount(calls=[dataclasses.replace(call, kernels=())], unread=[]))
-    (none,) = tr.trace_record(decode, []).problems
+    (none,) = trace_record.trace_record(decode, []).problems
     assert (none.kernel_ms, none.share) == (0.0, 0.0)  # no GEMM time: no share, no division
 
 
@@ -125,16 +125,16 @@ def test_mean_time_of_no_call_is_zero() -> None:
 
 
 def test_problem_ids() -> None:
-    assert tr.problem_id("cublasLt.fp16.8x8x8.b1.tn.bias") == "fp16.8x8x8.b1.tn.bias"
-    assert tr.problem_id("cublas.fp16.8x8x8.b1.tn.bias") == "fp16.8x8x8.b1.tn.bias"
-    assert tr.problem_id("loop.fp32.8x8x8.b4.nn") is None
-    assert tr.problem_id("cublas") is None
+    assert trace_record.problem_id("cublasLt.fp16.8x8x8.b1.tn.bias") == "fp16.8x8x8.b1.tn.bias"
+    assert trace_record.problem_id("cublas.fp16.8x8x8.b1.tn.bias") == "fp16.8x8x8.b1.tn.bias"
+    assert trace_record.problem_id("loop.fp32.8x8x8.b4.nn") is None
+    assert trace_record.problem_id("cublas") is None
 
 
 def test_table_record_of_the_whole_problem_table(decode: Trace, plan: list[Case]) -> None:
     table = problems(decode)
     ids = [f"cublas.{p['problem']}" for p in RECORDED["problems"]]  # the table's order
-    found = tr.table_record(decode, table, ids)
+    found = trace_record.table_record(decode, table, ids)
     assert [p.problem for p in found.problems] == [p["problem"] for p in RECORDED["problems"]]
     first = found.problems[0]
     assert first.ops == "aten::mm (in aten::linear > aten::matmul)"
@@ -143,30 +143,30 @@ def test_table_record_of_the_whole_problem_table(decode: Trace, plan: list[Case]
     assert found.gemm_ms == pytest.approx(0.806261, abs=1e-12) and found.unaudited_ms == 0.0
     assert found.steps == 1 and found.variants == ()
     with pytest.raises(ValueError):
-        tr.table_record(decode, table, ids[:-1])  # one case id a row
+        trace_record.table_record(decode, table, ids[:-1])  # one case id a row
 
 
 def test_table_record_without_rows_of_the_unread(decode: Trace) -> None:
     table = problems(decode)
     part = table.iloc[:-1]  # the 1024x8x4096 row (0.062916 ms, share 0.078034) as if unread
-    found = tr.table_record(decode, part, ["a.x"] * 4)
+    found = trace_record.table_record(decode, part, ["a.x"] * 4)
     # 0.743345 ms of a 0.921966 share: 0.806261 ms in all, 0.062916 of it unaudited
     assert found.gemm_ms == pytest.approx(0.806261, abs=1e-9)
     assert found.unaudited_ms == 0.062916
     one = part.iloc[:1].assign(total_gpu_ms=0.0010004, share=0.5, via="")
-    odd = tr.table_record(decode, one, ["a.x"])
+    odd = trace_record.table_record(decode, one, ["a.x"])
     # 0.0010004 / 0.5 = 0.0020008: 0.0010004 unaudited, kept to the nanosecond
     assert (odd.gemm_ms, odd.unaudited_ms) == (0.0020008, 0.001)
     assert odd.problems[0].ops == "aten::mm"
-    empty = tr.table_record(decode, table.iloc[:0], [])
+    empty = trace_record.table_record(decode, table.iloc[:0], [])
     assert (empty.gemm_ms, empty.unaudited_ms, empty.problems) == (0.0, 0.0, ())
-    idle = tr.table_record(decode, one.assign(total_gpu_ms=0.0, share=0.0), ["a.x"])
+    idle = trace_record.table_record(decode, one.assign(total_gpu_ms=0.0, share=0.0), ["a.x"])
     assert (idle.gemm_ms, idle.unaudited_ms) == (0.0, 0.0)
 
 
 def test_why_a_planned_case_is_no_call_of_the_model() -> None:
     trace = read_trace(FIXTURES / "torch_traces" / "block.json.gz")
-    found = tr.trace_record(trace, read_plan(BLOCK_RUN / "plan.json"))
+    found = trace_record.trace_record(trace, read_plan(BLOCK_RUN / "plan.json"))
     bias_free = "cublas.bf16.512x1024x2048.b1.tn"
     assert found.why_not(bias_free).startswith(
         "the bias-free form of aten::linear > aten::addmm 1024x512x2048, which the model calls"
@@ -185,7 +185,7 @@ def test_companions_and_loops_are_named_as_such() -> None:
     called = next(c for c in cases if c.case_id == "cublas.bf16.100x7x20000.b1.nt")
     (padded,) = with_cause_removed_companions([called])[1:]
     loop = Case("loop", "fp32", 192, 128, 256, 4, loop=True)
-    found = tr.trace_record(trace, [*cases, padded, loop])
+    found = trace_record.trace_record(trace, [*cases, padded, loop])
     whys = {v.case_id: v.why for v in found.variants}
     assert whys[padded.case_id] == (
         "added by the audit: cublas.bf16.100x7x20000.b1.nt with a cause removed (padded, or "
@@ -208,22 +208,22 @@ def fault(**changes: Any) -> str:
             target = target[int(part)] if part.isdigit() else target[part]
         target[last] = value
     with pytest.raises(ValueError) as caught:
-        tr.from_json(data)
+        trace_record.from_json(data)
     return str(caught.value)
 
 
 def read(**changes: Any) -> TraceRecord:
     data = copy.deepcopy(RECORDED)
     data.update(changes)
-    return tr.from_json(data)
+    return trace_record.from_json(data)
 
 
 def test_schema_and_version() -> None:
-    assert tr.from_json(RECORDED).problems[0].problem == "bf16.14336x8x4096.b1.tn"
+    assert trace_record.from_json(RECORDED).problems[0].problem == "bf16.14336x8x4096.b1.tn"
     assert fault(schema="other") == "'schema' is not 'cublas-audit-trace'"
     assert fault(schema_version=2) == "schema_version 2 is not 1"
     with pytest.raises(ValueError, match="'schema' is not"):
-        tr.from_json([])
+        trace_record.from_json([])
 
 
 def test_steps_are_a_count_of_at_least_one() -> None:
@@ -245,10 +245,10 @@ def test_problem_calls_and_share() -> None:
     for share in (0.0, 1.0):
         data = copy.deepcopy(RECORDED)
         data["problems"][0]["share"] = share
-        assert tr.from_json(data).problems[0].share == share
+        assert trace_record.from_json(data).problems[0].share == share
     data = copy.deepcopy(RECORDED)
     data["problems"][0]["calls"] = 1
-    assert tr.from_json(data).problems[0].calls == 1
+    assert trace_record.from_json(data).problems[0].calls == 1
     for share in (-0.1, 1.5, 2.5):
         assert fault(**{f"{where}.share": share}) == (
             f"problems[0].share: {share!r} is not a fraction from 0 to 1"
@@ -259,14 +259,14 @@ def test_problem_calls_and_share() -> None:
 def test_a_broken_file_is_one_audit_error(tmp_path: Path) -> None:
     (tmp_path / "trace.json").write_text('{"schema": Infinity}')
     with pytest.raises(AuditError, match="Infinity is not a number JSON allows"):
-        tr.read_trace_record(tmp_path)
+        trace_record.read_trace_record(tmp_path)
     (tmp_path / "trace.json").write_text(json.dumps({**RECORDED, "steps": 0}))
     with pytest.raises(AuditError, match="not a valid trace record: steps: 0"):
-        tr.read_trace_record(tmp_path)
+        trace_record.read_trace_record(tmp_path)
 
 
 def test_variants_are_kept() -> None:
     got = read(variants=[{"case_id": "cublas.x", "why": "because"}])
     assert got.variants == (Variant("cublas.x", "because"),)
-    assert tr.to_json(got)["variants"] == [{"case_id": "cublas.x", "why": "because"}]
-    assert list(tr.to_json(got))[-1] == "variants"
+    assert trace_record.to_json(got)["variants"] == [{"case_id": "cublas.x", "why": "because"}]
+    assert list(trace_record.to_json(got))[-1] == "variants"
