@@ -12,6 +12,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from cublas_audit.errors import AuditError
 from cublas_audit.judge.diff import Diff, EnvRow, _clock_note, _combine, _evidence, compare
 from cublas_audit.judge.noise import EDGES_MS, NoiseModel
 from cublas_audit.judge.verdicts import Timed, judge
@@ -139,8 +140,13 @@ def reruns() -> tuple[Dataset, Dataset]:
     return load_one_gpu(KERNEL_B / "run-00"), load_one_gpu(KERNEL_B / "run-01")
 
 
-def test_the_floors_table_of_two_reruns(reruns: tuple[Dataset, Dataset]) -> None:
-    floors = compare(*reruns).floors
+@pytest.fixture(scope="module")
+def judged(reruns: tuple[Dataset, Dataset]) -> Diff:
+    return compare(*reruns)
+
+
+def test_the_floors_table_of_two_reruns(judged: Diff) -> None:
+    floors = judged.floors
     # cases by time per launch (a loop's time over its launches), in the shipped model's bins
     assert floors["cases"].tolist() == [7, 12, 4, 7, 7, 2, 7, 4, 4]
     assert floors["kernel_cases"].tolist() == floors["cases"].tolist()  # every case traced
@@ -169,9 +175,33 @@ def test_the_host_bound_floor_is_at_least_half(reruns: tuple[Dataset, Dataset]) 
     assert compare(*reruns, model=model).floors["floor_pct"].isna().all()
 
 
-def test_the_time_delta_of_a_case(reruns: tuple[Dataset, Dataset]) -> None:
-    row = compare(*reruns).matched.iloc[0]
+def test_the_time_delta_of_a_case(judged: Diff) -> None:
+    row = judged.matched.iloc[0]
     # cublas.fp32.256x256x256.b4: 0.022624 -> 0.025376 ms: (1.12164 - 1) x 100 = 12.164 %
     assert (row["shape"], row["batch"], row["launches"]) == ("256", 4, 1)
     assert row["time_delta_pct"] == pytest.approx((0.025376 / 0.022624 - 1) * 100, rel=1e-12)
     assert row["judged_on"] == "kernel" and row["judged_ms_a"] == row["kernel_time_ms_a"]
+
+
+def test_a_case_listed_twice_is_named_by_its_row(reruns: tuple[Dataset, Dataset]) -> None:
+    a, _ = reruns
+    twice = pd.concat([a.frame, a.frame.iloc[[3]]], ignore_index=True)  # 54 rows, then row 4
+    with pytest.raises(AuditError) as caught:
+        compare(a, replace(a, frame=twice))
+    # the repeat is the 55th data row; the key's last column is named
+    message = str(caught.value)
+    assert "row 55, column 'workspace_mib': case cublas, cublasSgemmStridedBatched" in message
+    assert message.endswith("appears twice")
+
+
+def test_a_side_without_routines_matches_without_loops(reruns: tuple[Dataset, Dataset]) -> None:
+    a, b = reruns
+    # b as a table from elsewhere: no routine column, so no loop companions either
+    batched_b = b.frame[b.frame["routine"] != "sgemm-loop"]
+    bare = replace(b, frame=batched_b.drop(columns=["routine"]))
+    matched = compare(a, bare).matched
+    # a table without routine holds no loop companions, so a's are not matched (they would have
+    # their batched call's key): its 36 other calls are, one launch each
+    batched = int((a.frame["routine"] != "sgemm-loop").sum())
+    assert len(matched) == batched == 36
+    assert (matched["launches"] == 1).all()
