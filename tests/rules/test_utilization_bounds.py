@@ -13,7 +13,7 @@ from cublas_audit.judge.finding import Finding
 from cublas_audit.judge.roofline import Machine, machine_of, with_roofline
 from cublas_audit.judge.rules import prepare
 from cublas_audit.judge.rules.frame import RuleContext
-from cublas_audit.judge.rules.utilization import low_utilization, no_escalation
+from cublas_audit.judge.rules.utilization import legacy_kernel, low_utilization, no_escalation
 from cublas_audit.judge.thresholds import Thresholds
 from cublas_audit.table.dispatch import from_records
 from tests.conftest import FIXTURES
@@ -92,3 +92,18 @@ def test_low_against_the_best_at_exactly_the_fraction() -> None:
         "xmma_32x32x8 reaches only 33 % FMA-pipe utilization at size 256, 41% of the 82 % this "
         "GPU reaches in fp32 with xmma_128x128x8 (cublasSgemmStridedBatched, 8192, batch 8)"
     )
+
+
+def test_a_legacy_kernel_at_one_size() -> None:
+    # the article's RTX PRO 6000 dispatches magma_Ex at 256 and 512 (FP32 batch 8): at 512 alone
+    # the finding is that one row's, its kernel, family and mode read off it
+    table = pd.read_csv(FIXTURES / "published_article_b8.csv")
+    frame = table[table["gpu_label"] == "pro6000"]
+    machine = machine_of({}, frame)  # None: the table names no GPU the data sheets know
+    pro = with_roofline(prepare(from_records(frame.to_dict("records"))), machine)
+    at_512 = pro[(pro["kernel_short"] == "magma_Ex") & (pro["m"] == 512)]
+    (found,) = legacy_kernel(RuleContext(at_512, Thresholds(), machine=machine))
+    assert found.message.startswith(
+        "magma_Ex (family magma) is dispatched at size 512: a code path older than this GPU, at "
+    )
+    assert "FMA-pipe utilization" in found.message  # fp32's pipe
