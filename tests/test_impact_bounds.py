@@ -373,3 +373,10 @@ def test_a_trace_s_fixes_are_the_model_s_calls(record: TraceRecord) -> None:
     fc1 = replace(first.fixes[0], source={**first.fixes[0].source, "case_id": f"cublasLt.{FC1}"})
     kept, left = model_fixes(replace(first, fixes=(fc1,)), {run: record})
     assert left == [] and kept.fixes[0].torch == TorchOp(LINEAR, "12608x3072x768", 1, 0.349325)
+
+
+def test_per_step_figures_to_3_decimals(rows: pd.DataFrame, record: TraceRecord) -> None:
+    # the trace read as 7 steps: 12 / 7 = 1.714286 calls and 1129.306 / 7 = 161.329429 us a step
+    seven = replace(record, steps=7)
+    found = _one([_finding("low-utilization", Severity.medium, [5], 0.0)], rows, seven)
+    assert (found.impact["calls_per_step"], found.impact["us_per_step"]) == (1.714, 161.329)
