@@ -380,3 +380,14 @@ def test_per_step_figures_to_3_decimals(rows: pd.DataFrame, record: TraceRecord)
     seven = replace(record, steps=7)
     found = _one([_finding("low-utilization", Severity.medium, [5], 0.0)], rows, seven)
     assert (found.impact["calls_per_step"], found.impact["us_per_step"]) == (1.714, 161.329)
+
+
+def test_a_case_without_any_gap_recorded_has_no_audit(
+    record: TraceRecord, candidates: CandidateVerdicts
+) -> None:
+    # FC1's case as a screen that measured no gap (a failed candidate round): neither claim
+    summary = candidates.summary.copy()
+    fc1 = summary["case_id"] == f"cublasLt.{FC1}"
+    summary.loc[fc1, ["left_on_table", "confirm_left_on_table"]] = float("nan")
+    verdict = trace_verdict(record, replace(candidates, summary=summary), [])
+    assert verdict is not None and verdict.no_audit == 0.349325 and verdict.under_bar == ()
