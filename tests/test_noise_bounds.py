@@ -136,3 +136,13 @@ def test_the_top_bin_lifts_the_one_below_it() -> None:
 
     model = noise.fit([run(1.0), run(1.1)], {})
     assert model.floors == (0.125,) * len(noise.EDGES_MS)
+
+
+def test_fitted_floors_are_kept_to_four_decimals() -> None:
+    # one case, 1.0 then 1.1111 ms: spread 0.1111 x 1.25 = 0.138875 -> 0.1389 in every bin
+    def run(ms: float) -> pd.DataFrame:
+        return pd.DataFrame(
+            {"case_id": ["x"], "api": ["cublas"], "mode": ["fp32"], "time_ms": [ms]}
+        )
+
+    assert noise.fit([run(1.0), run(1.1111)], {}).floors == (0.1389,) * len(noise.EDGES_MS)
