@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from cublas_audit.judge.noise import EDGES_MS, NoiseModel
-from cublas_audit.judge.rules import maps as maps_module
+from cublas_audit.judge.rules import maps
 from cublas_audit.judge.rules.maps import WITHIN_MAP_NOISE, _neighbours, _noise_drop
 from cublas_audit.judge.verdicts import Verdict
 from tests.rules.recorded import dataset, judged, sliced
@@ -152,7 +152,7 @@ def test_a_cliff_exactly_at_the_shipped_noise_drop_is_no_cliff(
     # the same edge as the shipped model: noise alone could make the drop, so no finding
     f = _floor_at(_recorded_drop())
     edge = NoiseModel(EDGES_MS, (f,) * len(EDGES_MS), others={"kernel": (f,) * len(EDGES_MS)})
-    monkeypatch.setattr(maps_module.noise, "load", lambda: edge)
+    monkeypatch.setattr(maps.noise, "load", lambda: edge)
     assert judged(dataset(SHARD), "dispatch-cliff") == []
 
 
