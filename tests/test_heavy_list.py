@@ -4,6 +4,7 @@ exists, takes the `heavy` marker, and was chosen so the quick tests still run ev
 from __future__ import annotations
 
 import ast
+import functools
 import importlib
 import sys
 from pathlib import Path
@@ -23,6 +24,7 @@ def chooser() -> ModuleType:
         sys.path.remove(str(REPO / "benchmarks"))
 
 
+@functools.cache
 def defined(path: Path) -> set[str]:
     """A test file's test functions and methods, as "Class::method" or "function"."""
     names: set[str] = set()
@@ -90,3 +92,14 @@ def test_each_test_gets_the_lines_it_runs() -> None:
         "tests/t.py::f[2]": {"pkg/m.py:4"},
         "tests/t.py::C::g": {"pkg/m.py:3"},
     }
+
+
+def test_a_test_moved_before_runs_no_line_for_the_quick_ones() -> None:
+    heavy = chooser()
+    seconds = {"b": 2.0, "c": 1.0}  # the quick tests as they cost with a moved
+    runs = {"a": {"x:1"}, "b": {"x:1"}, "c": {"x:1", "x:2"}}
+    # a moved before: of b and c, c alone runs x:2, and still runs x:1 once b moves
+    assert heavy.choose(seconds, runs, budget=1.0, floor=0.0, moved_before=["a"]) == ["b"]
+    # a counted as quick still, b would be no sole runner either; counted out, a 0.5 s budget
+    # moves b, then stops at c, the last runner of x:1 and x:2
+    assert heavy.choose(seconds, runs, budget=0.5, floor=0.0, moved_before=["a"]) == ["b"]
