@@ -153,7 +153,8 @@ def _bound(
         beside = devices["wall_s"] - max(s for s in devices["shard_seconds"].values() if s)
         text += (
             f" Against {beside:.0f} s outside the shards under --devices all (the same merge, "
-            f"judging and report), {outside - beside:.0f} s more are Ray's own (not timed apart here): "
+            f"judging and report), {outside - beside:.0f} s more are Ray's own "
+            "(not timed apart here): "
             "starting a local Ray instance and its workers, and gathering the shards."
         )
     return text

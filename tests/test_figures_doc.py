@@ -1,5 +1,7 @@
 """docs/figures.md states the fleet's figures as benchmarks/fleet_scaling.py recorded them: the
-page reads its numbers from benchmarks/results/fleet_scaling_h100x4.json (issue 40 item 5)."""
+page reads its numbers from benchmarks/results/fleet_scaling_h100x4.json (issue 40 item 5); the
+README and docs/development.md state the test suite's time as benchmarks/test_suite_time.py
+recorded it (issue 38 item 4)."""
 
 from __future__ import annotations
 
@@ -39,3 +41,15 @@ def test_the_one_gpu_row_is_the_recorded_benchmark() -> None:
     one = recorded["bf16_full_grid_one_gpu"]
     assert f"{one['gemm_kernel_seconds']:.1f} s of it GEMM kernels" in row
     assert ("Not met" in row) is not (recorded["bf16_full_grid_one_gpu_s"] <= one["target_s"])
+
+
+def test_the_readme_states_the_suites_time_as_measured() -> None:
+    # README and docs/development.md give `pytest -q`'s CPU time as test_suite_time.py recorded it
+    recorded = json.loads((REPO / "benchmarks" / "results" / "test_suite_time.json").read_text())
+    run = min(recorded["runs"], key=lambda one: one["cpu_s"])
+    cpu, wall = run["cpu_s"], run["wall_s"]
+    stated = f"`pytest -q`: {cpu:.0f} s of CPU time (user + system), {wall:.0f} s wall"
+    for page in (REPO / "README.md", REPO / "docs" / "development.md"):
+        text = " ".join(page.read_text().split())
+        assert stated in text, page
+        assert ("the target of 80 s is met" in text) is (run["cpu_s"] <= recorded["target_cpu_s"])
