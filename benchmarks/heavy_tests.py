@@ -35,7 +35,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "benchmarks"))
 
+import mutation  # noqa: E402
 from mutation_coverage import CoverageMap  # noqa: E402
+from test_suite_time import cpu_log  # noqa: E402
 
 LIST = REPO / "tests" / "heavy_tests.txt"
 HEADER = """\
@@ -85,23 +87,11 @@ def choose(
     return moved
 
 
-def cpu_log(path: Path) -> dict[str, float]:
-    """A CUBLAS_AUDIT_TEST_CPU log's seconds by node id (a test logged twice: summed)."""
-    seconds: dict[str, float] = defaultdict(float)
-    for line in path.read_text().splitlines():
-        spent, _, nodeid = line.partition(" ")
-        seconds[nodeid] += float(spent)
-    return dict(seconds)
-
-
 def scratch_tree(rev: str) -> Path:
-    """The tests and package of `rev` in a scratch directory, with no heavy list: the quick
-    suite as it was before any test moved."""
-    tree = Path(tempfile.mkdtemp(prefix="heavy-tests-"))
-    archive = subprocess.run(
-        ["git", "archive", rev], cwd=REPO, capture_output=True, check=True
-    ).stdout
-    subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
+    """The package and tests of `rev` in a scratch directory (mutation.py's copy, the package's
+    data folders linked as pyproject.toml maps them), with no heavy list: the quick suite as it
+    was before any test moved."""
+    tree = mutation.scratch_tree(Path(tempfile.mkdtemp(prefix="heavy-tests-")) / "tree", rev)
     (tree / "tests" / "heavy_tests.txt").unlink(missing_ok=True)
     return tree
 
@@ -148,7 +138,7 @@ def main() -> int:
             measured = measured_cpu(REPO if args.more else tree)
         covered = CoverageMap.of(tree, commit, measured=("cublas_audit",), suite="quick")
     finally:
-        shutil.rmtree(tree, ignore_errors=True)
+        shutil.rmtree(tree.parent, ignore_errors=True)
     seconds = {test: measured.get(test, 0.0) for test in covered.seconds}
     moved = choose(seconds, lines_by_test(covered.lines), args.budget, args.floor, before)
     rows = [*before.values(), *(f"{seconds[test]:7.2f}  {test}" for test in moved)]

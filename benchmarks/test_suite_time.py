@@ -93,12 +93,18 @@ def own_log() -> Path:
     return Path(name)
 
 
+def cpu_log(path: Path) -> dict[str, float]:
+    """A CUBLAS_AUDIT_TEST_CPU log's seconds by node id (a test logged twice: summed)."""
+    seconds: dict[str, float] = {}
+    for line in path.read_text().splitlines():
+        spent, _, nodeid = line.partition(" ")
+        seconds[nodeid] = seconds.get(nodeid, 0.0) + float(spent)
+    return seconds
+
+
 def costliest(log: Path, shown: int = 25) -> dict[str, Any]:
     """The tests and test files that cost the most CPU, from the per-test log."""
-    tests: dict[str, float] = {}
-    for line in log.read_text().splitlines():
-        spent, _, nodeid = line.partition(" ")
-        tests[nodeid] = tests.get(nodeid, 0.0) + float(spent)
+    tests = cpu_log(log)
     files: dict[str, float] = {}
     for nodeid, cpu in tests.items():
         name = nodeid.split("::")[0]
