@@ -7,7 +7,8 @@ gathering cancels the tasks not yet back.
 What stands in for the machine, inside each Ray worker: environment.collect (the H100 of a bundled
 run, on the GPU Ray gave the task) and the probe (tests/fakeprobe.py replaying the H100's
 recorded FP32 map). What is real: Ray's placement (`num_gpus=1`), CUDA_VISIBLE_DEVICES per task,
-the tar of each shard's run directory, the merge and the report.
+each shard written in place on the driver's node (or, the units of --replicate, a tar of each
+one's run directory as from another node), the merge and the report.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from cublas_audit.errors import AuditError
 from cublas_audit.jobs import fleet, measure
 from cublas_audit.observe import environment
 from cublas_audit.report import map_plots
-from cublas_audit.run import ray_fleet, run_archive
+from cublas_audit.run import ray_connect, ray_fleet, ray_task, run_archive
 from cublas_audit.run.sweep_setup import SweepOptions, sweep
 from cublas_audit.table import rundir
 from cublas_audit.table.inputs import load_run
@@ -118,6 +119,12 @@ def test_each_shard_is_a_task_on_its_gpu_and_the_merge_is_the_unsharded_run(
     assert env["engine"] == "ray" and env["shard_count"] == GPUS
     assert sorted(p["gpu"] for p in env["ray_shards"].values()) == ["0", "1", "2"]
     assert {s["shard"] for s in env["shards"]} == {"1/3", "2/3", "3/3"}
+    # each phase timed apart; on the driver's node each shard written in place (no tar)
+    timings = env["ray_timings"]
+    assert {t["in_place"] for t in timings["shards"].values()} == {True}
+    assert all(t["bytes"] == 0 and t["sweep_s"] >= 0 for t in timings["shards"].values())
+    assert timings["reported_at_s"] >= timings["gathered_at_s"] >= timings["submitted_at_s"]
+    assert {"merge_s", "judge_s", "report_s", "read_shards_s"} <= set(timings)
     frame = result.frame
     assert frame is not None and frame["status"].eq("ok").all()
     by_shard = [set(load_run(path).frame["case_id"]) for path in result.shards]
@@ -150,6 +157,9 @@ def test_a_lost_worker_leaves_its_shard_missing_and_resume_runs_only_it(
     before = len(seen(tmp_path))
 
     crash.unlink()
+    stale = run_dir / "shards" / "shard-2"  # a lost attempt's, half written in place
+    stale.mkdir()
+    (stale / rundir.PLAN_FILE).write_text("[]")
     resumed = SweepOptions(resume=run_dir, command=["cublas-audit", "map", "--resume"])
     result = fleet.on_ray(resumed, None, None, StandIn(crash))
 
@@ -157,6 +167,7 @@ def test_a_lost_worker_leaves_its_shard_missing_and_resume_runs_only_it(
     assert len(again) == 1  # one probe: shard 2's, the finished shards kept
     assert result.frame is not None and len(result.frame) == len(map_cases())
     assert set(rundir.read_env(run_dir)["ray_shards"]) == {"1/3", "2/3", "3/3"}
+    assert rundir.read_env(stale)["shard"] == "2/3"
 
 
 def test_ray_missing_is_exit_3_with_the_install_command(
@@ -178,7 +189,7 @@ def test_ray_refuses_what_it_replaces(tmp_path: Path, monkeypatch: pytest.Monkey
     from cublas_audit.cli.options import OnRay, on_ray
 
     # what is judged here is the options, with or without the ray extra installed
-    monkeypatch.setattr(ray_fleet, "require_ray", lambda: sys)
+    monkeypatch.setattr(ray_connect, "require_ray", lambda: sys)
 
     with pytest.raises(AuditError, match="--devices"):
         on_ray("auto", None, "all", None, False)
@@ -255,8 +266,10 @@ def other_unit(tmp_path: Path) -> str:
 
 @pytest.mark.slow
 def test_replicate_runs_the_whole_map_on_each_gpu_and_names_the_unit_that_differs(
-    tmp_path: Path, cluster: object, probe: Path
+    tmp_path: Path, cluster: object, probe: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # each unit as from another node: returned as a tar, unpacked by the driver
+    monkeypatch.setattr(ray_fleet, "Home", lambda _node, path: ray_task.Home("elsewhere", path))
     other = other_unit(tmp_path)
     result = fleet.on_ray(
         options(tmp_path, probe), None, "map", StandIn(other_probe=other), replicate=True
@@ -272,6 +285,8 @@ def test_replicate_runs_the_whole_map_on_each_gpu_and_names_the_unit_that_differ
     assert set(env["ray_shards"]) == {"unit-1", "unit-2", "unit-3"}
     assert sorted(p["gpu"] for p in env["ray_shards"].values()) == ["0", "1", "2"]
     assert {p["host"] for p in env["ray_shards"].values()} == {socket.gethostname()}
+    shipped = env["ray_timings"]["shards"].values()
+    assert all(not t["in_place"] and t["bytes"] > 0 for t in shipped)
 
     units = json.loads((result.run_dir / "units.json").read_text())
     labels = {f"h100-{host}-gpu{i}" for i in range(GPUS)}
@@ -313,7 +328,8 @@ def test_a_lost_unit_is_missing_and_resume_runs_only_it(
 
 @dataclass
 class Interrupted:
-    """Ray stood in for: three tasks; the second ray.get is Ctrl-C (KeyboardInterrupt)."""
+    """Ray stood in for: three tasks; the first comes back (as a tar: from another node), then
+    waiting for the others is Ctrl-C (KeyboardInterrupt)."""
 
     archive: bytes
     cancelled: list[tuple[str, bool]]
@@ -325,15 +341,21 @@ class Interrupted:
     def cluster_resources(self) -> dict[str, float]:
         return {"GPU": float(GPUS)}
 
+    def get_runtime_context(self) -> object:
+        return type("Context", (), {"get_node_id": staticmethod(lambda: "driver-node")})
+
     def remote(self, **_options: object) -> object:
         refs = iter(f"ref-{i}" for i in range(1, GPUS + 1))
         task = type("Task", (), {"remote": staticmethod(lambda *_args: next(refs))})
         return lambda _function: task
 
-    def get(self, ref: str) -> ray_fleet.ShardDone:
-        if ref != "ref-1":
+    def wait(self, refs: list[str], num_returns: int = 1) -> tuple[list[str], list[str]]:
+        if "ref-1" not in refs:
             raise KeyboardInterrupt
-        return ray_fleet.ShardDone(1, self.archive, "node-1", "host-1", "0")
+        return ["ref-1"], [r for r in refs if r != "ref-1"]
+
+    def get(self, ref: str) -> ray_task.ShardDone:
+        return ray_task.ShardDone(1, self.archive, "node-1", "host-1", "0")
 
     def cancel(self, ref: str, force: bool = False) -> None:
         self.cancelled.append((ref, force))
@@ -345,7 +367,7 @@ def test_ctrl_c_while_gathering_cancels_the_tasks_not_back_and_keeps_what_came(
     (tmp_path / "done").mkdir()
     (tmp_path / "done" / "marker").write_text("shard 1")
     ray = Interrupted(run_archive.pack(tmp_path / "done"), [])
-    monkeypatch.setattr(ray_fleet, "require_ray", lambda: ray)
+    monkeypatch.setattr(ray_connect, "require_ray", lambda: ray)
     run = SweepOptions(cases=map_cases(), gpu_label="h100", out=tmp_path / "run")
 
     with pytest.raises(KeyboardInterrupt):

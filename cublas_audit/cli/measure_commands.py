@@ -42,6 +42,7 @@ from cublas_audit.cli.options import (
     TorchTrace,
     Warm,
     is_shard_run,
+    join_ray_soon,
     on_ray,
     plan_cases,
     print_json,
@@ -140,6 +141,8 @@ def sweep_command(
         problem = variants(layouts, ld_pad, broadcast, beta, bias, limit)
         return plan_from_options(single, batched, sizes, shapes, batches, modes, api, problem)
 
+    engine = on_ray(ray, resume, devices, shard, replicate)
+    join_ray_soon(engine, resume)  # (while the run is planned)
     planned = plan_cases(resume, Listed(shapes_file, torch_trace, modes, api), grid)
     # unaligned-operand's cause removed (padded, the other layout), measured beside each case
     planned = with_cause_removed_companions(planned)
@@ -159,7 +162,6 @@ def sweep_command(
         warm=warm or None,
         trace=trace_shares(torch_trace, planned),  # trace.json: each problem's share
     )
-    engine = on_ray(ray, resume, devices, shard, replicate)
     placement = spread(devices, replicate, allow_mixed, resume)
     options = sharded(options, shard, placement)
     if fix and replicate:
@@ -258,6 +260,10 @@ def map_command(
         )
 
     listed = Listed(shapes_file, torch_trace, modes, api)
+    engine = on_ray(ray, resume, devices, shard, replicate)
+    if follow_up and (shard is not None or is_shard_run(resume) or engine is not None):
+        raise AuditError("--follow-up judges the whole map: leave it out of a --shard or --ray run")
+    join_ray_soon(engine, resume)  # (while the map is planned: a full grid's cases take seconds)
     planned = plan_cases(resume, listed, grid, map_grid.listed)
     options = run_options(
         planned,
@@ -273,11 +279,8 @@ def map_command(
     limit = follow_up_limit if follow_up else None
     if fix and not follow_up:
         raise AuditError("--fix needs --follow-up: a map's alternatives are measured there")
-    engine = on_ray(ray, resume, devices, shard, replicate)
     placement = spread(devices, replicate, allow_mixed, resume)
     options = sharded(options, shard, placement)
-    if follow_up and (shard is not None or is_shard_run(resume) or engine is not None):
-        raise AuditError("--follow-up judges the whole map: leave it out of a --shard or --ray run")
     if engine is not None:
         from cublas_audit.jobs import fleet
 

@@ -359,7 +359,7 @@ def on_ray(
 ) -> OnRay | None:
     """--ray, or the resume of a Ray run: checked against the options it excludes, then whether
     Ray is installed (exit 3 naming the extra), all before any GPU work. None: no Ray."""
-    from cublas_audit.run import ray_fleet
+    from cublas_audit.run import ray_connect, ray_fleet
 
     resumed = ray_fleet.is_ray_run(resume)
     if ray is None and not resumed:
@@ -372,8 +372,21 @@ def on_ray(
         )
     if shard is not None:
         raise AuditError("--ray splits the plan itself, one shard per GPU: leave out --shard")
-    ray_fleet.require_ray()
+    ray_connect.require_ray()
     return OnRay(ray, replicate)
+
+
+def join_ray_soon(engine: OnRay | None, resume: Path | None) -> None:
+    """A Ray run's cluster joined in the background from here on, while the command plans the
+    run (run.ray_connect.connect_soon: a new local Ray instance takes ~5 s to start): at the
+    address given, else where the resumed run ran, else `auto`."""
+    if engine is None:
+        return
+    from cublas_audit.run import ray_connect
+    from cublas_audit.table.env_record import EnvRecord
+
+    recorded = EnvRecord.read(resume).ray_address if resume is not None else None
+    ray_connect.connect_soon(engine.address or recorded or "auto")
 
 
 def is_shard_run(resume: Path | None) -> bool:

@@ -5,14 +5,17 @@ then merged into the run's own directory and reported as `merge` does (jobs.merg
 
 from __future__ import annotations
 
+import time
 from dataclasses import replace
+from pathlib import Path
 
 from cublas_audit.errors import AuditError
 from cublas_audit.jobs.measure import SweepResult
 from cublas_audit.jobs.merge import write_merged
 from cublas_audit.jobs.run_reports import write_map_report, write_run_report, write_units_report
 from cublas_audit.planning.cases import candidate_problems
-from cublas_audit.run import ray_fleet
+from cublas_audit.run import ray_connect, ray_fleet
+from cublas_audit.run.ray_task import ShardSweep
 from cublas_audit.run.sweep_setup import SweepOptions, sweep
 from cublas_audit.table import rundir, shard_merge
 from cublas_audit.vocabulary import Phase
@@ -22,7 +25,7 @@ def on_ray(
     options: SweepOptions,
     address: str | None,
     phase: Phase | None = None,
-    run_sweep: ray_fleet.ShardSweep = sweep,
+    run_sweep: ShardSweep = sweep,
     retries: int = ray_fleet.DEFAULT_RETRIES,
     replicate: bool = False,
 ) -> SweepResult:
@@ -46,7 +49,20 @@ def on_ray(
                 write_run_report(unit)
         units = write_units_report(fleet.run_dir, shard_dirs)
         return SweepResult(fleet.run_dir, None, units, shard_dirs)
+    began = time.perf_counter()
     shards = [shard_merge.read_shard(path) for path in shard_dirs]
     record = rundir.read_env(fleet.run_dir)
     kept = {key: record[key] for key in (*ray_fleet.ENGINE_KEYS, "placed") if key in record}
-    return write_merged(shards, fleet.run_dir, False, fleet.command, kept)
+    timings: dict[str, float] = {"read_shards_s": round(time.perf_counter() - began, 2)}
+    result = write_merged(shards, fleet.run_dir, False, fleet.command, kept, timings)
+    _add_timings(fleet.run_dir, timings)
+    return result
+
+
+def _add_timings(run_dir: Path, timings: dict[str, float]) -> None:
+    """The merge's, judging's and the report's seconds into env.json's ray_timings, and when the
+    run ended on its clock (ray_connect.since_start)."""
+    env = rundir.read_env(run_dir)
+    done = ray_connect.since_start(time.time())
+    env["ray_timings"] = {**(env.get("ray_timings") or {}), **timings, "reported_at_s": done}
+    rundir.write_env(run_dir, env)

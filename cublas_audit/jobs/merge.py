@@ -12,6 +12,7 @@ run directory, then its report as the phase's measuring job writes it (jobs.run_
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -58,9 +59,12 @@ def write_merged(
     allow_mixed: bool,
     command: list[str],
     record: dict[str, Any] | None = None,
+    timings: dict[str, float] | None = None,
 ) -> SweepResult:
     """The shards checked, then merged into `out` and reported (`merge`, and a Ray run into its
-    own directory, whose `record` of the engine joins the merged env.json)."""
+    own directory, whose `record` of the engine joins the merged env.json; `timings`: merge_s,
+    and a map's judge_s and report_s, added)."""
+    began = time.perf_counter()
     shard_merge.check_shards(shards, allow_mixed)
     with collector_paused():  # (its tables' millions of cells, as judging's findings)
         merged = shard_merge.merge(shards, command)
@@ -75,7 +79,10 @@ def write_merged(
     if traced is not None:
         write_trace_record(traced, out)
     rundir.write_env(out, merged.env)
-    return SweepResult(out, merged.table, _report(out, merged), [s.path for s in shards])
+    if timings is not None:
+        timings["merge_s"] = round(time.perf_counter() - began, 2)
+    report = _report(out, merged, timings)
+    return SweepResult(out, merged.table, report, [s.path for s in shards])
 
 
 def _check_given_once(runs: list[Path]) -> None:
@@ -86,10 +93,10 @@ def _check_given_once(runs: list[Path]) -> None:
         seen.add(run.resolve())
 
 
-def _report(out: Path, merged: shard_merge.Merged) -> Path:
+def _report(out: Path, merged: shard_merge.Merged, timings: dict[str, float] | None) -> Path:
     phase = EnvRecord.of(merged.env, out / rundir.ENV_FILE).phase
-    if phase is Phase.map:
-        return write_map_report(out, frame=merged.table)  # (in memory: not read again)
+    if phase is Phase.map:  # (the table in memory: not read again)
+        return write_map_report(out, frame=merged.table, timings=timings)
     if phase is Phase.candidates:
         assert merged.candidates is not None  # check_shards: every candidates shard has one
         return write_candidates_report(out, merged.candidates)

@@ -4,6 +4,7 @@ and `report` of a run directory call."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -45,15 +46,23 @@ def write_map_report(
     thresholds: Thresholds | None = None,
     found: list[Finding] | None = None,
     frame: pd.DataFrame | None = None,
+    timings: dict[str, float] | None = None,
 ) -> Path:
     """A map run's report.md, pictures and findings.json, with its follow-up where it has one
     (the map's findings as its run judged them, where given; its table as the caller just wrote
-    it, where given: table.inputs.load_run)."""
+    it, where given: table.inputs.load_run). `timings`: judge_s and report_s added (a --ray
+    run's record of where its time went)."""
     deep = Path(run_dir) / rundir.FOLLOW_UP_DIR
+    began = time.perf_counter()
     with collector_paused():
         follow_up = load_run(deep) if rundir.has_table(deep) else None
         judged = audit_map(load_run(Path(run_dir), frame), thresholds, found, follow_up)
-        return map_report.write_map_report(Path(run_dir), judged)
+        judging = time.perf_counter()
+        report = map_report.write_map_report(Path(run_dir), judged)
+    if timings is not None:
+        timings["judge_s"] = round(judging - began, 2)
+        timings["report_s"] = round(time.perf_counter() - judging, 2)
+    return report
 
 
 def write_candidates_report(run_dir: Path, frame: pd.DataFrame) -> Path:

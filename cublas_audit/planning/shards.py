@@ -14,12 +14,12 @@ from __future__ import annotations
 import heapq
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from cublas_audit.errors import AuditError
 from cublas_audit.planning.cases import Case
-from cublas_audit.planning.plan_file import PlanFile
+from cublas_audit.planning.plan_file import FIELDS, PlanFile
 
 # A case's cost for balancing: its FLOPs plus what the probe spends on any case (operands, the
 # check, the record): about 6 ms on the H100's map, 5e10 FLOPs of work at its ~50 TFLOP/s x 6
@@ -93,28 +93,45 @@ def fingerprint(plan: Sequence[Case]) -> str:
 @dataclass(frozen=True)
 class PlanPart:
     """A shard run's share of a plan: which part, and the whole plan it is a part of (recorded in
-    the shard's run directory, so merge knows the plan's order and what is missing)."""
+    the shard's run directory, so merge knows the plan's order and what is missing).
+
+    The whole plan is held as plan.json states it (a full map's grid: its axes), not as its cases:
+    what a Ray task is sent (cloudpickling a full map's 262,144 cases took seconds a shard on the
+    driver and more to load in the task), what plan-whole.json and the fingerprint are written
+    from; the part's cases are built from it where no caller gave them (`given`: the whole plan's
+    cases, kept on this machine only, never pickled)."""
 
     spec: ShardSpec
-    whole: tuple[Case, ...]
+    plan: PlanFile
+    given: tuple[Case, ...] | None = field(default=None, compare=False, repr=False)
 
     @classmethod
-    def of(cls, spec: ShardSpec, whole: Sequence[Case]) -> PlanPart:
+    def of(cls, spec: ShardSpec, whole: Sequence[Case] | PlanFile) -> PlanPart:
         """The part, refused where a shard would be empty (more parts than cases)."""
-        if spec.count > len(whole):
+        plan = whole if isinstance(whole, PlanFile) else PlanFile.of(whole)
+        if spec.count > plan.count:
             raise AuditError(
-                f"--shard {spec}: the plan has {len(whole)} case{'s' if len(whole) != 1 else ''}, "
+                f"--shard {spec}: the plan has {plan.count} case{'s' if plan.count != 1 else ''}, "
                 "fewer than the parts; give N of at most that"
             )
-        return cls(spec, tuple(whole))
+        return cls(spec, plan, None if isinstance(whole, PlanFile) else tuple(whole))
 
     def cases(self) -> list[Case]:
-        return self.spec.cases(self.whole)
+        """This part of the plan, in plan order (split as `shard` splits the cases)."""
+        positions = split(self.plan.flops(), self.spec.count)[self.spec.index - 1]
+        if self.given is not None:
+            return [self.given[p] for p in positions]
+        columns = [self.plan.column(name) for name in FIELDS]
+        return [Case(*(column[p] for column in columns)) for p in positions]
 
     def record(self) -> dict[str, Any]:
         """What the shard's env.json says of it."""
         return {
             "shard": str(self.spec),
-            "plan_fingerprint": fingerprint(self.whole),
-            "plan_cases": len(self.whole),
+            "plan_fingerprint": self.plan.fingerprint(),
+            "plan_cases": self.plan.count,
         }
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled (to a Ray task, a shard's process) as its part and statement: no cases."""
+        return (PlanPart, (self.spec, self.plan))

@@ -2,14 +2,21 @@
 
 The engine boundary: the tool plans, runs one shard, merges and judges; Ray places and restarts.
 Each task (`num_gpus=1`; Ray sets its CUDA_VISIBLE_DEVICES) runs the same sweep as
-`--shard I/N` on its node, into a node-local temporary run directory, and returns that directory
-as bytes (a tar of its compact files: the plans as stated, a large table columnar, the probe's
-results gzipped: rundir.compact_results); the driver unpacks it under `<run>/shards/shard-I/`.
-No shared filesystem is needed, and one node works alike. The driver then merges the shards
-(jobs.merge) into `<run>`.
+`--shard I/N` on its node (run.ray_task: sent its part of the plan as stated, never the cases).
+A task on the driver's own node writes its shard in place, under `<run>/shards/shard-I/`; one
+elsewhere sweeps into a node-local temporary run directory and returns it as bytes (a tar of its
+compact files), which the driver unpacks there as it comes back: no shared filesystem is needed.
+The driver then merges the shards (jobs.merge) into `<run>`.
+
+Ray is joined in a background thread (`connect_soon`, from the command line before it plans:
+starting a local instance takes ~5 s, most of it waiting on Ray's processes), and each phase's
+time is recorded in env.json's `ray_timings` (seconds from the start of joining Ray on the
+driver's clock; a task's steps from its node's clock): joining Ray, the tasks submitted, each
+shard's start, sweep, fold, pack, return and unpack, the shards gathered, then (jobs.fleet) the
+merge, judging and report.
 
     <run>/env.json          engine "ray", its address, the shard count, the settings every
-                            shard runs with, and each shard's node, host and GPU
+                            shard runs with, each shard's node, host and GPU, ray_timings
     <run>/plan.json         the whole plan
     <run>/shards/shard-I/   shard I's run directory, as `--shard I/N` writes it
     <run>/shards/unit-I/    `--replicate`: unit I's run directory, the whole plan on one GPU
@@ -19,36 +26,35 @@ A task that fails (its worker or node lost, an error in its sweep) leaves its sh
 others are kept, and `--resume <run>` re-runs only the missing shards through Ray. Ctrl-C while
 they are gathered cancels the tasks not yet back; the shards gathered stay for `--resume`.
 
-Ray is an optional extra: it is imported only inside functions, and its absence is a
-ToolMissingError naming the install command.
+Ray is an optional extra: it is imported only inside functions (run.ray_connect), and its
+absence is a ToolMissingError naming the install command.
 """
 
 from __future__ import annotations
 
-import importlib
-import socket
-import tempfile
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from cublas_audit.errors import AuditError, ToolMissingError
+from cublas_audit.errors import AuditError
 from cublas_audit.observe.observer import Observer
-from cublas_audit.planning.cases import Case, read_plan, write_plan
-from cublas_audit.planning.shards import PlanPart, ShardSpec, fingerprint
-from cublas_audit.run import ray_units
+from cublas_audit.planning import plan_file
+from cublas_audit.planning.plan_file import PlanFile
+from cublas_audit.planning.shards import PlanPart, ShardSpec
+from cublas_audit.run import ray_connect, ray_units
 from cublas_audit.run.multi_gpu import SHARDS_DIR
-from cublas_audit.run.run_archive import pack, unpack
+from cublas_audit.run.ray_task import Home, ShardDone, ShardSweep, run_shard
+from cublas_audit.run.run_archive import unpack
 from cublas_audit.run.sweep_setup import SweepOptions, check_new_run_dir, sweep
 from cublas_audit.table import rundir, shard_merge
 from cublas_audit.table.env_record import EnvRecord
 from cublas_audit.version import __version__
 from cublas_audit.vocabulary import Phase
 
-INSTALL_HINT = "pip install 'cublas-audit[ray]'"
 ENGINE = "ray"
 # A lost worker or node: Ray runs its task again this many times (on any GPU free) before the
 # shard counts as missing.
@@ -82,20 +88,8 @@ ENGINE_KEYS = (
     "ray_shards",
     "replicate",
     "unit_label",
+    "ray_timings",
 )
-
-ShardSweep = Callable[[SweepOptions], object]  # sweep_setup.sweep; tests stand in for the GPU
-
-
-@dataclass(frozen=True)
-class ShardDone:
-    """What a task hands back: its shard's run directory as a tar, and where it ran."""
-
-    index: int
-    archive: bytes
-    node_id: str
-    host: str
-    gpu: str  # Ray's GPU id on that node (its CUDA_VISIBLE_DEVICES)
 
 
 @dataclass(frozen=True)
@@ -105,7 +99,7 @@ class FleetRun:
     run_dir: Path
     address: str
     count: int
-    whole: list[Case]
+    plan: PlanFile  # the whole plan, as plan.json states it
     settings: SweepOptions
     command: list[str]
     # --replicate: `count` units, each the whole plan (its part 1/1), labelled from `label`
@@ -124,71 +118,45 @@ class FleetRun:
         return ray_units.unit_name(index) if self.replicate else str(self.spec(index))
 
 
-# ----- Ray, optional ---------------------------------------------------------------------------
-
-
-def require_ray() -> ModuleType:
-    """The ray module, or exit 3 with the install command (checked before any GPU work)."""
-    try:
-        ray = importlib.import_module("ray")  # typed the same with the ray extra or without
-    except ImportError as exc:
-        raise ToolMissingError(f"--ray: Ray is not installed here; {INSTALL_HINT}") from exc
-    return ray
-
-
-def connect(address: str) -> ModuleType:
-    """Ray joined: `auto` is the cluster this machine is part of (`ray start`), else a new one
-    on this machine; an address is that cluster's. Already joined (a caller's ray.init): kept."""
-    ray = require_ray()
-    if not ray.is_initialized():
-        try:
-            ray.init(
-                address=None if address == "auto" else address,
-                include_dashboard=False,
-                log_to_driver=False,
-            )
-        except (ConnectionError, RuntimeError, ValueError) as exc:
-            raise AuditError(f"--ray {address}: no Ray cluster joined ({exc})") from exc
-    return ray
-
-
-def cluster_gpus(ray: ModuleType, address: str) -> int:
-    gpus = int(ray.cluster_resources().get("GPU", 0))
-    if gpus < 1:
-        raise ToolMissingError(f"--ray {address}: the Ray cluster has no GPU")
-    return gpus
-
-
 # ----- the run's record ------------------------------------------------------------------------
 
 
-def start(options: SweepOptions, address: str, gpus: int, unit_base: str | None = None) -> FleetRun:
+def start(
+    options: SweepOptions,
+    address: str,
+    gpus: int,
+    unit_base: str | None = None,
+    plan: PlanFile | None = None,
+) -> FleetRun:
     """A new Ray run directory: the whole plan, one shard per GPU (fewer where the plan has
     fewer cases), the settings each shard runs with; `unit_base` (--replicate): one unit per
-    GPU instead, labelled from it."""
+    GPU instead, labelled from it; `plan`: options.cases as stated, where the caller has it."""
     if not options.cases:
         raise AuditError("nothing to run: the plan has no case")
     if options.out is None:
         raise AuditError("--ray: give --out DIR (the run directory the shards are gathered in)")
     run_dir = options.out.absolute()
     check_new_run_dir(run_dir)
+    plan = plan or PlanFile.of(options.cases)
     fleet = FleetRun(
         run_dir,
         address,
-        ray_units.unit_count(gpus) if unit_base is not None else min(gpus, len(options.cases)),
-        list(options.cases),
-        options,
+        ray_units.unit_count(gpus) if unit_base is not None else min(gpus, plan.count),
+        plan,
+        replace(options, cases=[]),  # (the plan is `plan`: the shards are sent their parts)
         list(options.command),
         unit_base is not None,
         unit_base or "",
     )
     run_dir.mkdir(parents=True, exist_ok=True)
-    write_plan(fleet.whole, run_dir / rundir.PLAN_FILE)
+    plan_file.write(fleet.plan, run_dir / rundir.PLAN_FILE)
     rundir.write_env(run_dir, {**engine_record(fleet), "tool_version": __version__})
     return fleet
 
 
-def engine_record(fleet: FleetRun, placed: dict[str, Any] | None = None) -> dict[str, Any]:
+def engine_record(
+    fleet: FleetRun, placed: dict[str, Any] | None = None, timings: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """What env.json says of the engine; kept in the merged env.json so the run resumes."""
     settings = {name: getattr(fleet.settings, name) for name in SETTINGS}
     settings["cublas_lib"] = str(settings["cublas_lib"]) if settings["cublas_lib"] else None
@@ -197,13 +165,14 @@ def engine_record(fleet: FleetRun, placed: dict[str, Any] | None = None) -> dict
         "engine": ENGINE,
         "ray_address": fleet.address,
         "shard_count": fleet.count,
-        "plan_fingerprint": fingerprint(fleet.whole),
+        "plan_fingerprint": fleet.plan.fingerprint(),
         "phase": fleet.settings.phase or Phase.time,
         "ray_settings": settings,
         "ray_shards": placed or {},
         "replicate": fleet.replicate,
         "unit_label": fleet.label or None,
         "command": fleet.command,
+        "ray_timings": timings or {},
     }
 
 
@@ -230,8 +199,8 @@ def recorded(run_dir: Path, address: str | None) -> FleetRun:
         count = int(env.raw["shard_count"])
     except (KeyError, TypeError, ValueError) as exc:
         raise AuditError(f"{run_dir / rundir.ENV_FILE}: its Ray record is not readable") from exc
-    whole = read_plan(run_dir / rundir.PLAN_FILE)
-    if fingerprint(whole) != env.plan_fingerprint:
+    whole = plan_file.read(run_dir / rundir.PLAN_FILE)
+    if whole.fingerprint() != env.plan_fingerprint:
         raise AuditError(f"{run_dir}: its plan.json is not the plan its env.json names")
     return FleetRun(
         Path(run_dir).absolute(),
@@ -245,44 +214,30 @@ def recorded(run_dir: Path, address: str | None) -> FleetRun:
     )
 
 
-# ----- one shard, in a Ray task ----------------------------------------------------------------
+# A task's steps (ray_task.ShardDone.times) as ray_timings records them: name, from, to.
+STEPS = (
+    ("sweep_s", "started", "swept"),
+    ("fold_s", "swept", "folded"),
+    ("pack_s", "folded", "packed"),
+)
+
+
+# ----- one shard, in a Ray task (run.ray_task) ------------------------------------------------
 
 
 def shard_options(fleet: FleetRun, index: int) -> SweepOptions:
     """Shard I's sweep: exactly what `--shard I/N` runs (its part and whole plan recorded); a
-    unit's: the whole plan as part 1/1."""
-    part = PlanPart.of(fleet.spec(index), fleet.whole)
+    unit's: the whole plan as part 1/1. Its cases are left to the task (PlanPart.cases): what is
+    sent is the plan as stated."""
+    part = PlanPart.of(fleet.spec(index), fleet.plan)
     return replace(
         fleet.settings,
-        cases=part.cases(),
+        cases=[],
         part=part,
         out=None,
         resume=None,
         command=[*fleet.command, f"(ray {'' if fleet.replicate else 'shard '}{fleet.name(index)})"],
     )
-
-
-def run_shard(
-    options: SweepOptions, index: int, run_sweep: ShardSweep = sweep, unit_base: str = ""
-) -> ShardDone:
-    """In the task: the shard swept on the GPU Ray gave it, in a node-local temporary directory
-    returned whole as a tar (so the driver needs no shared filesystem). `unit_base`: a unit's,
-    labelled here, where its host and GPU are known."""
-    ray = require_ray()
-    gpu = [str(i) for i in ray.get_gpu_ids()]
-    if unit_base:
-        options = replace(
-            options, gpu_label=ray_units.task_label(unit_base, socket.gethostname(), gpu)
-        )
-    # Ray's GPU id is the node's CUDA index, nvidia-smi's where CUDA_DEVICE_ORDER agrees (it does
-    # on a node of one model); the probe sees only that GPU through CUDA_VISIBLE_DEVICES.
-    device = int(gpu[0]) if gpu and gpu[0].isdigit() else None
-    with tempfile.TemporaryDirectory(prefix="cublas-audit-shard-") as scratch:
-        out = Path(scratch) / f"shard-{index}"
-        run_sweep(replace(options, out=out, device=device))
-        rundir.compact_results(out)  # the probe's raw streams gzipped: what travels is compact
-        node = ray.get_runtime_context().get_node_id()
-        return ShardDone(index, pack(out), node, socket.gethostname(), ",".join(gpu))
 
 
 # ----- the driver ------------------------------------------------------------------------------
@@ -313,15 +268,17 @@ def run(
     unit, `replicate`) a task, gathered under shards/. Returns the run and its shard directories,
     all finished; a shard a task did not bring back is one AuditError naming it and the --resume
     command."""
-    ray = require_ray()
+    ray = ray_connect.require_ray()
     if options.resume is not None:
         fleet = recorded(options.resume, address)
-        ray = connect(fleet.address)
+        ray = ray_connect.connect(fleet.address)
     else:
-        ray = connect(address or "auto")
-        gpus = cluster_gpus(ray, address or "auto")
+        # (stated while Ray is still joined, where connect_soon started it)
+        plan = PlanFile.of(options.cases) if options.cases else None
+        ray = ray_connect.connect(address or "auto")
+        gpus = ray_connect.cluster_gpus(ray, address or "auto")
         base = ray_units.base_label(options.gpu_label, ray.cluster_resources())
-        fleet = start(options, address or "auto", gpus, base if replicate else None)
+        fleet = start(options, address or "auto", gpus, base if replicate else None, plan)
     failures = _place(ray, fleet, pending(fleet), run_sweep, retries)
     if failures:
         raise AuditError(missing_message(fleet, failures))
@@ -331,40 +288,71 @@ def run(
 def _place(
     ray: ModuleType, fleet: FleetRun, indices: Sequence[int], run_sweep: ShardSweep, retries: int
 ) -> dict[int, str]:
-    """Each shard a task on one GPU; each one's directory unpacked as it comes back. Returns
-    the shards that failed, with why. Ctrl-C: the tasks not yet back are cancelled (else they
-    would keep their GPUs busy after the driver is gone), what came back is recorded, and the
-    KeyboardInterrupt goes on to the CLI (exit 130)."""
+    """Each shard a task on one GPU; each one's directory kept as it comes back (written in
+    place on this node, else unpacked), in the order they finish. Returns the shards that
+    failed, with why. Ctrl-C: the tasks not yet back are cancelled (else they would keep their
+    GPUs busy after the driver is gone), what came back is recorded, and the KeyboardInterrupt
+    goes on to the CLI (exit 130)."""
     task = ray.remote(num_gpus=1, max_retries=retries)(run_shard)
-    # (fleet.label: a unit's base label; "" for a shard, which keeps the run's)
-    futures = {task.remote(shard_options(fleet, i), i, run_sweep, fleet.label): i for i in indices}
+    node = ray.get_runtime_context().get_node_id()
+    futures = {
+        # (fleet.label: a unit's base label; "" for a shard, which keeps the run's)
+        task.remote(
+            shard_options(fleet, i), i, run_sweep, fleet.label, Home(node, fleet.shard_dir(i))
+        ): i
+        for i in indices
+    }
     placed = dict(rundir.read_env(fleet.run_dir).get("ray_shards") or {})
+    submitted = ray_connect.since_start(time.time())
+    timings = {**ray_connect.clock_record(), "submitted_at_s": submitted, "shards": {}}
     failures: dict[int, str] = {}
     waiting = list(futures)
     try:
-        for future, index in futures.items():
+        while waiting:
+            ready, _ = ray.wait(waiting, num_returns=1)
+            waiting.remove(ready[0])
+            index = futures[ready[0]]
             try:
-                done: ShardDone = ray.get(future)
+                done: ShardDone = ray.get(ready[0])
             except ray.exceptions.RayError as exc:
-                waiting.remove(future)
                 failures[index] = _reason(exc)
                 continue
-            waiting.remove(future)
-            unpack(done.archive, fleet.shard_dir(index))
-            where = {"node_id": done.node_id, "host": done.host, "gpu": done.gpu}
-            placed[fleet.name(index)] = where
+            name = fleet.name(index)
+            placed[name] = {"node_id": done.node_id, "host": done.host, "gpu": done.gpu}
+            timings["shards"][name] = _gathered(fleet, index, done)
+        timings["gathered_at_s"] = ray_connect.since_start(time.time())
     except KeyboardInterrupt:
         for future in waiting:
             ray.cancel(future, force=True)
         raise
     finally:
-        _record(fleet, placed)
+        _record(fleet, placed, timings)
     return failures
 
 
-def _record(fleet: FleetRun, placed: dict[str, Any]) -> None:
+def _gathered(fleet: FleetRun, index: int, done: ShardDone) -> dict[str, Any]:
+    """Shard `index` kept (unpacked where it came as a tar), and its steps' times."""
+    returned = time.time()
+    if not done.in_place:
+        unpack(done.archive, fleet.shard_dir(index))
+    steps = done.times
+    return {
+        "in_place": done.in_place,
+        "started_at_s": ray_connect.since_start(steps["started"]) if "started" in steps else None,
+        **{
+            name: round(steps[step] - steps[before], 2)
+            for name, before, step in STEPS
+            if step in steps and before in steps
+        },
+        "returned_at_s": ray_connect.since_start(returned),
+        "bytes": len(done.archive),
+        "unpack_s": round(time.time() - returned, 2),
+    }
+
+
+def _record(fleet: FleetRun, placed: dict[str, Any], timings: dict[str, Any]) -> None:
     env = rundir.read_env(fleet.run_dir)
-    env.update(engine_record(fleet, placed))
+    env.update(engine_record(fleet, placed, timings))
     env["placed"] = datetime.now(UTC).isoformat(timespec="seconds")
     rundir.write_env(fleet.run_dir, env)
 

@@ -25,6 +25,7 @@ from cublas_audit.judge import candidates
 from cublas_audit.observe import environment
 from cublas_audit.observe.ncu_command import CLOCK_CONTROLS
 from cublas_audit.observe.observer import MAP_OBSERVERS, Observer
+from cublas_audit.planning import plan_file
 from cublas_audit.planning.cases import DEFAULT_WORKSPACE_BYTES, Case, read_plan, write_plan
 from cublas_audit.planning.grid import check_label, label_from_gpu_name
 from cublas_audit.planning.shards import PlanPart
@@ -314,7 +315,7 @@ def start_run(config: SweepConfig, env: environment.Environment, options: SweepO
     (config.run_dir / rundir.NCU_DIR).mkdir(exist_ok=True)
     write_plan(config.cases, config.run_dir / rundir.PLAN_FILE)
     if options.part is not None:
-        write_plan(options.part.whole, config.run_dir / rundir.WHOLE_PLAN_FILE)
+        plan_file.write(options.part.plan, config.run_dir / rundir.WHOLE_PLAN_FILE)
     if options.trace is not None:
         write_trace_record(options.trace, config.run_dir)
     rundir.write_env(

@@ -1,0 +1,138 @@
+"""Ray joined for a `--ray` run (run.ray_fleet): Ray imported only here and only when asked
+(an optional extra: its absence is a ToolMissingError naming the install command), the cluster
+joined, possibly in a background thread while the command line plans the run (`connect_soon`:
+starting a local Ray instance takes ~5 s, most of it waiting on Ray's own processes), and the
+run's clock: seconds from the start of joining Ray, what env.json's `ray_timings` count in."""
+
+from __future__ import annotations
+
+import atexit
+import importlib
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+from cublas_audit.errors import AuditError, ToolMissingError
+
+INSTALL_HINT = "pip install 'cublas-audit[ray]'"
+# How long an exit waits for a Ray instance still starting in the background, to stop it.
+STARTING_S = 120.0
+
+
+def require_ray() -> ModuleType:
+    """The ray module, or exit 3 with the install command (checked before any GPU work)."""
+    try:
+        ray = importlib.import_module("ray")  # typed the same with the ray extra or without
+    except ImportError as exc:
+        raise ToolMissingError(f"--ray: Ray is not installed here; {INSTALL_HINT}") from exc
+    return ray
+
+
+@dataclass
+class _Joining:
+    """Ray being joined in a background thread: when it began, and how it ended."""
+
+    began: float
+    ready: threading.Event
+    took: float | None = None
+    error: BaseException | None = None
+
+
+_joining: _Joining | None = None
+# the driver's clock of a run: when joining Ray began (epoch seconds), how long it took
+_clock: dict[str, float] = {}
+CLOCK_KEYS = ("connect_s", "connect_waited_s")
+
+
+def connect_soon(address: str) -> None:
+    """Joins Ray (`connect`) in a background thread while this one goes on (the command line
+    plans the run meanwhile); `connect` waits for it. The thread lives on once Ray is joined:
+    Ray's processes of a local instance die with the thread that started them (Linux's
+    parent-death signal belongs to a thread). An exit before it is done waits for it, then
+    stops what it started."""
+    global _joining
+    ray = require_ray()
+    if _joining is not None or ray.is_initialized():
+        return
+    joining = _Joining(time.time(), threading.Event())
+
+    def join() -> None:
+        try:
+            _connect_now(ray, address)
+        except BaseException as exc:  # (raised again where it is waited for)
+            joining.error = exc
+        joining.took = time.time() - joining.began
+        joining.ready.set()
+        threading.Event().wait()  # (lives on with the process: see above)
+
+    _joining = joining
+    atexit.register(_stop_started, joining)
+    threading.Thread(target=join, name="cublas-audit ray.init", daemon=True).start()
+
+
+def connect(address: str) -> ModuleType:
+    """Ray joined: `auto` is the cluster this machine is part of (`ray start`), else a new one
+    on this machine; an address is that cluster's. Already joined (a caller's ray.init, or
+    connect_soon's): kept."""
+    global _joining
+    ray = require_ray()
+    joining, _joining = _joining, None
+    if joining is not None:
+        waited = time.time()
+        joining.ready.wait()
+        _clock.update(began=joining.began, connect_s=joining.took or 0.0)
+        _clock["connect_waited_s"] = time.time() - waited
+        if joining.error is not None:
+            raise joining.error
+    elif not ray.is_initialized():
+        _clock.update(began=time.time())
+        _connect_now(ray, address)
+        _clock.update(connect_s=time.time() - _clock["began"], connect_waited_s=0.0)
+    else:
+        _clock.clear()
+        _clock.update(began=time.time(), connect_s=0.0, connect_waited_s=0.0)
+    return ray
+
+
+def _connect_now(ray: ModuleType, address: str) -> None:
+    try:
+        ray.init(
+            address=None if address == "auto" else address,
+            include_dashboard=False,
+            log_to_driver=False,
+        )
+    except (ConnectionError, RuntimeError, ValueError) as exc:
+        raise AuditError(f"--ray {address}: no Ray cluster joined ({exc})") from exc
+
+
+def _stop_started(joining: _Joining) -> None:
+    """At exit: a Ray instance still starting is waited for, then stopped (Ray's own exit
+    handler, registered by ray.init, is not run when ray.init ends after the exit began)."""
+    joining.ready.wait(STARTING_S)
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized():
+        ray.shutdown()
+
+
+def since_start(epoch: float) -> float:
+    """Seconds from the start of joining Ray (the run's clock) to `epoch`."""
+    return round(epoch - _clock.get("began", epoch), 2)
+
+
+def clock_record() -> dict[str, Any]:
+    """Joining Ray: how long it took, and how long the driver waited for it (connect_soon)."""
+    return {
+        "clock": "seconds from the start of joining Ray, on the driver's clock (a task's steps "
+        "on its node's)",
+        **{key: round(_clock[key], 2) for key in CLOCK_KEYS if key in _clock},
+    }
+
+
+def cluster_gpus(ray: ModuleType, address: str) -> int:
+    gpus = int(ray.cluster_resources().get("GPU", 0))
+    if gpus < 1:
+        raise ToolMissingError(f"--ray {address}: the Ray cluster has no GPU")
+    return gpus

@@ -1,0 +1,198 @@
+"""A `--ray` shard's task without Ray's processes (run.ray_task, run.ray_connect): what it is sent
+(the plan as stated, no cases), where it writes its shard (in place on the driver's node, else a
+tar), and Ray joined in a background thread while the command plans. Ray itself is stood in for
+by a module object: these are the decisions around it; tests/test_ray_fleet.py runs them on a real
+local Ray cluster."""
+
+from __future__ import annotations
+
+import pickle
+import sys
+import threading
+import types
+from functools import cache
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from cublas_audit.errors import AuditError
+from cublas_audit.planning import map_grid
+from cublas_audit.planning.cases import Case, write_plan
+from cublas_audit.planning.plan_file import PlanFile
+from cublas_audit.planning.shards import PlanPart, ShardSpec, shard
+from cublas_audit.run import ray_connect, ray_fleet, ray_task, run_archive
+from cublas_audit.run.sweep_setup import SweepOptions
+from cublas_audit.table import rundir
+
+
+@cache
+def grid() -> list[Case]:
+    """A map's grid (M, N, K at 64..512 step 64): 512 cases."""
+    problems = map_grid.Grid.parse("", "64:512:64", "64:512:64", "64:512:64").problems()
+    return map_grid.plan(problems, [1], ["bf16"], ["cublas"])
+
+
+def fake_ray(node: str, gpu: int = 2) -> types.ModuleType:
+    ray = types.ModuleType("ray")
+    ray.get_gpu_ids = lambda: [gpu]  # type: ignore[attr-defined]
+    context = types.SimpleNamespace(get_node_id=lambda: node)
+    ray.get_runtime_context = lambda: context  # type: ignore[attr-defined]
+    return ray
+
+
+class Recorder:
+    """A shard's sweep stood in for: it writes a run directory's files and keeps its options."""
+
+    def __init__(self) -> None:
+        self.seen: list[SweepOptions] = []
+
+    def __call__(self, options: SweepOptions) -> object:
+        self.seen.append(options)
+        assert options.out is not None and not options.out.exists()  # (sweep refuses one)
+        options.out.mkdir(parents=True)
+        write_plan(options.cases, options.out / rundir.PLAN_FILE)
+        (options.out / rundir.TIME_RESULTS).write_text('{"event": "probe"}\n')
+        return None
+
+
+def test_a_part_is_sent_as_the_plan_stated_and_builds_the_cases_shard_gives() -> None:
+    cases = grid()
+    part = PlanPart.of(ShardSpec(2, 3), cases)
+    sent = pickle.loads(pickle.dumps(part))
+    # the grid's axes, not its cases (a full map's 262,144 took seconds a shard)
+    assert len(pickle.dumps(part)) < 2_000 < len(pickle.dumps(cases)) / 10 and sent.given is None
+    assert sent.cases() == part.cases() == shard(cases, 3)[1]
+    assert sent.record() == part.record()
+    assert sent == PlanPart.of(ShardSpec(2, 3), PlanFile.of(cases))
+
+
+def test_the_shard_options_a_task_is_sent_hold_no_case(tmp_path: Path) -> None:
+    cases = grid()
+    options = SweepOptions(cases=cases, gpu_label="h100", out=tmp_path / "run", command=["x"])
+    fleet = ray_fleet.start(options, "auto", 3)
+    sent = ray_fleet.shard_options(fleet, 3)
+    assert sent.cases == [] and fleet.settings.cases == []
+    assert sent.part is not None and sent.part.cases() == shard(cases, 3)[2]
+    assert fleet.plan.fingerprint() == rundir.read_env(tmp_path / "run")["plan_fingerprint"]
+
+
+@pytest.fixture
+def sent(tmp_path: Path) -> tuple[SweepOptions, Path]:
+    """Shard 2 of 3 of a run whose directory the driver made (its plan.json)."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    write_plan(grid(), run_dir / rundir.PLAN_FILE)
+    part = PlanPart.of(ShardSpec(2, 3), PlanFile.of(grid()))
+    options = SweepOptions(cases=[], part=part, gpu_label="h100", command=["x"])
+    return options, run_dir / "shards" / "shard-2"
+
+
+def test_on_the_drivers_node_a_task_writes_its_shard_in_place(
+    sent: tuple[SweepOptions, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    options, target = sent
+    target.mkdir(parents=True)
+    (target / "left.by.a.lost.attempt").touch()
+    monkeypatch.setitem(sys.modules, "ray", fake_ray("driver"))
+    sweep = Recorder()
+
+    done = ray_task.run_shard(options, 2, sweep, "", ray_task.Home("driver", target))
+
+    assert done.in_place and done.archive == b"" and done.gpu == "2"
+    ran = sweep.seen[0]
+    assert ran.out == target and ran.device == 2 and ran.cases == shard(grid(), 3)[1]
+    assert sorted(p.name for p in target.iterdir()) == ["plan.json", "timing.jsonl.gz"]  # folded
+    assert list(done.times) == ["started", "swept", "folded", "packed"]
+
+
+@pytest.mark.parametrize(
+    ("node", "visible"), [("another-node", True), ("driver", False)], ids=["node", "no-run-dir"]
+)
+def test_elsewhere_a_task_returns_its_shard_as_a_tar(
+    sent: tuple[SweepOptions, Path],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    node: str,
+    visible: bool,
+) -> None:
+    options, target = sent
+    if not visible:  # the same node id, but not the driver's filesystem (no run directory)
+        target = tmp_path / "elsewhere" / "shards" / "shard-2"
+    monkeypatch.setitem(sys.modules, "ray", fake_ray(node))
+
+    done = ray_task.run_shard(options, 2, Recorder(), "", ray_task.Home("driver", target))
+
+    assert not done.in_place and not target.exists()
+    run_archive.unpack(done.archive, tmp_path / "unpacked")
+    assert (tmp_path / "unpacked" / "timing.jsonl.gz").is_file()
+
+
+def test_ray_is_joined_in_the_background_and_waited_for_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    started, release = threading.Event(), threading.Event()
+    calls: list[tuple[str | None, str]] = []
+    ray = types.ModuleType("ray")
+    ray.is_initialized = lambda: False  # type: ignore[attr-defined]
+
+    def init(address: str | None, **_options: object) -> None:
+        calls.append((address, threading.current_thread().name))
+        started.set()
+        release.wait(5)
+
+    ray.init = init  # type: ignore[attr-defined]
+    monkeypatch.setattr(ray_connect, "require_ray", lambda: ray)
+    monkeypatch.setattr(ray_connect, "_joining", None)
+    monkeypatch.setattr(ray_connect, "_clock", {})
+    monkeypatch.setattr(ray_connect.atexit, "register", lambda *_args: None)
+
+    ray_connect.connect_soon("auto")
+    assert started.wait(5)  # joining while this thread goes on (plans)
+    release.set()
+    assert ray_connect.connect("auto") is ray
+    assert calls == [(None, "cublas-audit ray.init")]
+    assert set(ray_connect.clock_record()) == {"clock", "connect_s", "connect_waited_s"}
+
+
+def test_a_cluster_not_joined_in_the_background_is_one_line_where_waited_for(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    ray = types.ModuleType("ray")
+    ray.is_initialized = lambda: False  # type: ignore[attr-defined]
+
+    def init(address: str | None, **_options: object) -> None:
+        raise ConnectionError("no cluster at 10.0.0.9:6379")
+
+    ray.init = init  # type: ignore[attr-defined]
+    monkeypatch.setattr(ray_connect, "require_ray", lambda: ray)
+    monkeypatch.setattr(ray_connect, "_joining", None)
+    monkeypatch.setattr(ray_connect.atexit, "register", lambda *_args: None)
+
+    ray_connect.connect_soon("10.0.0.9:6379")
+    with pytest.raises(AuditError, match=r"--ray 10.0.0.9:6379: no Ray cluster joined"):
+        ray_connect.connect("10.0.0.9:6379")
+
+
+def test_map_joins_ray_before_it_plans(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from cublas_audit.cli import app, measure_commands
+    from cublas_audit.jobs import fleet
+
+    order: list[str] = []
+    monkeypatch.setattr(ray_connect, "require_ray", lambda: sys)
+    monkeypatch.setattr(ray_connect, "connect_soon", lambda address: order.append(address))
+    planned = measure_commands.plan_cases
+    monkeypatch.setattr(
+        measure_commands, "plan_cases", lambda *a: order.append("plan") or planned(*a)
+    )
+
+    def on_ray(*_args: object, **_kwargs: object) -> object:
+        raise AuditError("stop here")
+
+    monkeypatch.setattr(fleet, "on_ray", on_ray)
+    args = ["map", "--sizes", "64:256:64", "--ray", "auto", "--out", str(tmp_path / "r")]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2 and "stop here" in result.output
+    assert order == ["auto", "plan"]
+    follow = CliRunner().invoke(app, [*args, "--follow-up", "2"])
+    assert follow.exit_code == 2 and order == ["auto", "plan"]  # refused before Ray is joined
