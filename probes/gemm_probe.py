@@ -79,8 +79,9 @@ def main(argv: list[str]) -> int:
             emit(out, {"event": "done", "case_id": case.case_id, "phase": args.phase, **result})
             print(DONE_LINE + case.case_id, flush=True)
 
-        def spent(seconds: dict[str, float]) -> None:  # where the map engine's time went
-            emit(out, {"event": "engine", "seconds": seconds})
+        def spent(seconds: dict[str, float], warm: dict[str, Any]) -> None:
+            # where the map engine's time went, and its kernel choices made ahead
+            emit(out, {"event": "engine", "seconds": seconds, "warm": warm})
 
         if args.phase == "map":
             runner.map_all(cases, started, finished, args.careful, spent)
@@ -208,21 +209,23 @@ class Runner:
         started: Callable[[Case], None],
         finished: Callable[[Case, dict[str, Any]], None],
         careful: int,
-        spent: Callable[[dict[str, float]], None],
+        spent: Callable[[dict[str, float], dict[str, Any]], None],
     ) -> None:
         """The map phase through device.map_engine: pooled operands, many cases queued per
         synchronisation; a case it does not pool runs alone (timed_run). Where the engine's time
         went goes to `spent` at the end, also of an interrupted run."""
+        from cublas_audit.device.heuristic_warm import thread_count
         from cublas_audit.device.map_engine import MapEngine
 
         engine = MapEngine(
             cases, self.min_reps, self.pooled_launcher, self.failed, self.timed_run,
-            untraced=self._cupti_missing(),
+            untraced=self._cupti_missing(), warm_threads=thread_count(),
         )  # fmt: skip
         try:
             engine.run(cases, started, finished, careful)
         finally:
-            spent({name: round(seconds, 3) for name, seconds in engine.seconds.items()})
+            seconds = {name: round(value, 3) for name, value in engine.seconds.items()}
+            spent(seconds, engine.warm)
 
     def pooled_launcher(
         self, case: Case, ops: Operands

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -139,3 +140,48 @@ def test_every_call_is_traced_when_the_gpu_is_the_bottleneck(monkeypatch) -> Non
     engine.run(cases, lambda c: None, lambda c, r: results.append(r))
     assert [r["kernel_time_status"] for r in results] == ["ok"] * len(cases)
     assert all(r["kernel_time_n"] == 5 and r["traced_kernels"] for r in results)
+
+
+def test_kernels_chosen_ahead_are_the_kernels_cublas_chooses_itself() -> None:
+    # device.heuristic_warm: worker threads make each coming call first inside a stream capture;
+    # the map's own call then finds cuBLAS's choice cached. Fresh shapes (never called in this
+    # process), so that a choice warmed wrongly (another layout, beta, alignment) would show.
+    from cublas_audit.device.map_engine import MapEngine
+
+    def shapes(offset: int) -> list[Case]:
+        return [
+            Case("cublas", mode, 64 * i + offset, 64 * j + offset, 64 * (i + j) + offset, batch)
+            for mode in ("bf16", "fp32")
+            for i in range(1, 9)
+            for j in range(1, 9)
+            for batch in (1, 4)
+        ]
+
+    warm_cases, cold_cases = shapes(8), shapes(16)
+    got: dict[str, dict[str, Any]] = {}
+    engine = MapEngine(warm_cases, 5, prepare, lambda exc: {"status": "error"}, alone, "", 4)
+    engine.run(warm_cases, lambda c: None, lambda c, r: got.update({c.case_id: r}))
+    assert engine.warm["threads"] == 4 and not engine.warm["reason"], engine.warm
+    assert engine.warm["warmed"] > 0 and engine.warm["warm_failed"] == 0, engine.warm
+    forget_choices()  # cuBLAS chooses afresh for the one-case path
+    for case in warm_cases:
+        assert got[case.case_id]["traced_kernels"] == alone(case)["traced_kernels"], case
+    cold = MapEngine(cold_cases, 5, prepare, lambda exc: {"status": "error"}, alone)
+    cold.run(cold_cases, lambda c: None, lambda c, r: got.update({c.case_id: r}))
+    assert cold.warm["reason"].startswith("off") and "warmed" not in cold.warm
+
+
+def forget_choices() -> None:
+    """Empties cuBLAS's process-wide heuristics cache (capacity 0 disables it, then back)."""
+    import ctypes
+
+    lt = next(
+        line.split()[-1]
+        for line in Path("/proc/self/maps").read_text().splitlines()
+        if "libcublasLt.so" in line
+    )
+    library = ctypes.CDLL(lt)
+    capacity = ctypes.c_size_t()
+    assert library.cublasLtHeuristicsCacheGetCapacity(ctypes.byref(capacity)) == 0
+    assert library.cublasLtHeuristicsCacheSetCapacity(ctypes.c_size_t(0)) == 0
+    assert library.cublasLtHeuristicsCacheSetCapacity(capacity) == 0

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from cublas_audit.device.operands import Operands
@@ -62,45 +63,88 @@ def _blas(beta: float = 0.0) -> tuple[Any, int, _Scalars]:
 _HANDLES: dict[tuple[int, int], int] = {}
 
 
+ROUTINES = (  # a ClassicCall's `routine` indexes this (also in data/heuristic_warm.c)
+    "cublasSgemm",
+    "cublasSgemmStridedBatched",
+    "cublasGemmEx",
+    "cublasGemmStridedBatchedEx",
+)
+
+
+@dataclass(frozen=True)
+class ClassicCall:
+    """Every argument of a case's classic cuBLAS call but the handle and alpha (1): what the
+    launcher passes, and what device.heuristic_warm hands cuBLAS ahead of it."""
+
+    routine: int  # index into ROUTINES
+    transa: int
+    transb: int
+    m: int
+    n: int
+    k: int
+    lda: int
+    ldb: int
+    ldc: int
+    batch: int
+    data_type: int
+    compute_type: int
+    stride_a: int
+    stride_b: int
+    stride_c: int
+    a: int
+    b: int
+    c: int
+    beta: float
+
+
+def classic_call(case: Case, a: int, b: int, c: int) -> ClassicCall | None:
+    """The classic call of `case` on operands at device addresses a, b and c (None where the
+    case is not one: cuBLASLt, or a batch looped as separate calls)."""
+    if case.api == "cublasLt" or case.loop or case.routine not in ROUTINES:
+        return None
+    la, lb = case.operand("a"), case.operand("b")
+    mode = mode_of(case.mode)
+    return ClassicCall(
+        ROUTINES.index(case.routine), OPERATION[case.transa], OPERATION[case.transb],
+        case.m, case.n, case.k, la.ld, lb.ld, case.m, case.batch, mode.data_type,
+        mode.compute_type, la.stride, lb.stride, case.m * case.n, a, b, c, case.beta,
+    )  # fmt: skip
+
+
 def classic(case: Case, ops: Operands) -> Launcher:
     """The classic cuBLAS routine of `case.routine`."""
     blas, h, scalars = _blas(case.beta)
-    m, n, k, batch = case.m, case.n, case.k, case.batch
-    ta, tb = OPERATION[case.transa], OPERATION[case.transb]
-    la, lb = case.operand("a"), case.operand("b")
+    call = classic_call(case, ops.a.data.ptr, ops.b.data.ptr, ops.c.data.ptr)
+    assert call is not None, case.routine  # the probe sends cuBLASLt and loops elsewhere
+    ta, tb, m, n, k, batch = call.transa, call.transb, call.m, call.n, call.k, call.batch
+    lda, ldb, ldc = call.lda, call.ldb, call.ldc
+    sa, sb, sc = call.stride_a, call.stride_b, call.stride_c
     alpha, beta = scalars.alpha, scalars.beta
-    a, b, c = ops.a.data.ptr, ops.b.data.ptr, ops.c.data.ptr
-    mode = mode_of(case.mode)
-    dtype, compute = mode.data_type, mode.compute_type
+    a, b, c = call.a, call.b, call.c
+    dtype, compute = call.data_type, call.compute_type
 
     def sgemm() -> None:
-        blas.sgemm(h, ta, tb, m, n, k, alpha, a, la.ld, b, lb.ld, beta, c, m)
+        blas.sgemm(h, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 
     def sgemm_strided() -> None:
         blas.sgemmStridedBatched(
-            h, ta, tb, m, n, k, alpha, a, la.ld, la.stride, b, lb.ld, lb.stride, beta,
-            c, m, m * n, batch,
-        )  # fmt: skip
+            h, ta, tb, m, n, k, alpha, a, lda, sa, b, ldb, sb, beta, c, ldc, sc, batch
+        )
 
     def gemm_ex() -> None:
         blas.gemmEx(
-            h, ta, tb, m, n, k, alpha, a, dtype, la.ld, b, dtype, lb.ld, beta, c, dtype, m,
+            h, ta, tb, m, n, k, alpha, a, dtype, lda, b, dtype, ldb, beta, c, dtype, ldc,
             compute, GEMM_DEFAULT_ALGO,
         )  # fmt: skip
 
     def gemm_strided_ex() -> None:
         blas.gemmStridedBatchedEx(
-            h, ta, tb, m, n, k, alpha, a, dtype, la.ld, la.stride, b, dtype, lb.ld, lb.stride,
-            beta, c, dtype, m, m * n, batch, compute, GEMM_DEFAULT_ALGO,
+            h, ta, tb, m, n, k, alpha, a, dtype, lda, sa, b, dtype, ldb, sb,
+            beta, c, dtype, ldc, sc, batch, compute, GEMM_DEFAULT_ALGO,
         )  # fmt: skip
 
-    calls = {
-        "cublasSgemm": sgemm,
-        "cublasSgemmStridedBatched": sgemm_strided,
-        "cublasGemmEx": gemm_ex,
-        "cublasGemmStridedBatchedEx": gemm_strided_ex,
-    }
-    return _Holding(calls[case.routine], scalars)
+    calls = (sgemm, sgemm_strided, gemm_ex, gemm_strided_ex)
+    return _Holding(calls[call.routine], scalars)
 
 
 def loop(case: Case, ops: Operands) -> Launcher:

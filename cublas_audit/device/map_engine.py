@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cublas_audit.device import clocks, kernel_trace, map_records, operands, quick_check
+from cublas_audit.device.heuristic_warm import Ahead, Warmer
 from cublas_audit.device.operand_pool import OperandPool
 from cublas_audit.device.operands import Operands
 from cublas_audit.device.timing import Timing
@@ -88,6 +89,7 @@ class MapEngine:
         failed: Callable[[BaseException], dict[str, Any]],
         single: Callable[[Case], dict[str, Any]],
         untraced: str = "",
+        warm_threads: int = 0,
     ) -> None:
         self.reps = reps
         self.prepare = prepare
@@ -105,6 +107,10 @@ class MapEngine:
         # where the engine's wall time went: queueing (host), waiting for the GPU, reading back
         # and recording, and the cases run alone (benchmarks/map_speed.py reports the shares)
         self.seconds = {"queue": 0.0, "wait": 0.0, "flush": 0.0, "read": 0.0, "alone": 0.0}
+        # cuBLAS's kernel choice made ahead on other cores (device.heuristic_warm), and how it went
+        self.warm_threads = warm_threads
+        self.ahead: Ahead | None = None
+        self.warm: dict[str, Any] = {}
 
     def run(
         self,
@@ -113,7 +119,23 @@ class MapEngine:
         finished: Finished,
         careful: int = 0,
     ) -> None:
-        for group, alone in chunk_groups(cases, careful):
+        groups = chunk_groups(cases, careful)
+        warmer = Warmer(self.warm_threads)
+        chunks = [group for group, alone in groups if not alone and pooled(group[0])]
+        self.ahead = Ahead(warmer, chunks, MAX_PENDING)
+        try:
+            self._run(groups, started, finished)
+        finally:
+            self.warm = {"threads": warmer.threads, "reason": warmer.reason, **warmer.counts()}
+            warmer.stop()  # its threads joined before the map's own handles go
+
+    def _run(
+        self,
+        groups: Sequence[tuple[list[Case], bool]],
+        started: Callable[[Case], None],
+        finished: Finished,
+    ) -> None:
+        for group, alone in groups:
             if not pooled(group[0]):
                 self._drain(finished)
                 self._stop_tracing()  # the single path records its own calls
@@ -154,6 +176,8 @@ class MapEngine:
         # memory: each case meets it again and is recorded)
         with contextlib.suppress(Exception):
             self.pool.load(group[0].mode)
+        if self.ahead is not None:
+            self.ahead.queuing(group, self.pool.addresses())
         if not self.untraced:
             self._start_tracing()
             map_records.open_chunk(chunk.sequence)

@@ -39,6 +39,14 @@ class OperandPool:
             ops.bias = self.buffers["bias"][: case.m]
         return ops
 
+    def addresses(self) -> dict[str, tuple[int, int, int]]:
+        """{the loaded mode: the device addresses of A, B and C}, where every pooled problem of
+        that mode has its operands (empty while none is loaded)."""
+        if self.mode is None:
+            return {}
+        a, b, c = (self.buffers[name].data.ptr for name in "abc")
+        return {self.mode: (a, b, c)}
+
     def view(self, name: str, layout: Any) -> Any:
         key = (name, layout)
         view = self.views.get(key)

@@ -1,0 +1,177 @@
+"""device.heuristic_warm without a GPU: the C source compiles with the system's compiler and its
+call struct matches Python's byte for byte; the calls handed to the workers are the launcher's
+own (cuBLAS's numbering from its headers); chunks go ahead of the engine in its order, never
+past a mode whose operands are not loaded; and where nothing can be warmed, the map is told why
+instead of failing. The GPU half (the kernels cuBLAS then dispatches are the ones it chooses
+itself) is tests/test_gpu_map_engine.py's."""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from cublas_audit.device import heuristic_warm
+from cublas_audit.device.launchers import ROUTINES, classic_call
+from cublas_audit.judge.diff import compare
+from cublas_audit.planning.cases import Case, read_plan
+from cublas_audit.planning.chunks import chunk_groups
+from cublas_audit.table.inputs import Dataset, load_one_gpu
+
+PLAN = Path(__file__).resolve().parent.parent / "reports/h100/maps/20261125-092546-bf16-random"
+# cublas_api.h / library_types.h: CUBLAS_OP_N 0, CUBLAS_OP_T 1, CUDA_R_16BF 14, CUDA_R_32F 0,
+# CUBLAS_COMPUTE_32F 68
+OP_T, CUDA_R_16BF, CUDA_R_32F, COMPUTE_32F = 1, 14, 0, 68
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("cache")
+
+
+@pytest.fixture(scope="module")
+def library(cache: Path) -> ctypes.CDLL:
+    return ctypes.CDLL(str(heuristic_warm.compiled(cache)))
+
+
+def test_the_c_struct_and_the_python_struct_are_the_same_size(library: ctypes.CDLL) -> None:
+    library.warm_call_size.restype = ctypes.c_int64
+    assert library.warm_call_size() == ctypes.sizeof(heuristic_warm.WarmCall) == 104
+    # the fields a misordered struct would shift: the 64-bit strides and addresses
+    assert heuristic_warm.WarmCall.stride_a.offset == 48 and heuristic_warm.WarmCall.a.offset == 72
+    assert heuristic_warm.WarmCall.beta.offset == 96
+
+
+def test_the_library_is_compiled_once_per_source_text(library: ctypes.CDLL, cache: Path) -> None:
+    (first,) = cache.rglob("heuristic_warm-*.so")
+    stamp = first.stat().st_mtime_ns
+    assert heuristic_warm.compiled(cache) == first and first.stat().st_mtime_ns == stamp
+    assert not list(cache.rglob("*.tmp"))
+
+
+def test_a_recorded_bf16_problem_is_handed_over_as_the_launcher_calls_it() -> None:
+    case = read_plan(PLAN / "plan.json")[0]  # cublasGemmEx, bf16, 64 x 1280 x 2816, nn
+    call = classic_call(case, 0x1000, 0x2000, 0x3000)
+    assert call is not None and ROUTINES[call.routine] == "cublasGemmEx"
+    assert (call.m, call.n, call.k, call.batch) == (64, 1280, 2816, 1)
+    assert (call.lda, call.ldb, call.ldc) == (64, 2816, 64)  # column-major, as cuBLAS reads
+    assert (call.data_type, call.compute_type, call.beta) == (CUDA_R_16BF, COMPUTE_32F, 0.0)
+    packed = heuristic_warm.warm_call(call)
+    assert (packed.routine, packed.a, packed.b, packed.c) == (2, 0x1000, 0x2000, 0x3000)
+    assert (packed.lda, packed.ldb, packed.ldc, packed.k) == (64, 2816, 64, 2816)
+
+
+def test_a_transposed_batch_and_fp32_take_their_own_routine_and_strides() -> None:
+    batched = classic_call(Case("cublas", "bf16", 128, 64, 96, 4, transa="t"), 1, 2, 3)
+    assert batched is not None and ROUTINES[batched.routine] == "cublasGemmStridedBatchedEx"
+    assert (batched.transa, batched.transb, batched.lda) == (OP_T, 0, 96)
+    assert (batched.stride_a, batched.stride_b, batched.stride_c) == (96 * 128, 96 * 64, 128 * 64)
+    single = classic_call(Case("cublas", "fp32", 64, 64, 64, 1), 1, 2, 3)
+    assert single is not None and ROUTINES[single.routine] == "cublasSgemm"
+    assert single.data_type == CUDA_R_32F
+    assert classic_call(Case("cublasLt", "bf16", 64, 64, 64, 1), 1, 2, 3) is None
+    assert classic_call(Case("cublas", "fp32", 64, 64, 64, 4, loop=True), 1, 2, 3) is None
+    assert heuristic_warm.warm_call(None).routine == -1
+
+
+class Recording(heuristic_warm.Warmer):
+    """A Warmer whose C side is a list: what the engine hands over, in order."""
+
+    def __init__(self) -> None:
+        super().__init__(0)
+        self.calls: list[heuristic_warm.WarmCall] = []
+        self.marks: list[int] = []
+
+    @property
+    def running(self) -> bool:
+        return True
+
+    def submit(self, calls: object) -> None:
+        assert isinstance(calls, list)
+        self.calls += calls
+        self.submitted += len(calls)
+
+    def progress(self, queued: int) -> None:
+        self.marks.append(queued)
+
+
+def test_chunks_go_ahead_of_the_engine_in_its_order_and_wait_for_their_operands() -> None:
+    cases = read_plan(PLAN / "plan.json")[:40]
+    cases += [Case("cublas", "fp32", 64 * i, 64, 64, 1) for i in range(1, 21)]
+    groups = chunk_groups(cases, careful=2)
+    chunks = [group for group, alone in groups if not alone]
+    ahead = heuristic_warm.Ahead(recording := Recording(), chunks, chunks_ahead=1)
+    ahead.queuing(groups[0][0], {"bf16": (1, 2, 3)})  # a careful case: not warmed, not counted
+    assert recording.calls == [] and ahead.position == 0
+    bf16 = {"bf16": (1, 2, 3)}
+    ahead.queuing(chunks[0], bf16)  # its chunk and the next one (the fp32 chunk must wait)
+    assert [c.m for c in recording.calls] == [c.m for c in chunks[0]] and recording.marks == [0]
+    ahead.queuing(chunks[1], {"fp32": (4, 5, 6)})  # the fp32 pool is loaded now
+    assert [c.a for c in recording.calls[len(chunks[0]) :]] == [4] * len(chunks[1])
+    assert recording.marks == [0, len(chunks[0])]
+    assert all(
+        c.m == case.m for c, case in zip(recording.calls, chunks[0] + chunks[1], strict=True)
+    )
+
+
+def test_nothing_is_warmed_where_the_workers_cannot_start() -> None:
+    assert heuristic_warm.thread_count({heuristic_warm.THREADS_VARIABLE: "0"}) == 0
+    assert heuristic_warm.thread_count({heuristic_warm.THREADS_VARIABLE: "3"}) == 3
+    assert heuristic_warm.thread_count({heuristic_warm.THREADS_VARIABLE: "many"}) == 0
+    assert 0 <= heuristic_warm.thread_count({}) <= heuristic_warm.MAX_THREADS
+    off = heuristic_warm.Warmer(0)
+    assert not off.running and off.reason.startswith("off") and off.counts() == {}
+    off.submit([heuristic_warm.SKIP])
+    off.progress(1)
+    off.stop()  # all harmless
+    assert off.submitted == 0
+
+
+def test_the_loaded_cublas_is_found_in_the_memory_map(tmp_path: Path) -> None:
+    maps = tmp_path / "maps"
+    lines = [
+        "7f00-7f01 r-xp 00000000 08:01 1 /usr/lib/libcublasLt.so.13.1.0.3",
+        "7f02-7f03 r-xp 00000000 08:01 2 /site/nvidia/cublas/lib/libcublas.so.13",
+        "7f04-7f05 rw-p 00000000 00:00 0",
+    ]
+    maps.write_text("\n".join(lines) + "\n")
+    assert heuristic_warm.loaded_cublas(maps) == "/site/nvidia/cublas/lib/libcublas.so.13"
+    maps.write_text(lines[2] + "\n")
+    with pytest.raises(OSError):
+        heuristic_warm.loaded_cublas(maps)
+
+
+RECORDED = Path(__file__).resolve().parent / "fixtures" / "h100-map-reruns" / "bf16-s1"
+
+
+def recorded(side: str) -> Dataset:
+    env = json.loads((RECORDED / f"{side}.env.json").read_text())
+    return dataclasses.replace(load_one_gpu(RECORDED / f"{side}.parquet"), env=env)
+
+
+def test_the_map_with_choices_made_ahead_dispatched_the_recorded_kernels() -> None:
+    # the 10,000-problem BF16 map of 2026-11-25 (runs a and b, before any warming) mapped again
+    # on 2026-11-27 with 8 workers choosing ahead (benchmarks/heuristic_warm.py): cuBLAS
+    # dispatched the same kernels, launches, CTAs and blocks on every problem
+    columns = ["case_id", "traced_kernels", "traced_launches", "traced_ctas", "traced_block"]
+    warm, a, b = (
+        pd.read_parquet(RECORDED / f"{side}.parquet", columns=columns).set_index("case_id")
+        for side in ("warm", "a", "b")
+    )
+    assert len(warm) == 10_000 and set(warm.index) == set(a.index)
+    assert warm.sort_index().equals(a.sort_index()) and warm.sort_index().equals(b.sort_index())
+    command = json.loads((RECORDED / "warm.env.json").read_text())["command"]
+    assert command[command.index("--seed") + 1] == "1" and "--sample" in command  # the same plan
+
+
+@pytest.mark.heavy
+def test_the_map_with_choices_made_ahead_passes_the_diff_gate_against_the_recorded_runs() -> None:
+    warm = recorded("warm")
+    for before in (recorded("a"), recorded("b")):
+        for judged in (compare(before, warm), compare(warm, before)):
+            assert len(judged.matched) == 10_000 and judged.kernel_changes.empty
+            assert not judged.fails("regression") and judged.rows("improvement").empty
