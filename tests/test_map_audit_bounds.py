@@ -9,10 +9,14 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from cublas_audit import forked
 from cublas_audit.errors import AuditError
+from cublas_audit.forked import Forks
+from cublas_audit.judge import map_audit
 from cublas_audit.judge.finding import Finding
 from cublas_audit.judge.map_audit import (
     MapAudit,
@@ -23,6 +27,7 @@ from cublas_audit.judge.map_audit import (
     map_findings,
     recorded_findings,
 )
+from cublas_audit.judge.rules import maps
 from cublas_audit.judge.thresholds import Thresholds
 from cublas_audit.table.inputs import load_run
 from cublas_audit.vocabulary import FollowUp, Verdict
@@ -121,3 +126,28 @@ def test_a_finding_before_verdicts_takes_its_tier_s(
         k: v for k, v in item.items() if k != "verdict"
     }
     assert _with_verdict(["not", "a", "dict"]) == ["not", "a", "dict"]
+
+
+def test_a_large_map_is_judged_at_once_in_forks_with_the_same_findings(
+    judged: MapAudit, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """dispatch-cliff in a forked child while this process judges size-inversion, its pairs in
+    three forked parts: the follow-up's findings of both rules and both tiers, as one process
+    judged them, in its order."""
+    kinds = {(f.rule, f.severity) for f in judged.findings}
+    assert {("size-inversion", "medium"), ("size-inversion", "info")} <= kinds
+    assert {f.rule for f in judged.findings} == {"size-inversion", "dispatch-cliff"}
+    monkeypatch.setattr(map_audit, "FORK_ROWS", 1)
+    monkeypatch.setattr(maps, "FORK_PAIRS", 1)
+    monkeypatch.setattr(maps, "FORK_PARTS", 3)
+    monkeypatch.setattr(forked, "can_fork", lambda: True)
+    started: list[int] = []
+
+    def counted(calls: list[Any], enabled: bool = True) -> Forks[Any]:
+        started.append(len(calls) if enabled else 0)
+        return Forks(calls, enabled)
+
+    monkeypatch.setattr(map_audit, "Forks", counted)
+    monkeypatch.setattr(maps, "Forks", counted)
+    assert map_findings(judged.dataset.frame) == judged.findings
+    assert started == [1, 3]  # the other rule's child, then size-inversion's parts

@@ -4,6 +4,8 @@ cuBLASLt's candidates offered. The follow-up, the report and the CLI's summary t
 
 from __future__ import annotations
 
+import functools
+import itertools
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -11,9 +13,11 @@ from typing import Any
 import pandas as pd
 
 from cublas_audit.errors import AuditError
+from cublas_audit.forked import Forks
 from cublas_audit.judge import noise
 from cublas_audit.judge.candidates import CandidateVerdicts, judge_candidates
-from cublas_audit.judge.finding import Finding
+from cublas_audit.judge.finding import Finding, order
+from cublas_audit.judge.roofline import with_roofline
 from cublas_audit.judge.rules import audit, prepare
 from cublas_audit.judge.thresholds import Thresholds
 from cublas_audit.table.inputs import Dataset
@@ -22,12 +26,29 @@ from cublas_audit.table.rundir import findings_file, read_findings
 from cublas_audit.vocabulary import FollowUp, Verdict
 
 MAP_RULES = ("size-inversion", "dispatch-cliff")
+# A map of this many rows is judged rule by rule at once (map_findings); below it a fork saves
+# nothing (a full grid: size-inversion 4.6 s of CPU, dispatch-cliff 1.5 s, reports/h100/atlas/bf16).
+FORK_ROWS = 20_000
 
 
 def map_findings(frame: pd.DataFrame, thresholds: Thresholds | None = None) -> list[Finding]:
-    """The map rules' findings, largest effect first."""
+    """The map rules' findings, largest effect first. A map of FORK_ROWS rows or more is judged
+    rule by rule at once: every rule but the first in a forked child (forked.Forks) while this
+    process runs the first (size-inversion, which forks its own pairs' parts: judge.rules.maps),
+    over the table prepared once; the same findings as one process, in its order (each rule's
+    findings as it makes them, then audit's order)."""
     # a map's problems shift between runs more than a sweep's cases: its own floors
-    found = audit(frame, thresholds=thresholds, rules=MAP_RULES, model=noise.load().for_maps())
+    model = noise.load().for_maps()
+    if len(frame) < FORK_ROWS:
+        found = audit(frame, thresholds=thresholds, rules=MAP_RULES, model=model)
+    else:
+        rows = with_roofline(prepare(frame), None)  # (as audit prepares it)
+        each = [
+            functools.partial(audit, frame, thresholds, rules=(rule,), prepared=rows, model=model)
+            for rule in MAP_RULES
+        ]
+        others = Forks(each[1:])
+        found = sorted([*each[0](), *itertools.chain(*others.results())], key=order)
     return sorted(found, key=lambda f: (-f.effect, f.rule, f.sizes))
 
 

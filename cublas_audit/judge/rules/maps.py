@@ -5,11 +5,13 @@ host's share of a call's time is noise that can invert any two small calls."""
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from cublas_audit.forked import Forks
 from cublas_audit.judge import noise
 from cublas_audit.judge.dominance import fastest_dominating
 from cublas_audit.judge.finding import Finding, of_rows
@@ -33,6 +35,12 @@ WITHIN_MAP_NOISE = (
     " Within the map's rerun noise (its 5 calls a problem): the follow-up's full-length"
     " measurement decides."
 )
+
+# A series with this many pairs to judge (a problem slower than a larger one beyond the margin) is
+# judged in FORK_PARTS forked children at once: a full grid's ~130,000 pairs took 4.6 s of CPU in
+# one process (reports/h100/atlas/bf16); below this a fork saves nothing.
+FORK_PAIRS = 20_000
+FORK_PARTS = 4
 
 # The settings a map series shares: problems of one series differ only in m, n, k.
 MAP_SERIES = [
@@ -70,11 +78,53 @@ def size_inversion(ctx: RuleContext) -> list[Finding]:
         slow = slow[times[slow] / times[best[slow]] >= (1 + margin) * (1 - 1e-9)]
         if not len(slow):
             continue  # no pair to judge: a series of a sweep or a trace mostly has none
-        held = _beyond_noise(series, slow, best[slow], on, margin, noise.load())
-        slow, fast = slow[held], best[slow][held]
-        sure = _beyond_noise(series, slow, fast, on, margin, ctx.model) if ctx.model else None
-        found += _inversions(series, slow, fast, times, on, sure)
+        found += _judged_inversions(series, slow, best[slow], times, on, margin, ctx.model)
     return found
+
+
+def _judged_inversions(
+    series: pd.DataFrame,
+    slow: np.ndarray,
+    fast: np.ndarray,
+    times: np.ndarray,
+    on: str,
+    margin: float,
+    model: NoiseModel | None,
+) -> list[Finding]:
+    """The pairs (positions in the series) judged against the noise, and the findings of those
+    that hold, tier by tier; a series of FORK_PAIRS pairs or more in FORK_PARTS parts judged in
+    forked children at once (forked.Forks: each pair's verdict and finding is Python, ~35 us, and
+    a full map has ~130,000), their tiers joined in the pairs' order: the findings a single
+    process makes, in its order."""
+    parts = FORK_PARTS if len(slow) >= FORK_PAIRS else 1
+    chunks = np.array_split(np.arange(len(slow)), parts)
+    calls = [
+        functools.partial(_inversion_tiers, series, slow[c], fast[c], times, on, margin, model)
+        for c in chunks
+    ]
+    tiers = Forks(calls, enabled=parts > 1).results()
+    return [f for sure, _ in tiers for f in sure] + [f for _, unsure in tiers for f in unsure]
+
+
+def _inversion_tiers(
+    series: pd.DataFrame,
+    slow: np.ndarray,
+    fast: np.ndarray,
+    times: np.ndarray,
+    on: str,
+    margin: float,
+    model: NoiseModel | None,
+) -> tuple[list[Finding], list[Finding]]:
+    """Some pairs' findings, as `_tiered` lists them: those beyond the map's own floors (`model`;
+    all where it is None), then those within them (info)."""
+    held = _beyond_noise(series, slow, fast, on, margin, noise.load())
+    slow, fast = slow[held], fast[held]
+    sure = _beyond_noise(series, slow, fast, on, margin, model) if model else None
+    found = _inversions(series, slow, fast, times, on, sure)
+    return (
+        [f for f in found if f.severity != Severity.info],
+        [f for f in found if f.severity == Severity.info],
+    )
 
 
 def _beyond_noise(
