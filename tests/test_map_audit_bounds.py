@@ -151,3 +151,15 @@ def test_a_large_map_is_judged_at_once_in_forks_with_the_same_findings(
     monkeypatch.setattr(maps, "Forks", counted)
     assert map_findings(judged.dataset.frame) == judged.findings
     assert started == [1, 3]  # the other rule's child, then size-inversion's parts
+
+
+def test_a_map_judged_from_its_table_is_prepared_once(
+    judged: MapAudit, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """audit_map without the run's findings (a merge's, a Ray run's report) judges them over the
+    table it prepares for its rows (a full map's: ~0.5 s of CPU each time)."""
+    calls: list[int] = []
+    real = map_audit.prepare
+    monkeypatch.setattr(map_audit, "prepare", lambda frame: calls.append(len(frame)) or real(frame))
+    again = audit_map(judged.dataset)
+    assert calls == [len(judged.dataset.frame)] and again.findings == judged.findings

@@ -31,18 +31,22 @@ MAP_RULES = ("size-inversion", "dispatch-cliff")
 FORK_ROWS = 20_000
 
 
-def map_findings(frame: pd.DataFrame, thresholds: Thresholds | None = None) -> list[Finding]:
-    """The map rules' findings, largest effect first. A map of FORK_ROWS rows or more is judged
-    rule by rule at once: every rule but the first in a forked child (forked.Forks) while this
-    process runs the first (size-inversion, which forks its own pairs' parts: judge.rules.maps),
-    over the table prepared once; the same findings as one process, in its order (each rule's
-    findings as it makes them, then audit's order)."""
+def map_findings(
+    frame: pd.DataFrame, thresholds: Thresholds | None = None, prepared: pd.DataFrame | None = None
+) -> list[Finding]:
+    """The map rules' findings, largest effect first (`prepared`: rules.prepare of `frame`, where
+    the caller has it). A map of FORK_ROWS rows or more is judged rule by rule at once: every
+    rule but the first in a forked child (forked.Forks) while this process runs the first
+    (size-inversion, which forks its own pairs' parts: judge.rules.maps), over the table
+    prepared once; the same findings as one process, in its order (each rule's findings as it
+    makes them, then audit's order)."""
     # a map's problems shift between runs more than a sweep's cases: its own floors
     model = noise.load().for_maps()
+    # (as audit prepares it)
+    rows = with_roofline(prepare(frame) if prepared is None else prepared, None)
     if len(frame) < FORK_ROWS:
-        found = audit(frame, thresholds=thresholds, rules=MAP_RULES, model=model)
+        found = audit(frame, thresholds, rules=MAP_RULES, prepared=rows, model=model)
     else:
-        rows = with_roofline(prepare(frame), None)  # (as audit prepares it)
         each = [
             functools.partial(audit, frame, thresholds, rules=(rule,), prepared=rows, model=model)
             for rule in MAP_RULES
@@ -124,9 +128,9 @@ def audit_map(
 ) -> MapAudit:
     """The map's findings (as its run judged them, where given) and its follow-up's verdicts."""
     thresholds = thresholds or Thresholds()
-    if found is None:
-        found = map_findings(dataset.frame, thresholds)
     rows = prepare(dataset.frame)
+    if found is None:
+        found = map_findings(dataset.frame, thresholds, rows)
     deep = None
     if follow_up is not None:
         holds = frozenset(finding_key(f) for f in map_findings(follow_up.frame, thresholds))
