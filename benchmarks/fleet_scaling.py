@@ -16,7 +16,8 @@ Targets: `--devices all` and `--ray auto` within 1.25x the quarter shard's wall 
 devices_all_wall_s, ray_wall_s, bf16_full_grid_one_gpu_s, after_gpu_s (the devices-all run's wall
 time outside its shards: start-up, merge, judging, report), run_dir_mb (the devices-all run
 directory), each leg's shards' map seconds and engine seconds (device.map_engine: queueing,
-waiting, CUPTI flush, reading), and `bounds`: where a target is missed, what the measurements
+waiting, CUPTI flush, reading), the ray leg's `ray_timings` (env.json's: each phase of the Ray
+run timed apart, run.ray_fleet), and `bounds`: where a target is missed, what the measurements
 say bounds it.
 """
 
@@ -87,6 +88,8 @@ def run_leg(leg: str, maps: Path, axis: str, modes: str, label: str) -> dict[str
         "engine_seconds": {p.name: engine_seconds(p) for p in shards},
         "run_dir_mb": round(sum(f.stat().st_size for f in out.rglob("*") if f.is_file()) / 1e6, 1),
     }
+    if env_json.get("ray_timings"):  # (a --ray run's phases, timed apart: run.ray_fleet)
+        found["ray_timings"] = env_json["ray_timings"]
     return found
 
 
@@ -153,11 +156,39 @@ def _bound(
         beside = devices["wall_s"] - max(s for s in devices["shard_seconds"].values() if s)
         text += (
             f" Against {beside:.0f} s outside the shards under --devices all (the same merge, "
-            f"judging and report), {outside - beside:.0f} s more are Ray's own "
-            "(not timed apart here): "
-            "starting a local Ray instance and its workers, and gathering the shards."
+            f"judging and report), {outside - beside:.0f} s more are Ray's own."
         )
+    if leg == "ray" and fleet.get("ray_timings"):
+        text += " " + ray_phases(fleet["ray_timings"], fleet["wall_s"])
     return text
+
+
+def ray_phases(timings: dict[str, Any], wall: float) -> str:
+    """Where a Ray run's wall time went, from its env.json's ray_timings (seconds from the start
+    of joining Ray; the command's start-up before it and its exit after the report are the rest
+    of the wall time)."""
+    shards = timings.get("shards") or {}
+    started = [t["started_at_s"] for t in shards.values() if t.get("started_at_s") is not None]
+    returned = [t["returned_at_s"] for t in shards.values()]
+    steps = {
+        name: max((float(t.get(name) or 0) for t in shards.values()), default=0.0)
+        for name in ("sweep_s", "fold_s", "pack_s", "unpack_s")
+    }
+    done = float(timings.get("reported_at_s") or 0)
+    return (
+        f"Timed apart (ray_timings, from the start of joining Ray): joining Ray "
+        f"{timings.get('connect_s')} s, of which the driver waited "
+        f"{timings.get('connect_waited_s')} s; tasks submitted at "
+        f"{timings.get('submitted_at_s')} s, started at "
+        f"{min(started, default=0):.1f}-{max(started, default=0):.1f} s; the slowest shard's "
+        f"sweep {steps['sweep_s']:.1f} s, fold {steps['fold_s']:.1f} s, pack "
+        f"{steps['pack_s']:.1f} s, unpack {steps['unpack_s']:.1f} s; back at "
+        f"{min(returned, default=0):.1f}-{max(returned, default=0):.1f} s; reading the shards "
+        f"{timings.get('read_shards_s')} s, merge {timings.get('merge_s')} s, judging "
+        f"{timings.get('judge_s')} s, report {timings.get('report_s')} s, done at {done:.1f} s; "
+        f"{wall - done:.1f} s of the wall time before joining Ray began and after the report "
+        "(the command's start-up and its exit, Ray's shutdown included)."
+    )
 
 
 def main(argv: list[str]) -> int:
