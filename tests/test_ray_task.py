@@ -142,6 +142,8 @@ def test_ray_is_joined_in_the_background_and_waited_for_once(
         release.wait(5)
 
     ray.init = init  # type: ignore[attr-defined]
+    warmed: list[object] = []
+    monkeypatch.setattr(ray_connect, "warm_workers", warmed.append)
     monkeypatch.setattr(ray_connect, "require_ray", lambda: ray)
     monkeypatch.setattr(ray_connect, "_joining", None)
     monkeypatch.setattr(ray_connect, "_clock", {})
@@ -151,7 +153,7 @@ def test_ray_is_joined_in_the_background_and_waited_for_once(
     assert started.wait(5)  # joining while this thread goes on (plans)
     release.set()
     assert ray_connect.connect("auto") is ray
-    assert calls == [(None, "cublas-audit ray.init")]
+    assert calls == [(None, "cublas-audit ray.init")] and warmed == [ray]  # its workers readied
     assert set(ray_connect.clock_record()) == {"clock", "connect_s", "connect_waited_s"}
 
 
@@ -196,3 +198,21 @@ def test_map_joins_ray_before_it_plans(tmp_path: Path, monkeypatch: pytest.Monke
     assert order == ["auto", "plan"]
     follow = CliRunner().invoke(app, [*args, "--follow-up", "2"])
     assert follow.exit_code == 2 and order == ["auto", "plan"]  # refused before Ray is joined
+
+
+def test_each_gpu_gets_a_worker_readied_that_stays_for_its_shard() -> None:
+    submitted: list[tuple[dict[str, object], object, tuple[object, ...]]] = []
+    ray = types.ModuleType("ray")
+    ray.cluster_resources = lambda: {"CPU": 64.0, "GPU": 4.0}  # type: ignore[attr-defined]
+
+    def remote(**options: object) -> object:
+        def wrap(function: object) -> object:
+            submit = lambda *args: submitted.append((options, function, args))  # noqa: E731
+            return types.SimpleNamespace(remote=submit)
+
+        return wrap
+
+    ray.remote = remote  # type: ignore[attr-defined]
+    ray_connect.warm_workers(ray)
+    # a GPU each (at once: a worker each); max_calls=0: the worker is not ended after it
+    assert submitted == [({"num_gpus": 1, "max_calls": 0}, ray_task.warm_up, (0.5,))] * 4

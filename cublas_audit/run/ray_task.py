@@ -103,6 +103,14 @@ def run_shard(
         return replace(done, archive=archive, in_place=False)
 
 
+def warm_up(hold_s: float) -> None:
+    """A Ray worker readied for a shard while the driver still plans (ray_connect): unpickling
+    this function imported this module, the sweep's and pandas (seconds in a fresh worker,
+    four at once), then it holds its GPU a moment so that each GPU's warm-up runs in a worker of
+    its own. Submitted with max_calls=0, the worker stays for the shard's task."""
+    time.sleep(hold_s)
+
+
 def _swept(run_sweep: ShardSweep, options: SweepOptions, times: dict[str, float]) -> None:
     """The sweep, then the probe's raw streams gzipped (what is kept, or travels, is compact)."""
     run_sweep(options)
