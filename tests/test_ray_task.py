@@ -17,7 +17,7 @@ import pytest
 from typer.testing import CliRunner
 
 from cublas_audit.errors import AuditError
-from cublas_audit.planning import map_grid
+from cublas_audit.planning import map_grid, plan_file
 from cublas_audit.planning.cases import Case, write_plan
 from cublas_audit.planning.plan_file import PlanFile
 from cublas_audit.planning.shards import PlanPart, ShardSpec, shard
@@ -216,3 +216,13 @@ def test_each_gpu_gets_a_worker_readied_that_stays_for_its_shard() -> None:
     ray_connect.warm_workers(ray)
     # a GPU each (at once: a worker each); max_calls=0: the worker is not ended after it
     assert submitted == [({"num_gpus": 1, "max_calls": 0}, ray_task.warm_up, (0.5,))] * 4
+
+
+def test_a_plan_is_stated_once_and_sent_without_what_was_made_from_it(tmp_path: Path) -> None:
+    plan = PlanFile.of(grid()[::3])  # no product: its columns listed
+    assert plan.listed is not None
+    fresh = len(pickle.dumps(plan))
+    plan.case_ids()
+    plan_file.write(plan, tmp_path / rundir.PLAN_FILE)
+    assert plan.to_json() is plan.to_json()  # (its fingerprint and its file: one statement)
+    assert len(pickle.dumps(plan)) == fresh and pickle.loads(pickle.dumps(plan)) == plan
