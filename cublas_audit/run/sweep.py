@@ -145,6 +145,7 @@ def run(config: SweepConfig, progress: Progress | None = None) -> pd.DataFrame:
     record_finish(config.run_dir, time.perf_counter() - started, phase_seconds)
     if len(config.cases) >= rundir.COLUMNAR_ROWS:  # a large run (its table columnar too): the
         rundir.compact_results(config.run_dir)  # probe's records folded (a full map's: 285 MB)
+    rundir.forget_records()
     return frame
 
 
