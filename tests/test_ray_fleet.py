@@ -17,7 +17,7 @@ import json
 import os
 import socket
 import sys
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pandas as pd
@@ -376,3 +376,40 @@ def test_ctrl_c_while_gathering_cancels_the_tasks_not_back_and_keeps_what_came(
     assert ray.cancelled == [("ref-2", True), ("ref-3", True)]
     assert (tmp_path / "run" / "shards" / "shard-1" / "marker").read_text() == "shard 1"
     assert set(rundir.read_env(tmp_path / "run")["ray_shards"]) == {"1/3"}
+
+
+@dataclass
+class Finishing(Interrupted):
+    """Ray stood in for: three tasks that finish in the order 3, 1, 2, each a tar."""
+
+    events: list[str] = field(default_factory=list)
+
+    def wait(self, refs: list[str], num_returns: int = 1) -> tuple[list[str], list[str]]:
+        first = next(r for r in ("ref-3", "ref-1", "ref-2") if r in refs)
+        self.events.append(f"wait {len(refs)}")
+        return [first], [r for r in refs if r != first]
+
+    def get(self, ref: str) -> ray_task.ShardDone:
+        index = int(ref.split("-")[1])
+        return ray_task.ShardDone(index, self.archive, "node-1", "host-1", str(index - 1))
+
+
+def test_each_shard_is_kept_as_it_finishes_while_the_others_still_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "done").mkdir()
+    (tmp_path / "done" / "marker").write_text("a shard")
+    ray = Finishing(run_archive.pack(tmp_path / "done"), [])
+    monkeypatch.setattr(ray_connect, "require_ray", lambda: ray)
+    run = SweepOptions(cases=map_cases(), gpu_label="h100", out=tmp_path / "run")
+
+    def kept(index: int, path: Path) -> None:
+        ray.events.append(f"kept {index}: {(path / 'marker').read_text()}")
+
+    ray_fleet.run(run, "auto", StandIn(), kept=kept)
+
+    assert ray.events == [
+        "wait 3", "kept 3: a shard", "wait 2", "kept 1: a shard", "wait 1", "kept 2: a shard",
+    ]  # fmt: skip
+    timings = rundir.read_env(tmp_path / "run")["ray_timings"]
+    assert list(timings["shards"]) == ["3/3", "1/3", "2/3"]  # (as they came back)

@@ -5,6 +5,8 @@ then merged into the run's own directory and reported as `merge` does (jobs.merg
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -40,7 +42,10 @@ def on_ray(
         options = replace(options, phase=phase)
         if phase is Phase.candidates:  # the plan is the problems: each audited once, on one GPU
             options = replace(options, cases=candidate_problems(options.cases))
-    fleet, shard_dirs = ray_fleet.run(options, address, run_sweep, retries, replicate)
+    early: dict[Path, shard_merge.ShardRun] = {}
+    fleet, shard_dirs = ray_fleet.run(
+        options, address, run_sweep, retries, replicate, functools.partial(_read, early, replicate)
+    )
     if fleet.replicate:
         for unit in shard_dirs:
             if fleet.settings.phase is Phase.map:
@@ -50,13 +55,24 @@ def on_ray(
         units = write_units_report(fleet.run_dir, shard_dirs)
         return SweepResult(fleet.run_dir, None, units, shard_dirs)
     began = time.perf_counter()
-    shards = [shard_merge.read_shard(path) for path in shard_dirs]
+    shards = [early.get(path) or shard_merge.read_shard(path) for path in shard_dirs]
     record = rundir.read_env(fleet.run_dir)
     kept = {key: record[key] for key in (*ray_fleet.ENGINE_KEYS, "placed") if key in record}
     timings: dict[str, float] = {"read_shards_s": round(time.perf_counter() - began, 2)}
     result = write_merged(shards, fleet.run_dir, False, fleet.command, kept, timings)
     _add_timings(fleet.run_dir, timings)
     return result
+
+
+def _read(
+    early: dict[Path, shard_merge.ShardRun], replicate: bool, _index: int, path: Path
+) -> None:
+    """A shard read for the merge as soon as it is back, while the others still run (the first
+    one read makes what all share: the whole plan's fingerprint, split and case ids); one that
+    does not read is read again, and refused, where the merge reads the shards."""
+    if not replicate:  # (units are compared, not merged)
+        with contextlib.suppress(AuditError):
+            early[path] = shard_merge.read_shard(path)
 
 
 def _add_timings(run_dir: Path, timings: dict[str, float]) -> None:

@@ -33,7 +33,7 @@ absence is a ToolMissingError naming the install command.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -56,6 +56,8 @@ from cublas_audit.version import __version__
 from cublas_audit.vocabulary import Phase
 
 ENGINE = "ray"
+# Told of each shard kept while the others still run (jobs.fleet reads it for the merge then).
+ShardKept = Callable[[int, Path], None]
 # A lost worker or node: Ray runs its task again this many times (on any GPU free) before the
 # shard counts as missing.
 DEFAULT_RETRIES = 2
@@ -263,11 +265,13 @@ def run(
     run_sweep: ShardSweep = sweep,
     retries: int = DEFAULT_RETRIES,
     replicate: bool = False,
+    kept: ShardKept | None = None,
 ) -> tuple[FleetRun, list[Path]]:
     """A new Ray run, or the recorded one options.resume is finished: each pending shard (or
-    unit, `replicate`) a task, gathered under shards/. Returns the run and its shard directories,
-    all finished; a shard a task did not bring back is one AuditError naming it and the --resume
-    command."""
+    unit, `replicate`) a task, gathered under shards/ (`kept`: called with each one's index and
+    directory as soon as it is there, while the others still run). Returns the run and its
+    shard directories, all finished; a shard a task did not bring back is one AuditError naming
+    it and the --resume command."""
     ray = ray_connect.require_ray()
     if options.resume is not None:
         fleet = recorded(options.resume, address)
@@ -279,14 +283,19 @@ def run(
         gpus = ray_connect.cluster_gpus(ray, address or "auto")
         base = ray_units.base_label(options.gpu_label, ray.cluster_resources())
         fleet = start(options, address or "auto", gpus, base if replicate else None, plan)
-    failures = _place(ray, fleet, pending(fleet), run_sweep, retries)
+    failures = _place(ray, fleet, pending(fleet), run_sweep, retries, kept)
     if failures:
         raise AuditError(missing_message(fleet, failures))
     return fleet, [fleet.shard_dir(i) for i in range(1, fleet.count + 1)]
 
 
 def _place(
-    ray: ModuleType, fleet: FleetRun, indices: Sequence[int], run_sweep: ShardSweep, retries: int
+    ray: ModuleType,
+    fleet: FleetRun,
+    indices: Sequence[int],
+    run_sweep: ShardSweep,
+    retries: int,
+    kept: ShardKept | None = None,
 ) -> dict[int, str]:
     """Each shard a task on one GPU; each one's directory kept as it comes back (written in
     place on this node, else unpacked), in the order they finish. Returns the shards that
@@ -320,6 +329,8 @@ def _place(
             name = fleet.name(index)
             placed[name] = {"node_id": done.node_id, "host": done.host, "gpu": done.gpu}
             timings["shards"][name] = _gathered(fleet, index, done)
+            if kept is not None:
+                kept(index, fleet.shard_dir(index))
         timings["gathered_at_s"] = ray_connect.since_start(time.time())
     except KeyboardInterrupt:
         for future in waiting:
