@@ -10,6 +10,7 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import json
+import shutil
 from pathlib import Path
 
 import pandas as pd
@@ -28,6 +29,10 @@ PLAN = Path(__file__).resolve().parent.parent / "reports/h100/maps/20261125-0925
 OP_T, CUDA_R_16BF, CUDA_R_32F, COMPUTE_32F = 1, 14, 0, 68
 
 
+# the C parts need a C compiler, as the map does to warm anything (it maps without, slower)
+needs_cc = pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler (cc) here")
+
+
 @pytest.fixture(scope="module")
 def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("cache")
@@ -38,6 +43,7 @@ def library(cache: Path) -> ctypes.CDLL:
     return ctypes.CDLL(str(heuristic_warm.compiled(cache)))
 
 
+@needs_cc
 def test_the_c_struct_and_the_python_struct_are_the_same_size(library: ctypes.CDLL) -> None:
     library.warm_call_size.restype = ctypes.c_int64
     assert library.warm_call_size() == ctypes.sizeof(heuristic_warm.WarmCall) == 104
@@ -46,6 +52,7 @@ def test_the_c_struct_and_the_python_struct_are_the_same_size(library: ctypes.CD
     assert heuristic_warm.WarmCall.beta.offset == 96
 
 
+@needs_cc
 def test_the_library_is_compiled_once_per_source_text(library: ctypes.CDLL, cache: Path) -> None:
     (first,) = cache.rglob("heuristic_warm-*.so")
     stamp = first.stat().st_mtime_ns
@@ -175,3 +182,71 @@ def test_the_map_with_choices_made_ahead_passes_the_diff_gate_against_the_record
         for judged in (compare(before, warm), compare(warm, before)):
             assert len(judged.matched) == 10_000 and judged.kernel_changes.empty
             assert not judged.fails("regression") and judged.rows("improvement").empty
+
+
+WORKERS_CHILD = """
+import ctypes, json, sys, time
+from pathlib import Path
+from cublas_audit.device import heuristic_warm as hw
+
+fake = ctypes.CDLL(sys.argv[1], mode=ctypes.RTLD_GLOBAL)  # 'libcuda.so.1' and libcublas
+lib = ctypes.CDLL(str(hw.compiled(Path(sys.argv[2]))))
+lib.warm_start.argtypes = [ctypes.c_char_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_int64]
+lib.warm_submit.argtypes = [ctypes.POINTER(hw.WarmCall), ctypes.c_int64]
+lib.warm_progress.argtypes = [ctypes.c_int64]
+
+def seen():
+    out = (ctypes.c_int64 * (3 + 4 * 64))()
+    count = fake.fake_seen(out, 64)
+    counts = (ctypes.c_int64 * 3)()
+    lib.warm_counts(counts)
+    return {"calls": count, "outside": out[1], "handles": out[2], "counts": list(counts),
+            "each": [list(out[3 + 4 * i : 7 + 4 * i]) for i in range(min(count, 64))]}
+
+def settled(calls):
+    deadline = time.monotonic() + 10
+    while fake.fake_seen((ctypes.c_int64 * 3)(), 0) < calls and time.monotonic() < deadline:
+        time.sleep(0.002)
+    time.sleep(0.05)  # and no more than that
+    return seen()
+
+assert lib.warm_start(sys.argv[1].encode(), None, 3, 10) == 0
+calls = [hw.WarmCall(routine=2, m=100 + i) for i in range(30)]
+calls[5].routine = -1  # no classic call: skipped
+calls[7].m = 13  # the fake cuBLAS refuses m = 13
+calls[9].routine, calls[9].beta = 3, 0.5
+lib.warm_submit((hw.WarmCall * 30)(*calls), 30)
+first = settled(9)  # the window: calls 0..9 of the map's progress 0, one skipped
+lib.warm_progress(25)  # the map queued 0..24 itself: 10..24 late, 25..29 warmed
+second = settled(14)
+lib.warm_stop()
+print(json.dumps({"first": first, "second": second, "stopped": seen()}))
+"""
+
+
+@needs_cc
+def test_the_workers_run_each_coming_call_once_inside_a_capture_within_the_window(
+    tmp_path: Path, cache: Path, library: ctypes.CDLL
+) -> None:
+    # data/heuristic_warm.c's threads against a stand-in for libcuda and libcublas
+    # (tests/fake_cuda/fake_cuda.c, loaded in a child so that this process never sees it)
+    import subprocess
+    import sys
+
+    fake = tmp_path / "libcuda.so.1"
+    source = Path(__file__).resolve().parent / "fake_cuda" / "fake_cuda.c"
+    flags = ["-O1", "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o", str(fake), str(source)]
+    subprocess.run(["cc", *flags, "-lpthread"], check=True)
+    done = subprocess.run(
+        [sys.executable, "-c", WORKERS_CHILD, str(fake), str(cache)],
+        capture_output=True, text=True, check=True, timeout=60,
+    )  # fmt: skip
+    found = json.loads(done.stdout)
+    first, second, stopped = found["first"], found["second"], found["stopped"]
+    assert first["calls"] == 9 and first["counts"] == [8, 1, 0]  # warmed, refused, late
+    assert sorted(row[1] for row in first["each"]) == [13, 100, 101, 102, 103, 104, 106, 108, 109]
+    assert [3, 109, 1, 500] in first["each"]  # its routine, m, inside a capture, beta x 1000
+    assert second["calls"] == 14 and second["counts"] == [13, 1, 15]
+    assert sorted(row[1] for row in second["each"][9:]) == [125, 126, 127, 128, 129]
+    assert second["outside"] == 0  # every call inside a stream capture: no kernel ran
+    assert stopped["handles"] == 0  # each worker's cuBLAS handle destroyed when stopped

@@ -19,7 +19,6 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 typedef struct {
     int32_t routine; /* 0 Sgemm, 1 SgemmStridedBatched, 2 GemmEx, 3 GemmStridedBatchedEx, -1 none */
@@ -63,14 +62,17 @@ static struct {
     fn_gemm_strided_ex gemm_strided_ex;
 } api;
 
+/* Everything below is guarded by `lock` but the counters (atomics); a worker with nothing to do
+   sleeps on `more` (no polling: four shards of a fleet on one host each have their workers). */
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-static warm_call *calls;        /* submitted calls, in the order the map queues them */
+static pthread_cond_t more = PTHREAD_COND_INITIALIZER;
+static warm_call *calls; /* submitted calls, in the order the map queues them */
 static int64_t capacity;
-static volatile int64_t submitted; /* calls[0:submitted] are valid */
-static volatile int64_t progress;  /* the map has queued calls[0:progress] */
-static volatile int64_t next_call; /* the next call a worker takes */
-static volatile int64_t warmed, failed, late;
-static volatile int stopping;
+static int64_t submitted; /* calls[0:submitted] are valid */
+static int64_t progress;  /* the map has queued calls[0:progress] */
+static int64_t next_call; /* the next call a worker takes */
+static int64_t warmed, failed, late;
+static int stopping;
 static int64_t window = 1024;
 static void *context;
 static pthread_t *workers;
@@ -126,11 +128,6 @@ static int call(void *handle, const warm_call *w) {
     return 0;
 }
 
-static void pause_briefly(void) {
-    struct timespec t = {0, 50000}; /* 50 us */
-    nanosleep(&t, NULL);
-}
-
 static void *work(void *unused) {
     (void)unused;
     void *handle = NULL, *stream = NULL;
@@ -141,21 +138,20 @@ static void *work(void *unused) {
         __atomic_add_fetch(&failed, 1, __ATOMIC_RELAXED);
         return NULL;
     }
-    while (!stopping) {
-        int64_t index = __atomic_load_n(&next_call, __ATOMIC_ACQUIRE);
-        if (index >= submitted || index >= progress + window) {
-            pause_briefly();
-            continue;
+    for (;;) {
+        pthread_mutex_lock(&lock);
+        while (!stopping && (next_call >= submitted || next_call >= progress + window))
+            pthread_cond_wait(&more, &lock);
+        if (stopping) {
+            pthread_mutex_unlock(&lock);
+            break;
         }
-        if (!__atomic_compare_exchange_n(&next_call, &index, index + 1, 0, __ATOMIC_ACQ_REL,
-                                         __ATOMIC_ACQUIRE))
-            continue;
-        warm_call w;
-        pthread_mutex_lock(&lock); /* calls may be moved by a submit that grows it */
-        w = calls[index];
+        int64_t index = next_call++;
+        warm_call w = calls[index];
+        int behind = index < progress; /* the map got there first: its own call chose */
         pthread_mutex_unlock(&lock);
         if (w.routine < 0) continue;
-        if (index < progress) { /* the map got there first: its own call chose */
+        if (behind) {
             __atomic_add_fetch(&late, 1, __ATOMIC_RELAXED);
             continue;
         }
@@ -180,6 +176,7 @@ int warm_start(const char *cublas_path, void *ctx, int threads, int64_t ahead) {
     if (found) return found;
     submitted = progress = next_call = 0; /* a fresh start: the last map's calls are done */
     warmed = failed = late = 0;
+    stopping = 0;
     context = ctx;
     window = ahead;
     worker_count = threads;
@@ -191,7 +188,7 @@ int warm_start(const char *cublas_path, void *ctx, int threads, int64_t ahead) {
 }
 
 /* Appends `count` calls, in the order the map will queue them. 0: taken. */
-int warm_submit(const warm_call *more, int64_t count) {
+int warm_submit(const warm_call *coming, int64_t count) {
     pthread_mutex_lock(&lock);
     if (submitted + count > capacity) {
         int64_t wanted = (submitted + count) * 2;
@@ -203,20 +200,26 @@ int warm_submit(const warm_call *more, int64_t count) {
         calls = grown;
         capacity = wanted;
     }
-    memcpy(calls + submitted, more, (size_t)count * sizeof(warm_call));
-    __atomic_store_n(&submitted, submitted + count, __ATOMIC_RELEASE);
+    memcpy(calls + submitted, coming, (size_t)count * sizeof(warm_call));
+    submitted += count;
+    pthread_cond_broadcast(&more);
     pthread_mutex_unlock(&lock);
     return 0;
 }
 
 /* The map has queued the first `queued` calls submitted. */
-void warm_progress(int64_t queued) { __atomic_store_n(&progress, queued, __ATOMIC_RELEASE); }
+void warm_progress(int64_t queued) {
+    pthread_mutex_lock(&lock);
+    progress = queued;
+    pthread_cond_broadcast(&more);
+    pthread_mutex_unlock(&lock);
+}
 
 /* Counts so far: warmed, failed, late (the map was first). */
 void warm_counts(int64_t *out) {
-    out[0] = warmed;
-    out[1] = failed;
-    out[2] = late;
+    out[0] = __atomic_load_n(&warmed, __ATOMIC_RELAXED);
+    out[1] = __atomic_load_n(&failed, __ATOMIC_RELAXED);
+    out[2] = __atomic_load_n(&late, __ATOMIC_RELAXED);
 }
 
 /* The size of one call as compiled here (the Python side's struct must match it). */
@@ -224,10 +227,12 @@ int64_t warm_call_size(void) { return (int64_t)sizeof(warm_call); }
 
 /* Stops and joins the workers (their handles and streams destroyed). */
 void warm_stop(void) {
+    pthread_mutex_lock(&lock);
     stopping = 1;
+    pthread_cond_broadcast(&more);
+    pthread_mutex_unlock(&lock);
     for (int i = 0; i < worker_count; i++) pthread_join(workers[i], NULL);
     free(workers);
     workers = NULL;
     worker_count = 0;
-    stopping = 0;
 }
