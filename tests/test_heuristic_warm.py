@@ -187,12 +187,12 @@ def test_the_map_with_choices_made_ahead_passes_the_diff_gate_against_the_record
 WORKERS_CHILD = """
 import ctypes, json, sys, time
 from pathlib import Path
-from cublas_audit.device import heuristic_warm as hw
+from cublas_audit.device import heuristic_warm
 
 fake = ctypes.CDLL(sys.argv[1], mode=ctypes.RTLD_GLOBAL)  # 'libcuda.so.1' and libcublas
-lib = ctypes.CDLL(str(hw.compiled(Path(sys.argv[2]))))
+lib = ctypes.CDLL(str(heuristic_warm.compiled(Path(sys.argv[2]))))
 lib.warm_start.argtypes = [ctypes.c_char_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_int64]
-lib.warm_submit.argtypes = [ctypes.POINTER(hw.WarmCall), ctypes.c_int64]
+lib.warm_submit.argtypes = [ctypes.POINTER(heuristic_warm.WarmCall), ctypes.c_int64]
 lib.warm_progress.argtypes = [ctypes.c_int64]
 
 def seen():
@@ -211,11 +211,11 @@ def settled(calls):
     return seen()
 
 assert lib.warm_start(sys.argv[1].encode(), None, 3, 10) == 0
-calls = [hw.WarmCall(routine=2, m=100 + i) for i in range(30)]
+calls = [heuristic_warm.WarmCall(routine=2, m=100 + i) for i in range(30)]
 calls[5].routine = -1  # no classic call: skipped
 calls[7].m = 13  # the fake cuBLAS refuses m = 13
 calls[9].routine, calls[9].beta = 3, 0.5
-lib.warm_submit((hw.WarmCall * 30)(*calls), 30)
+lib.warm_submit((heuristic_warm.WarmCall * 30)(*calls), 30)
 first = settled(9)  # the window: calls 0..9 of the map's progress 0, one skipped
 lib.warm_progress(25)  # the map queued 0..24 itself: 10..24 late, 25..29 warmed
 second = settled(14)
