@@ -226,3 +226,22 @@ def test_a_plan_is_stated_once_and_sent_without_what_was_made_from_it(tmp_path: 
     plan_file.write(plan, tmp_path / rundir.PLAN_FILE)
     assert plan.to_json() is plan.to_json()  # (its fingerprint and its file: one statement)
     assert len(pickle.dumps(plan)) == fresh and pickle.loads(pickle.dumps(plan)) == plan
+
+
+@pytest.mark.parametrize("callers", [False, True], ids=["joined-here", "a-caller-s"])
+def test_ray_is_left_once_the_shards_are_back_only_where_joined_here(
+    monkeypatch: pytest.MonkeyPatch, callers: bool
+) -> None:
+    stopped = threading.Event()
+    ray = types.ModuleType("ray")
+    ray.is_initialized = lambda: callers  # type: ignore[attr-defined]
+    ray.init = lambda **_options: None  # type: ignore[attr-defined]
+    ray.shutdown = stopped.set  # type: ignore[attr-defined]
+    monkeypatch.setattr(ray_connect, "require_ray", lambda: ray)
+    monkeypatch.setattr(ray_connect, "_joining", None)
+    monkeypatch.setattr(ray_connect, "_ours", [])
+    monkeypatch.setattr(ray_connect.atexit, "register", lambda *_args: None)
+
+    ray_connect.connect("auto")
+    ray_connect.release()
+    assert stopped.wait(0 if callers else 5) is not callers  # (in a thread of its own)

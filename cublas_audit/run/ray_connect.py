@@ -20,6 +20,8 @@ from cublas_audit.errors import AuditError, ToolMissingError
 INSTALL_HINT = "pip install 'cublas-audit[ray]'"
 # How long an exit waits for a Ray instance still starting in the background, to stop it.
 STARTING_S = 120.0
+# How long an exit waits for Ray left in the background (release) to be stopped.
+STOPPING_S = 60.0
 # How long a worker's warm-up holds its GPU: the warm-ups of a cluster's GPUs run at once, each
 # in a worker of its own (warm_workers).
 WARM_HOLD_S = 0.5
@@ -48,6 +50,8 @@ _joining: _Joining | None = None
 # the driver's clock of a run: when joining Ray began (epoch seconds), how long it took
 _clock: dict[str, float] = {}
 CLOCK_KEYS = ("connect_s", "connect_waited_s")
+# The Ray this process joined (connect), which release leaves; empty: none, or a caller's own.
+_ours: list[ModuleType] = []
 
 
 def connect_soon(address: str) -> None:
@@ -84,6 +88,7 @@ def connect(address: str) -> ModuleType:
     global _joining
     ray = require_ray()
     joining, _joining = _joining, None
+    _ours.clear()
     if joining is not None:
         waited = time.time()
         joining.ready.wait()
@@ -91,14 +96,29 @@ def connect(address: str) -> ModuleType:
         _clock["connect_waited_s"] = time.time() - waited
         if joining.error is not None:
             raise joining.error
+        _ours.append(ray)
     elif not ray.is_initialized():
         _clock.update(began=time.time())
         _connect_now(ray, address)
         _clock.update(connect_s=time.time() - _clock["began"], connect_waited_s=0.0)
+        _ours.append(ray)
     else:
         _clock.clear()
         _clock.update(began=time.time(), connect_s=0.0, connect_waited_s=0.0)
     return ray
+
+
+def release() -> None:
+    """Ray left in a background thread, once the shards are back (the merge, judging and the
+    report need it no more): stopping a local instance takes ~1.5 s, which then passes beside
+    the merge instead of at the exit, and its workers' memory is freed. Only a Ray this process
+    joined (`connect`), never a caller's own ray.init."""
+    if not _ours:
+        return
+    ray = _ours.pop()
+    leaving = threading.Thread(target=ray.shutdown, name="cublas-audit ray.shutdown", daemon=True)
+    leaving.start()
+    atexit.register(leaving.join, STOPPING_S)  # (an exit waits for it: nothing left running)
 
 
 def warm_workers(ray: ModuleType) -> None:

@@ -286,6 +286,7 @@ def run(
     failures = _place(ray, fleet, pending(fleet), run_sweep, retries, kept)
     if failures:
         raise AuditError(missing_message(fleet, failures))
+    ray_connect.release()  # (every shard back: Ray leaves while the merge goes on)
     return fleet, [fleet.shard_dir(i) for i in range(1, fleet.count + 1)]
 
 
