@@ -1,3 +1,3 @@
-from cublas_audit.cli import app
+from cublas_audit.cli import main
 
-app(prog_name="cublas-audit")
+main()

@@ -27,8 +27,9 @@ from cublas_audit.cli.exit_codes import (
     exit_codes,
     one_line_usage_errors,
 )
+from cublas_audit.fast_exit import run_and_end
 
-__all__ = ["INTERNAL_ERROR", "INTERRUPTED", "app", "exit_codes"]
+__all__ = ["INTERNAL_ERROR", "INTERRUPTED", "app", "exit_codes", "main"]
 
 
 class _Group(TyperGroup):
@@ -119,3 +120,9 @@ _COMMANDS = (
 )
 for _name, _command in _COMMANDS:
     app.command(_name, cls=_Command)(_command)
+
+
+def main() -> None:
+    """The console script and `python -m cublas_audit`: the app, then the process ends without
+    Python's teardown of its objects (fast_exit: seconds after a full map's report)."""
+    run_and_end(lambda: app(prog_name="cublas-audit"))
