@@ -189,7 +189,7 @@ def test_ray_refuses_what_it_replaces(tmp_path: Path, monkeypatch: pytest.Monkey
     from cublas_audit.cli.options import OnRay, on_ray
 
     # what is judged here is the options, with or without the ray extra installed
-    monkeypatch.setattr(ray_connect, "require_ray", lambda: sys)
+    monkeypatch.setattr(ray_connect, "installed", lambda: None)
 
     with pytest.raises(AuditError, match="--devices"):
         on_ray("auto", None, "all", None, False)

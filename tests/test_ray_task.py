@@ -181,7 +181,7 @@ def test_map_joins_ray_before_it_plans(tmp_path: Path, monkeypatch: pytest.Monke
     from cublas_audit.jobs import fleet
 
     order: list[str] = []
-    monkeypatch.setattr(ray_connect, "require_ray", lambda: sys)
+    monkeypatch.setattr(ray_connect, "installed", lambda: None)
     monkeypatch.setattr(ray_connect, "connect_soon", lambda address: order.append(address))
     planned = measure_commands.plan_cases
     monkeypatch.setattr(

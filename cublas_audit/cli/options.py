@@ -372,7 +372,7 @@ def on_ray(
         )
     if shard is not None:
         raise AuditError("--ray splits the plan itself, one shard per GPU: leave out --shard")
-    ray_connect.require_ray()
+    ray_connect.installed()
     return OnRay(ray, replicate)
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import atexit
 import importlib
+import importlib.util
 import sys
 import threading
 import time
@@ -25,6 +26,13 @@ STOPPING_S = 60.0
 # How long a worker's warm-up holds its GPU: the warm-ups of a cluster's GPUs run at once, each
 # in a worker of its own (warm_workers).
 WARM_HOLD_S = 0.5
+
+
+def installed() -> None:
+    """Exit 3 with the install command where Ray is not installed, without importing it (the
+    command line checks this before any work; connect_soon imports it in the background)."""
+    if importlib.util.find_spec("ray") is None:
+        raise ToolMissingError(f"--ray: Ray is not installed here; {INSTALL_HINT}")
 
 
 def require_ray() -> ModuleType:
@@ -61,15 +69,16 @@ def connect_soon(address: str) -> None:
     parent-death signal belongs to a thread). An exit before it is done waits for it, then
     stops what it started."""
     global _joining
-    ray = require_ray()
-    if _joining is not None or ray.is_initialized():
+    if _joining is not None:
         return
     joining = _Joining(time.time(), threading.Event())
 
     def join() -> None:
         try:
-            _connect_now(ray, address)
-            warm_workers(ray)
+            ray = require_ray()  # (importing Ray, ~0.6 s, is the thread's too)
+            if not ray.is_initialized():
+                _connect_now(ray, address)
+                warm_workers(ray)
         except BaseException as exc:  # (raised again where it is waited for)
             joining.error = exc
         joining.took = time.time() - joining.began
