@@ -37,6 +37,7 @@ from cublas_audit.table import inputs, rundir
 from cublas_audit.table.inputs import load_run
 from cublas_audit.table.validation import read_table
 from cublas_audit.vocabulary import Phase
+from tests.conftest import REPORTS
 from tests.fakeprobe import as_h100s, deadline, fake_probe, h100_environment, seen
 from tests.test_map import MAP, map_cases
 from tests.test_resume import stand_in_machine
@@ -350,3 +351,17 @@ def test_how_the_shards_ended_is_the_runs_one_error(
     plan = multi_gpu.start(replace(SweepOptions(cases=map_cases()), out=tmp_path), H100S, False)
     with pytest.raises(raised, match=message):
         multi_gpu.run(SweepOptions(), plan)
+
+
+def test_a_shard_is_sent_its_cases_as_rows_and_gets_them_back_whole() -> None:
+    """The H100's batched sweep (loop companions, strided batches, cuBLASLt) with each case's
+    cause removed beside it (other layouts, padded leading dimensions): what a --devices shard's
+    process is sent holds no Case object, and makes the same cases again."""
+    from cublas_audit.planning.cases import read_plan, with_cause_removed_companions
+
+    batched = REPORTS / "h100" / "20261123-145452-batched" / "plan.json"
+    cases = with_cause_removed_companions(read_plan(batched))
+    options = SweepOptions(cases=cases, gpu_label="h100", command=["x"])
+    sent = shard_processes.SentJob.of(options)
+    assert sent.options.cases == [] and all(type(row) is tuple for row in sent.rows)
+    assert sent.received() == options and len({c.routine for c in cases}) >= 3
