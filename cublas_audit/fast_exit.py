@@ -12,6 +12,7 @@ import atexit
 import contextlib
 import os
 import sys
+import threading
 from collections.abc import Callable
 from typing import NoReturn
 
@@ -28,10 +29,14 @@ def run_and_end(main: Callable[[], object]) -> NoReturn:
 
 def end(code: object) -> NoReturn:
     """Exits with `code` (SystemExit's: None is 0; a text is printed on stderr and is 1) once
-    the atexit handlers have run and stdout and stderr are flushed."""
+    the running threads are joined, the atexit handlers have run and stdout and stderr are
+    flushed, as a normal exit would have."""
     status = code if isinstance(code, int) else 0 if code is None else 1
     if code is not None and not isinstance(code, int):
         print(code, file=sys.stderr)
+    # what a normal exit does first, then second: the threads that are not daemons joined (and
+    # the executors' shut down), then the atexit handlers
+    getattr(threading, "_shutdown", lambda: None)()
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(OSError, ValueError):  # (a closed pipe, a closed stream)

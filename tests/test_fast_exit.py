@@ -10,7 +10,7 @@ import sys
 import pytest
 
 SCRIPT = """
-import atexit, sys
+import atexit, sys, threading, time
 from cublas_audit.fast_exit import run_and_end
 
 class Held:
@@ -20,6 +20,7 @@ class Held:
 held = Held()  # (freed by Python's teardown of the module, were it run)
 atexit.register(print, "atexit ran")
 print("buffered", end="")
+threading.Thread(target=lambda: (time.sleep(0.05), print(" thread done"))).start()
 run_and_end(lambda: sys.exit({code!r}))
 """
 
@@ -32,5 +33,6 @@ def test_the_exit_code_stands_the_atexit_handlers_run_and_no_teardown_follows(
         [sys.executable, "-c", SCRIPT.format(code=code)], capture_output=True, text=True
     )
     assert done.returncode == status
-    assert done.stdout == "bufferedatexit ran\n"  # (flushed; no "torn down")
+    # a thread still running joined first, the atexit handlers next, flushed, no "torn down"
+    assert done.stdout == "buffered thread done\natexit ran\n"
     assert done.stderr == ("no GPU here\n" if isinstance(code, str) else "")
