@@ -133,11 +133,14 @@ def test_ray_is_joined_in_the_background_and_waited_for_once(
 ) -> None:
     started, release = threading.Event(), threading.Event()
     calls: list[tuple[str | None, str]] = []
+    intervals: list[float] = []
+    before = sys.getswitchinterval()
     ray = types.ModuleType("ray")
     ray.is_initialized = lambda: False  # type: ignore[attr-defined]
 
     def init(address: str | None, **_options: object) -> None:
         calls.append((address, threading.current_thread().name))
+        intervals.append(sys.getswitchinterval())
         started.set()
         release.wait(5)
 
@@ -154,6 +157,9 @@ def test_ray_is_joined_in_the_background_and_waited_for_once(
     release.set()
     assert ray_connect.connect("auto") is ray
     assert calls == [(None, "cublas-audit ray.init")] and warmed == [ray]  # its workers readied
+    # the interpreter lock passed on often while Ray was joined, as before once it was
+    assert intervals == [pytest.approx(ray_connect.JOIN_SWITCH_S)]
+    assert sys.getswitchinterval() == before
     assert set(ray_connect.clock_record()) == {"clock", "connect_s", "connect_waited_s"}
 
 
