@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import os
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -81,19 +82,23 @@ def size_inversion(ctx: RuleContext) -> list[Finding]:
         slow = slow[times[slow] / times[best[slow]] >= (1 + margin) * (1 - 1e-9)]
         if not len(slow):
             continue  # no pair to judge: a series of a sweep or a trace mostly has none
-        found += _judged_inversions(series, slow, best[slow], times, on, margin, ctx.model)
+        found += _judged_inversions(_Series(series, times, on, margin, ctx.model), slow, best[slow])
     return found
 
 
-def _judged_inversions(
-    series: pd.DataFrame,
-    slow: np.ndarray,
-    fast: np.ndarray,
-    times: np.ndarray,
-    on: str,
-    margin: float,
-    model: NoiseModel | None,
-) -> list[Finding]:
+@dataclass(frozen=True)
+class _Series:
+    """A map series as its inversions are judged: its rows, each one's judged time (`on`), the
+    margin under which a pair is `same`, and the rows' own floors (None: the sweep's)."""
+
+    rows: pd.DataFrame
+    times: np.ndarray
+    on: str
+    margin: float
+    model: NoiseModel | None
+
+
+def _judged_inversions(series: _Series, slow: np.ndarray, fast: np.ndarray) -> list[Finding]:
     """The pairs (positions in the series) judged against the noise, and the findings of those
     that hold, tier by tier; a series of FORK_PAIRS pairs or more in FORK_PARTS parts judged in
     forked children at once (forked.Forks: each pair's verdict and finding is Python, ~35 us, and
@@ -101,29 +106,21 @@ def _judged_inversions(
     process makes, in its order."""
     parts = FORK_PARTS if len(slow) >= FORK_PAIRS else 1
     chunks = np.array_split(np.arange(len(slow)), parts)
-    calls = [
-        functools.partial(_inversion_tiers, series, slow[c], fast[c], times, on, margin, model)
-        for c in chunks
-    ]
+    calls = [functools.partial(_inversion_tiers, series, slow[c], fast[c]) for c in chunks]
     tiers = Forks(calls, enabled=parts > 1).results()
     return [f for sure, _ in tiers for f in sure] + [f for _, unsure in tiers for f in unsure]
 
 
 def _inversion_tiers(
-    series: pd.DataFrame,
-    slow: np.ndarray,
-    fast: np.ndarray,
-    times: np.ndarray,
-    on: str,
-    margin: float,
-    model: NoiseModel | None,
+    series: _Series, slow: np.ndarray, fast: np.ndarray
 ) -> tuple[list[Finding], list[Finding]]:
-    """Some pairs' findings, as `_tiered` lists them: those beyond the map's own floors (`model`;
-    all where it is None), then those within them (info)."""
-    held = _beyond_noise(series, slow, fast, on, margin, noise.load())
+    """Some pairs' findings, as `_tiered` lists them: those beyond the map's own floors
+    (`series.model`; all where it is None), then those within them (info)."""
+    rows, on, margin, model = series.rows, series.on, series.margin, series.model
+    held = _beyond_noise(rows, slow, fast, on, margin, noise.load())
     slow, fast = slow[held], fast[held]
-    sure = _beyond_noise(series, slow, fast, on, margin, model) if model else None
-    found = _inversions(series, slow, fast, times, on, sure)
+    sure = _beyond_noise(rows, slow, fast, on, margin, model) if model else None
+    found = _inversions(rows, slow, fast, series.times, on, sure)
     return (
         [f for f in found if f.severity != Severity.info],
         [f for f in found if f.severity == Severity.info],
