@@ -206,6 +206,31 @@ def test_map_joins_ray_before_it_plans(tmp_path: Path, monkeypatch: pytest.Monke
     assert follow.exit_code == 2 and order == ["auto", "plan"]  # refused before Ray is joined
 
 
+def test_bad_map_input_with_ray_exits_2_before_ray_is_joined(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a bad axis, --fix without --follow-up, a used --out: one line, exit 2, and no Ray started
+    # (joining it takes 5-20 s, which an error must not wait for)
+    from cublas_audit.cli import app
+
+    joined: list[str] = []
+    monkeypatch.setattr(ray_connect, "installed", lambda: None)
+    monkeypatch.setattr(ray_connect, "connect_soon", joined.append)
+    used = tmp_path / "used"
+    used.mkdir()
+    (used / "plan.json").write_text("{}")
+    base = ["map", "--ray", "auto", "--out", str(tmp_path / "new")]
+    cases = {
+        "--m": [*base, "--m", "64:x:64", "--n", "64", "--k", "64"],
+        "--fix": [*base, "--sizes", "64:256:64", "--fix"],
+        "is not empty": ["map", "--ray", "auto", "--sizes", "64:256:64", "--out", str(used)],
+    }
+    for words, args in cases.items():
+        result = CliRunner().invoke(app, args)
+        assert result.exit_code == 2 and words in result.output, (args, result.output)
+    assert joined == []
+
+
 def test_each_gpu_gets_a_worker_readied_that_stays_for_its_shard() -> None:
     submitted: list[tuple[dict[str, object], object, tuple[object, ...]]] = []
     ray = types.ModuleType("ray")

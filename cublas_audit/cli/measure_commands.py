@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -248,21 +249,33 @@ def map_command(
     limits = with_overrides(threshold or [])
     observed = Observer.parse(observer, MAP_OBSERVERS)  # a map never runs ncu
 
-    def grid() -> list[Case]:
-        return map_grid.grid_plan(
+    def grid_options() -> tuple[Any, ...]:
+        """The grid's options parsed (cheap: bad ones exit 2 here, before any case is made)."""
+        return (
             map_grid.Grid.parse(sizes, m, n, k),
             parse_int_list(batches, "--batches"),
             parse_modes(modes),
             parse_apis(api),
             variants(layouts, ld_pad, broadcast, beta),
-            sample,
-            seed,
         )
+
+    def grid() -> list[Case]:
+        shape, batch, mode, apis, variant = grid_options()
+        return map_grid.grid_plan(shape, batch, mode, apis, variant, sample, seed)
 
     listed = Listed(shapes_file, torch_trace, modes, api)
     engine = on_ray(ray, resume, devices, shard, replicate)
     if follow_up and (shard is not None or is_shard_run(resume) or engine is not None):
         raise AuditError("--follow-up judges the whole map: leave it out of a --shard or --ray run")
+    if fix and not follow_up:
+        raise AuditError("--fix needs --follow-up: a map's alternatives are measured there")
+    if engine is not None and resume is None:  # bad input exits 2 before Ray is started
+        if shapes_file is None and torch_trace is None:
+            grid_options()
+        if out is not None:
+            from cublas_audit.run.sweep_setup import check_new_run_dir
+
+            check_new_run_dir(out)
     join_ray_soon(engine, resume)  # (while the map is planned: a full grid's cases take seconds)
     planned = plan_cases(resume, listed, grid, map_grid.listed)
     options = run_options(
@@ -277,8 +290,6 @@ def map_command(
         warm=warm or None,  # the fast pass is warm whatever this says; the follow-up obeys it
     )
     limit = follow_up_limit if follow_up else None
-    if fix and not follow_up:
-        raise AuditError("--fix needs --follow-up: a map's alternatives are measured there")
     placement = spread(devices, replicate, allow_mixed, resume)
     options = sharded(options, shard, placement)
     if engine is not None:
