@@ -22,6 +22,10 @@ a problem was the map's speed. Here:
   GPU and force the flush (which must find no kernel running, or it hands over their records
   unfinished). Chunks are dealt to like work, their largest problem first: planning.chunks.
 
+- cuBLAS's choice of kernel for a fresh shape (most of its first call's host time) is made a
+  few chunks ahead by C worker threads (device.heuristic_warm: `warm_threads`), so that each
+  problem's first call finds it cached; the choice is cuBLAS's own either way.
+
 A problem with beta != 0 (its calls accumulate into C) or operands beyond POOLED_BYTES
 (planning.chunks) runs on its own through the caller's `single` path, as before. `careful` runs
 the first problems one chunk each, synchronised: after a crash the problem in flight is then
