@@ -21,7 +21,6 @@ a problem was the map's speed. Here:
   alone, or where a chunk's records lag MAX_PENDING chunks behind, does the engine wait for the
   GPU and force the flush (which must find no kernel running, or it hands over their records
   unfinished). Chunks are dealt to like work, their largest problem first: planning.chunks.
-
 - cuBLAS's choice of kernel for a fresh shape (most of its first call's host time) is made a
   few chunks ahead by C worker threads (device.heuristic_warm: `warm_threads`), so that each
   problem's first call finds it cached; the choice is cuBLAS's own either way.
