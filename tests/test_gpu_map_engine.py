@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -175,11 +174,9 @@ def forget_choices() -> None:
     """Empties cuBLAS's process-wide heuristics cache (capacity 0 disables it, then back)."""
     import ctypes
 
-    lt = next(
-        line.split()[-1]
-        for line in Path("/proc/self/maps").read_text().splitlines()
-        if "libcublasLt.so" in line
-    )
+    from cublas_audit.device.loaded import loaded_libraries
+
+    lt = loaded_libraries("libcublasLt.so")[0]
     library = ctypes.CDLL(lt)
     capacity = ctypes.c_size_t()
     assert library.cublasLtHeuristicsCacheGetCapacity(ctypes.byref(capacity)) == 0

@@ -141,7 +141,7 @@ def test_nothing_is_warmed_where_the_workers_cannot_start() -> None:
 def test_the_loaded_cublas_is_found_in_the_memory_map(tmp_path: Path) -> None:
     maps = tmp_path / "maps"
     lines = [
-        "7f00-7f01 r-xp 00000000 08:01 1 /usr/lib/libcublasLt.so.13.1.0.3",
+        "7f00-7f01 r-xp 00000000 08:01 1 /lib/libcublasLt.so.13.1.0.3",  # sorts first
         "7f02-7f03 r-xp 00000000 08:01 2 /site/nvidia/cublas/lib/libcublas.so.13",
         "7f04-7f05 rw-p 00000000 00:00 0",
     ]

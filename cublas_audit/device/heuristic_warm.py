@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from cublas_audit.device.launchers import ClassicCall, classic_call
+from cublas_audit.device.loaded import loaded_libraries
 from cublas_audit.planning.cases import Case
 
 SOURCE = Path(__file__).resolve().parent.parent / "data" / "heuristic_warm.c"
@@ -91,11 +92,10 @@ def compiled(cache: Path | None = None) -> Path:
 
 def loaded_cublas(maps: Path = Path("/proc/self/maps")) -> str:
     """The path of the libcublas this process has loaded (CuPy's), read from its memory map."""
-    for line in maps.read_text().splitlines():
-        path = line.split()[-1] if line.count("/") else ""
-        if Path(path).name.startswith("libcublas.so"):
-            return path
-    raise OSError("libcublas is not loaded")
+    found = loaded_libraries("libcublas.so", maps)  # (not libcublasLt)
+    if not found:
+        raise OSError("libcublas is not loaded")
+    return found[0]
 
 
 def warm_call(call: ClassicCall | None) -> WarmCall:

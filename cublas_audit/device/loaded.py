@@ -21,9 +21,9 @@ def versions(cupy: Any) -> dict[str, Any]:
     }
 
 
-def loaded_libraries(prefix: str) -> list[str]:
-    """Paths of the shared objects mapped into this process whose file name starts with prefix."""
-    maps = Path("/proc/self/maps")
+def loaded_libraries(prefix: str, maps: Path = Path("/proc/self/maps")) -> list[str]:
+    """Paths of the shared objects mapped into this process (`maps`: its memory map) whose file
+    name starts with prefix."""
     if not maps.exists():
         return []
     paths = {line.split()[-1] for line in maps.read_text().splitlines() if "/" in line}
