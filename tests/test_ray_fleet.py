@@ -19,6 +19,7 @@ import socket
 import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TypeVar
 
 import pandas as pd
 import pytest
@@ -361,14 +362,25 @@ class Interrupted:
         self.cancelled.append((ref, force))
 
 
+R = TypeVar("R", bound=Interrupted)
+
+
+def stood_in(
+    kind: type[R], marker: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> tuple[R, SweepOptions]:
+    """Ray stood in for by `kind`, each task handing back a tar of one shard holding `marker`,
+    and the map run it places."""
+    (tmp_path / "done").mkdir()
+    (tmp_path / "done" / "marker").write_text(marker)
+    ray = kind(run_archive.pack(tmp_path / "done"), [])
+    monkeypatch.setattr(ray_connect, "require_ray", lambda: ray)
+    return ray, SweepOptions(cases=map_cases(), gpu_label="h100", out=tmp_path / "run")
+
+
 def test_ctrl_c_while_gathering_cancels_the_tasks_not_back_and_keeps_what_came(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    (tmp_path / "done").mkdir()
-    (tmp_path / "done" / "marker").write_text("shard 1")
-    ray = Interrupted(run_archive.pack(tmp_path / "done"), [])
-    monkeypatch.setattr(ray_connect, "require_ray", lambda: ray)
-    run = SweepOptions(cases=map_cases(), gpu_label="h100", out=tmp_path / "run")
+    ray, run = stood_in(Interrupted, "shard 1", tmp_path, monkeypatch)
 
     with pytest.raises(KeyboardInterrupt):
         ray_fleet.run(run, "auto", StandIn())
@@ -397,11 +409,7 @@ class Finishing(Interrupted):
 def test_each_shard_is_kept_as_it_finishes_while_the_others_still_run(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    (tmp_path / "done").mkdir()
-    (tmp_path / "done" / "marker").write_text("a shard")
-    ray = Finishing(run_archive.pack(tmp_path / "done"), [])
-    monkeypatch.setattr(ray_connect, "require_ray", lambda: ray)
-    run = SweepOptions(cases=map_cases(), gpu_label="h100", out=tmp_path / "run")
+    ray, run = stood_in(Finishing, "a shard", tmp_path, monkeypatch)
 
     def kept(index: int, path: Path) -> None:
         ray.events.append(f"kept {index}: {(path / 'marker').read_text()}")
