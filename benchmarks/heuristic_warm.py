@@ -40,11 +40,14 @@ RECORDED = REPO / "tests" / "fixtures" / "h100-map-reruns" / "bf16-s1"
 TARGET_GRID_S = 60.0
 
 
-def mapped(out: Path, extra: list[str], warm: bool) -> dict[str, Any]:
-    """One `cublas-audit map` over the axis cube, timed; its summary (map_speed) and warm record."""
+def mapped(out: Path, extra: list[str], warm: bool, native: bool = True) -> dict[str, Any]:
+    """One `cublas-audit map` over the axis cube, timed; its summary (map_speed) and warm record
+    (`warm`: kernel choices made ahead; `native`: chunks queued by the C thread)."""
     env = dict(os.environ)
     if not warm:
         env["CUBLAS_AUDIT_WARM_THREADS"] = "0"
+    if not native:
+        env["CUBLAS_AUDIT_NATIVE_QUEUE"] = "0"
     shutil.rmtree(out, ignore_errors=True)
     command = [sys.executable, "-m", "cublas_audit", "map", "--m", AXIS, "--n", AXIS, "--k", AXIS]
     command += [*extra, "--modes", "bf16", "--gpu-label", "h100", "--out", str(out)]

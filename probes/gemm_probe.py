@@ -214,12 +214,14 @@ class Runner:
         """The map phase through device.map_engine: pooled operands, many cases queued per
         synchronisation; a case it does not pool runs alone (timed_run). Where the engine's time
         went goes to `spent` at the end, also of an interrupted run."""
+        from cublas_audit.device import native_queue
         from cublas_audit.device.heuristic_warm import thread_count
         from cublas_audit.device.map_engine import MapEngine
 
         engine = MapEngine(
             cases, self.min_reps, self.pooled_launcher, self.failed, self.timed_run,
             untraced=self._cupti_missing(), warm_threads=thread_count(),
+            native=native_queue.wanted(),
         )  # fmt: skip
         try:
             engine.run(cases, started, finished, careful)
@@ -349,8 +351,8 @@ class Runner:
         return {**result, **kernel_times}
 
     def map(self, ops: Operands, launch: Callable[[], None]) -> dict[str, Any]:
-        """A map case the engine does not pool, on its own (device.map_engine.measure_alone)."""
-        from cublas_audit.device.map_engine import measure_alone
+        """A map case the engine does not pool, on its own (device.map_result.measure_alone)."""
+        from cublas_audit.device.map_result import measure_alone
 
         return measure_alone(ops, launch, self.min_reps, self._cupti_missing())
 

@@ -4,7 +4,9 @@ giving each case the kernels, call count and result that the one-case-at-a-time 
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import functools
 import math
 from typing import Any
 
@@ -116,6 +118,7 @@ def test_the_engine_gives_each_case_the_kernels_of_the_one_case_path() -> None:
     assert order[:3] == [c.case_id for c in cases[:3]]  # careful: first, one by one
     assert sorted(order) == sorted(c.case_id for c in cases) and order[-1] == cases[-1].case_id
     assert results[cases[-1].case_id]["status"] == "alone"
+    assert engine.warm["queue"] == "c thread"  # its chunks of classic calls queued from C
     for case in cases[:-1]:
         got = results[case.case_id]
         assert got["status"] == "ok", got
@@ -168,6 +171,46 @@ def test_kernels_chosen_ahead_are_the_kernels_cublas_chooses_itself() -> None:
     cold = MapEngine(cold_cases, 5, prepare, lambda exc: {"status": "error"}, alone)
     cold.run(cold_cases, lambda c: None, lambda c, r: got.update({c.case_id: r}))
     assert cold.warm["reason"].startswith("off") and "warmed" not in cold.warm
+
+
+def test_chunks_queued_from_c_measure_what_chunks_queued_from_python_measure() -> None:
+    # device.native_queue: the C thread makes the Python engine's calls; the same kernels, the
+    # same outputs (so the same check error, to the bit), all 5 calls timed and traced; and a
+    # call cuBLAS refuses (an lda below m: CUBLAS_STATUS_INVALID_VALUE) recorded as an error
+    # while the problems after it are measured.
+    from cublas_audit.device.map_engine import MapEngine
+
+    cases = [
+        Case("cublas", mode, 64 * i, 96 * j, 64 * (i + 2 * j), batch, transb="t")
+        for mode in ("bf16", "fp32")
+        for i in (1, 4, 9)
+        for j in (1, 3)
+        for batch in (1, 3)
+    ]
+    bad = copy.copy(cases[1])  # a plan would refuse this lda: set past the Case's own check
+    object.__setattr__(bad, "lda", bad.m - 1)
+    bad.__dict__.pop("_layouts", None)
+    cases[1] = bad
+    got: dict[bool, dict[str, dict[str, Any]]] = {True: {}, False: {}}
+    for native in (True, False):
+        engine = MapEngine(cases, 5, prepare, lambda exc: {"status": "error", "detail": str(exc)},
+                           alone, native=native)  # fmt: skip
+        engine.run(cases, lambda c: None, functools.partial(record, got[native]))
+        assert engine.warm["queue"] == ("c thread" if native else "off")
+    for case in cases:
+        mine, theirs = got[True][case.case_id], got[False][case.case_id]
+        if case is bad:
+            assert mine["status"] == theirs["status"] == "error", (mine, theirs)
+            assert "CUBLAS_STATUS_INVALID_VALUE" in mine["detail"] == theirs["detail"]
+            continue
+        assert mine["status"] == theirs["status"] == "ok", (mine, theirs)
+        assert mine["traced_kernels"] == theirs["traced_kernels"], case
+        assert mine["max_rel_err"] == theirs["max_rel_err"], case
+        assert mine["kernel_time_n"] == mine["time_n"] == 5
+
+
+def record(into: dict[str, dict[str, Any]], case: Case, result: dict[str, Any]) -> None:
+    into[case.case_id] = result
 
 
 def forget_choices() -> None:

@@ -16,7 +16,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from cublas_audit.device import heuristic_warm
+from cublas_audit.device import heuristic_warm, native
 from cublas_audit.device.launchers import ROUTINES, classic_call
 from cublas_audit.judge.diff import compare
 from cublas_audit.planning.cases import Case, read_plan
@@ -40,7 +40,7 @@ def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def library(cache: Path) -> ctypes.CDLL:
-    return ctypes.CDLL(str(heuristic_warm.compiled(cache)))
+    return ctypes.CDLL(str(native.compiled(cache)))
 
 
 @needs_cc
@@ -54,9 +54,9 @@ def test_the_c_struct_and_the_python_struct_are_the_same_size(library: ctypes.CD
 
 @needs_cc
 def test_the_library_is_compiled_once_per_source_text(library: ctypes.CDLL, cache: Path) -> None:
-    (first,) = cache.rglob("heuristic_warm-*.so")
+    (first,) = cache.rglob("native-*.so")
     stamp = first.stat().st_mtime_ns
-    assert heuristic_warm.compiled(cache) == first and first.stat().st_mtime_ns == stamp
+    assert native.compiled(cache) == first and first.stat().st_mtime_ns == stamp
     assert not list(cache.rglob("*.tmp"))
 
 
@@ -146,10 +146,10 @@ def test_the_loaded_cublas_is_found_in_the_memory_map(tmp_path: Path) -> None:
         "7f04-7f05 rw-p 00000000 00:00 0",
     ]
     maps.write_text("\n".join(lines) + "\n")
-    assert heuristic_warm.loaded_cublas(maps) == "/site/nvidia/cublas/lib/libcublas.so.13"
+    assert native.loaded_cublas(maps) == "/site/nvidia/cublas/lib/libcublas.so.13"
     maps.write_text(lines[2] + "\n")
     with pytest.raises(OSError):
-        heuristic_warm.loaded_cublas(maps)
+        native.loaded_cublas(maps)
 
 
 RECORDED = Path(__file__).resolve().parent / "fixtures" / "h100-map-reruns" / "bf16-s1"
@@ -187,10 +187,10 @@ def test_the_map_with_choices_made_ahead_passes_the_diff_gate_against_the_record
 WORKERS_CHILD = """
 import ctypes, json, sys, time
 from pathlib import Path
-from cublas_audit.device import heuristic_warm
+from cublas_audit.device import heuristic_warm, native
 
 fake = ctypes.CDLL(sys.argv[1], mode=ctypes.RTLD_GLOBAL)  # 'libcuda.so.1' and libcublas
-lib = ctypes.CDLL(str(heuristic_warm.compiled(Path(sys.argv[2]))))
+lib = ctypes.CDLL(str(native.compiled(Path(sys.argv[2]))))
 lib.warm_start.argtypes = [ctypes.c_char_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_int64]
 lib.warm_submit.argtypes = [ctypes.POINTER(heuristic_warm.WarmCall), ctypes.c_int64]
 lib.warm_progress.argtypes = [ctypes.c_int64]

@@ -13,54 +13,12 @@
    The workers never run ahead of the map by more than `window` calls (the cache is an LRU of
    limited size), and a call they have not reached yet is simply chosen by the map as before. */
 
-#define _GNU_SOURCE
-#include <dlfcn.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct {
-    int32_t routine; /* 0 Sgemm, 1 SgemmStridedBatched, 2 GemmEx, 3 GemmStridedBatchedEx, -1 none */
-    int32_t transa, transb, m, n, k, lda, ldb, ldc, batch, data_type, compute_type;
-    int64_t stride_a, stride_b, stride_c;
-    uint64_t a, b, c;
-    float beta;
-    int32_t pad;
-} warm_call;
-
-typedef int (*fn_i_p)(void *);
-typedef int (*fn_i_pi)(void *, int);
-typedef int (*fn_i_pp)(void *, void *);
-typedef int (*fn_i_pu)(void *, unsigned);
-typedef int (*fn_sgemm)(void *, int, int, int, int, int, const float *, const void *, int,
-                        const void *, int, const float *, void *, int);
-typedef int (*fn_sgemm_strided)(void *, int, int, int, int, int, const float *, const void *, int,
-                                long long, const void *, int, long long, const float *, void *,
-                                int, long long, int);
-typedef int (*fn_gemm_ex)(void *, int, int, int, int, int, const void *, const void *, int, int,
-                          const void *, int, int, const void *, void *, int, int, int, int);
-typedef int (*fn_gemm_strided_ex)(void *, int, int, int, int, int, const void *, const void *,
-                                  int, int, long long, const void *, int, int, long long,
-                                  const void *, void *, int, int, long long, int, int, int);
-
-static struct {
-    fn_i_p ctx_set_current;
-    fn_i_pu stream_create;
-    fn_i_pi begin_capture;
-    fn_i_pp end_capture;
-    fn_i_p graph_destroy;
-    fn_i_p stream_destroy;
-    fn_i_p blas_create;
-    fn_i_p blas_destroy;
-    fn_i_pp blas_set_stream;
-    fn_i_pi blas_set_pointer_mode;
-    fn_i_pi blas_set_math_mode;
-    fn_sgemm sgemm;
-    fn_sgemm_strided sgemm_strided;
-    fn_gemm_ex gemm_ex;
-    fn_gemm_strided_ex gemm_strided_ex;
-} api;
+#include "native.h"
 
 /* Everything below is guarded by `lock` but the counters (atomics); a worker with nothing to do
    sleeps on `more` (no polling: four shards of a fleet on one host each have their workers). */
@@ -77,56 +35,6 @@ static int64_t window = 1024;
 static void *context;
 static pthread_t *workers;
 static int worker_count;
-
-static int resolve(const char *cublas_path) {
-    void *cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
-    void *blas = dlopen(cublas_path, RTLD_NOW | RTLD_NOLOAD);
-    if (!cuda || !blas) return 1;
-#define FIND(lib, field, name) \
-    if (!(*(void **)&api.field = dlsym(lib, name))) return 2;
-    FIND(cuda, ctx_set_current, "cuCtxSetCurrent")
-    FIND(cuda, stream_create, "cuStreamCreate")
-    FIND(cuda, begin_capture, "cuStreamBeginCapture_v2")
-    FIND(cuda, end_capture, "cuStreamEndCapture")
-    FIND(cuda, graph_destroy, "cuGraphDestroy")
-    FIND(cuda, stream_destroy, "cuStreamDestroy_v2")
-    FIND(blas, blas_create, "cublasCreate_v2")
-    FIND(blas, blas_destroy, "cublasDestroy_v2")
-    FIND(blas, blas_set_stream, "cublasSetStream_v2")
-    FIND(blas, blas_set_pointer_mode, "cublasSetPointerMode_v2")
-    FIND(blas, blas_set_math_mode, "cublasSetMathMode")
-    FIND(blas, sgemm, "cublasSgemm_v2")
-    FIND(blas, sgemm_strided, "cublasSgemmStridedBatched")
-    FIND(blas, gemm_ex, "cublasGemmEx")
-    FIND(blas, gemm_strided_ex, "cublasGemmStridedBatchedEx")
-#undef FIND
-    return 0;
-}
-
-static int call(void *handle, const warm_call *w) {
-    static const float one = 1.0f;
-    switch (w->routine) {
-    case 0:
-        return api.sgemm(handle, w->transa, w->transb, w->m, w->n, w->k, &one, (void *)w->a,
-                         w->lda, (void *)w->b, w->ldb, &w->beta, (void *)w->c, w->ldc);
-    case 1:
-        return api.sgemm_strided(handle, w->transa, w->transb, w->m, w->n, w->k, &one,
-                                 (void *)w->a, w->lda, w->stride_a, (void *)w->b, w->ldb,
-                                 w->stride_b, &w->beta, (void *)w->c, w->ldc, w->stride_c,
-                                 w->batch);
-    case 2:
-        return api.gemm_ex(handle, w->transa, w->transb, w->m, w->n, w->k, &one, (void *)w->a,
-                           w->data_type, w->lda, (void *)w->b, w->data_type, w->ldb, &w->beta,
-                           (void *)w->c, w->data_type, w->ldc, w->compute_type, -1);
-    case 3:
-        return api.gemm_strided_ex(handle, w->transa, w->transb, w->m, w->n, w->k, &one,
-                                   (void *)w->a, w->data_type, w->lda, w->stride_a, (void *)w->b,
-                                   w->data_type, w->ldb, w->stride_b, &w->beta, (void *)w->c,
-                                   w->data_type, w->ldc, w->stride_c, w->batch, w->compute_type,
-                                   -1);
-    }
-    return 0;
-}
 
 static void *work(void *unused) {
     (void)unused;
@@ -160,7 +68,7 @@ static void *work(void *unused) {
             __atomic_add_fetch(&failed, 1, __ATOMIC_RELAXED);
             continue;
         }
-        int status = call(handle, &w);
+        int status = native_call(handle, &w);
         api.end_capture(stream, &graph);
         if (graph) api.graph_destroy(graph);
         __atomic_add_fetch(status ? &failed : &warmed, 1, __ATOMIC_RELAXED);
@@ -172,7 +80,7 @@ static void *work(void *unused) {
 
 /* Starts `threads` workers on `ctx` (the map's CUcontext), cuBLAS from `cublas_path`. 0: started. */
 int warm_start(const char *cublas_path, void *ctx, int threads, int64_t ahead) {
-    int found = resolve(cublas_path);
+    int found = native_resolve(cublas_path);
     if (found) return found;
     submitted = progress = next_call = 0; /* a fresh start: the last map's calls are done */
     warmed = failed = late = 0;

@@ -9,7 +9,7 @@ cuBLAS's process-wide heuristics cache. The choice is cuBLAS's own either way: t
 with the same arguments; a call the workers have not reached is chosen by the map as before.
 
 The C source ships in the package and is compiled once per version with the system's C compiler
-into the user's cache. Without a compiler, on a system without /proc, or with
+into the user's cache (device.native). Without a compiler, on a system without /proc, or with
 CUBLAS_AUDIT_WARM_THREADS=0, nothing is warmed (`Warmer.reason` says why) and the map is only
 slower.
 """
@@ -17,20 +17,14 @@ slower.
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import os
-import shutil
-import subprocess
-import sysconfig
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
+from cublas_audit.device import native
 from cublas_audit.device.launchers import ClassicCall, classic_call
-from cublas_audit.device.loaded import loaded_libraries
 from cublas_audit.planning.cases import Case
 
-SOURCE = Path(__file__).resolve().parent.parent / "data" / "heuristic_warm.c"
 THREADS_VARIABLE = "CUBLAS_AUDIT_WARM_THREADS"
 MAX_THREADS = 8  # H100 host, fresh shapes: 1 worker 181-203 us a call, 2: 108, 4: 55, 8: 45
 # calls the workers may run ahead of the map: well inside cuBLAS's heuristics cache (an LRU of
@@ -67,37 +61,6 @@ def thread_count(environ: dict[str, str] | None = None) -> int:
     return max(0, min(MAX_THREADS, (cores or 1) - 2))
 
 
-def compiled(cache: Path | None = None) -> Path:
-    """The shared library, compiled from SOURCE into the cache once per source text; OSError
-    where no C compiler is found or it fails."""
-    text = SOURCE.read_bytes()
-    cache = cache or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
-    target = cache / "cublas-audit" / f"heuristic_warm-{hashlib.sha256(text).hexdigest()[:16]}.so"
-    if target.exists():
-        return target
-    compiler = shutil.which(str(sysconfig.get_config_var("CC") or "cc").split()[0])
-    compiler = compiler or shutil.which("cc") or shutil.which("gcc")
-    if compiler is None:
-        raise OSError("no C compiler (cc) found")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    partial = target.with_suffix(f".{os.getpid()}.tmp")
-    flags = ["-O2", "-shared", "-fPIC", "-o", str(partial), str(SOURCE), "-ldl", "-lpthread"]
-    command = [compiler, *flags]
-    done = subprocess.run(command, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        raise OSError(f"{Path(compiler).name} failed: {done.stderr.strip().splitlines()[-1:]}")
-    partial.replace(target)  # atomic: a concurrent shard finds a whole library or none
-    return target
-
-
-def loaded_cublas(maps: Path = Path("/proc/self/maps")) -> str:
-    """The path of the libcublas this process has loaded (CuPy's), read from its memory map."""
-    found = loaded_libraries("libcublas.so", maps)  # (not libcublasLt)
-    if not found:
-        raise OSError("libcublas is not loaded")
-    return found[0]
-
-
 def warm_call(call: ClassicCall | None) -> WarmCall:
     """The C struct of a classic call (SKIP for none)."""
     if call is None:
@@ -125,13 +88,12 @@ class Warmer:
         try:
             import cupy
 
-            cupy.cuda.device.get_cublas_handle()  # CuPy loads its libcublas
-            library = ctypes.CDLL(str(compiled()))
+            library = native.library()
             context = ctypes.c_void_p(cupy.cuda.driver.ctxGetCurrent())
             library.warm_start.argtypes = [
                 ctypes.c_char_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_int64,
             ]  # fmt: skip
-            status = library.warm_start(loaded_cublas().encode(), context, threads, WINDOW)
+            status = library.warm_start(native.loaded_cublas().encode(), context, threads, WINDOW)
         except Exception as exc:  # no compiler, no GPU, no libcublas: the map chooses alone
             self.reason = f"off: {type(exc).__name__}: {exc}".splitlines()[0]
             return
@@ -186,17 +148,27 @@ class Ahead:
         self.position = 0  # the next chunk the engine queues
         self.starts: list[int] = []  # each submitted chunk's first call's place among the calls
 
-    def queuing(self, chunk: Sequence[Case], addresses: dict[str, tuple[int, int, int]]) -> None:
+    def queuing(
+        self,
+        chunk: Sequence[Case],
+        addresses: dict[str, tuple[int, int, int]],
+        tell: bool = True,
+    ) -> int:
+        """The chunks up to `chunks_ahead` after `chunk` handed to the workers; the place among
+        the calls of `chunk`'s first (-1: none), which the workers are told as the map's
+        progress now (`tell`) or by the engine's C thread as it queues the chunk."""
         if not self.warmer.running or self.position >= len(self.chunks):
-            return
+            return -1
         if chunk is not self.chunks[self.position]:
-            return
+            return -1
         last = min(len(self.chunks), self.position + 1 + self.chunks_ahead)
         while len(self.starts) < last and self.chunks[len(self.starts)][0].mode in addresses:
             coming = self.chunks[len(self.starts)]
             a, b, c = addresses[coming[0].mode]
             self.starts.append(self.warmer.submitted)
             self.warmer.submit([warm_call(classic_call(case, a, b, c)) for case in coming])
-        if self.position < len(self.starts):
-            self.warmer.progress(self.starts[self.position])
+        progress = self.starts[self.position] if self.position < len(self.starts) else -1
+        if tell and progress >= 0:
+            self.warmer.progress(progress)
         self.position += 1
+        return progress

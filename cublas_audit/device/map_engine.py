@@ -37,11 +37,13 @@ import collections
 import contextlib
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from cublas_audit.device import clocks, kernel_trace, map_records, operands, quick_check
 from cublas_audit.device.heuristic_warm import Ahead, Warmer
+from cublas_audit.device.map_chunk import Chunk, Queued, made
+from cublas_audit.device.map_result import map_result
+from cublas_audit.device.native_queue import Described, NativeQueue, refusal, rows_of
 from cublas_audit.device.operand_pool import OperandPool
 from cublas_audit.device.operands import Operands
 from cublas_audit.device.timing import Timing
@@ -58,28 +60,6 @@ Finished = Callable[[Case, dict[str, Any]], None]
 Prepare = Callable[[Case, Operands], tuple[Launch, list[Callable[[], None]]]]
 
 
-@dataclass
-class _Queued:
-    case: Case
-    slot: int = -1  # the case's place among the chunk's check sums; -1: not queued
-    events: list[int] = field(default_factory=list)  # reps + 1 CUDA event handles
-    closers: list[Callable[[], None]] = field(default_factory=list)
-    result: dict[str, Any] | None = None  # set at once where the case could not be queued
-
-
-@dataclass
-class _Chunk:
-    sequence: int
-    queued: list[_Queued]
-    events: list[Any]  # the chunk's CUDA events (cupy Events), given back once it is read
-    sums: Any = None
-    indices: Any = None
-    end: Any = None
-    # pinned host copies: a pageable copy would wait for everything queued, the next chunk too
-    host_sums: Any = None
-    host_indices: Any = None
-
-
 class MapEngine:
     """Runs the map's cases in chunks (planning.chunks); `started(case)` as each is queued,
     `finished(case, result)` in that order once it is measured."""
@@ -93,6 +73,7 @@ class MapEngine:
         single: Callable[[Case], dict[str, Any]],
         untraced: str = "",
         warm_threads: int = 0,
+        native: bool = True,
     ) -> None:
         self.reps = reps
         self.prepare = prepare
@@ -102,7 +83,7 @@ class MapEngine:
         self.pool = OperandPool(cases)
         self.scratch = quick_check.Scratch()
         self.records: list[kernel_trace.KernelLaunch] = []  # delivered, not yet read
-        self.pending: collections.deque[_Chunk] = collections.deque()
+        self.pending: collections.deque[Chunk] = collections.deque()
         self.spare_events: list[list[Any]] = []
         self.chunks = 0
         self.tracing = False
@@ -114,6 +95,10 @@ class MapEngine:
         self.warm_threads = warm_threads
         self.ahead: Ahead | None = None
         self.warm: dict[str, Any] = {}
+        # chunks of classic calls queued by a C thread (device.native_queue) where it starts
+        self.use_native = native
+        self.native: NativeQueue | None = None
+        self.queue_reason = "" if native else "off"
 
     def run(
         self,
@@ -126,11 +111,25 @@ class MapEngine:
         warmer = Warmer(self.warm_threads)
         chunks = [group for group, alone in groups if not alone and pooled(group[0])]
         self.ahead = Ahead(warmer, chunks, MAX_PENDING)
+        self._start_native(chunks, warmer.running)
         try:
             self._run(groups, started, finished)
         finally:
+            if self.native is not None:
+                self.native.stop()  # what it was handed is queued, then its thread joined
             self.warm = {"threads": warmer.threads, "reason": warmer.reason, **warmer.counts()}
+            self.warm["queue"] = self.queue_reason or "c thread"
             warmer.stop()  # its threads joined before the map's own handles go
+
+    def _start_native(self, chunks: Sequence[Sequence[Case]], warming: bool) -> None:
+        if not self.use_native or not chunks:
+            return
+        largest = max(case.m for chunk in chunks for case in chunk)
+        try:
+            values = 2 * quick_check.MAX_COLUMNS * largest  # at most 2 checked entries
+            self.native = NativeQueue(self.reps, values, warming)
+        except Exception as exc:  # no compiler, no GPU: every chunk is queued from Python
+            self.queue_reason = f"python: {type(exc).__name__}: {exc}".splitlines()[0]
 
     def _run(
         self,
@@ -159,53 +158,85 @@ class MapEngine:
         self._stop_tracing()
 
     # ----- queueing ------------------------------------------------------------------------
-    def _queue(self, group: Sequence[Case], started: Callable[[Case], None]) -> _Chunk:
-        import cupy
-
-        stream = cupy.cuda.get_current_stream()
-        chunk = _Chunk(self.chunks, [_Queued(case) for case in group], self._events(len(group)))
+    def _queue(self, group: Sequence[Case], started: Callable[[Case], None]) -> Chunk:
+        chunk = made(self.chunks, group, self._events(len(group)), self.reps)
         self.chunks += 1
-        picks = [quick_check.picked(case.batch, case.n) for case in group]
-        offsets: list[int] = []
-        values: list[int] = []
-        for pick in picks:
-            offsets.append(len(values))
-            values.extend(pick.index_values())
-        chunk.host_indices = _pinned(values, "int32")
-        chunk.indices = cupy.empty(len(values), dtype=cupy.int32)
-        chunk.indices.set(chunk.host_indices, stream=stream)
-        chunk.sums = cupy.zeros(4 * len(group), dtype=cupy.float64)
+        if group[0].mode != self.pool.mode:
+            self._native_wait()  # the C thread's chunks use the pool's present operands
         # the pool's filling kernels before the chunk's marker, no case's records (out of
         # memory: each case meets it again and is recorded)
         with contextlib.suppress(Exception):
             self.pool.load(group[0].mode)
+        chunk.native = self._described(chunk)
+        if chunk.native is not None and self.native is not None:
+            for slot, item in enumerate(chunk.queued):
+                started(item.case)
+                item.slot = slot
+            self.native.submit(chunk.native)
+        else:
+            self._queue_python(chunk, started)
+        return chunk
+
+    def _described(self, chunk: Chunk) -> Described | None:
+        """The chunk as the C thread's record; None where Python queues it (no thread, a problem
+        that is no classic call, no operands: out of memory)."""
+        if self.native is None or self.pool.mode != chunk.queued[0].case.mode:
+            return None
+        a, b, c = self.pool.addresses()[self.pool.mode]
+        bias = self.pool.buffers["bias"].data.ptr
+        try:
+            rows = rows_of(chunk.group, chunk.picks, chunk.offsets, (a, b, c, bias),
+                           chunk.indices.data.ptr, chunk.sums.data.ptr)  # fmt: skip
+        except ValueError:
+            return None
+        ahead, addresses = self.ahead, self.pool.addresses()
+        warm = -1 if ahead is None else ahead.queuing(chunk.group, addresses, tell=False)
+        marker = 0 if self.untraced else map_records.marker_threads(chunk.sequence)
+        if marker:
+            self._start_tracing()
+        return self.native.describe(rows, chunk.events, chunk, marker, warm)
+
+    def _queue_python(self, chunk: Chunk, started: Callable[[Case], None]) -> None:
+        import cupy
+
+        self._native_wait()  # the chunks before this one are on the stream first
+        stream = cupy.cuda.get_current_stream()
+        chunk.indices.set(chunk.host_indices, stream=stream)
+        cupy.cuda.runtime.memsetAsync(chunk.sums.data.ptr, 0, chunk.sums.nbytes, stream.ptr)
         if self.ahead is not None:
-            self.ahead.queuing(group, self.pool.addresses())
+            self.ahead.queuing(chunk.group, self.pool.addresses())
         if not self.untraced:
             self._start_tracing()
             map_records.open_chunk(chunk.sequence)
-        per_case = self.reps + 1
-        for slot, (item, pick, offset) in enumerate(zip(chunk.queued, picks, offsets, strict=True)):
+        places = zip(chunk.queued, chunk.picks, chunk.offsets, strict=True)
+        for slot, (item, pick, offset) in enumerate(places):
             started(item.case)
-            item.events = chunk.events[slot * per_case : (slot + 1) * per_case]
             try:
                 self._queue_case(item, slot, pick, chunk, offset, stream.ptr)
             except Exception as exc:  # a case that cannot be made is recorded; the map goes on
                 item.result = self.failed(exc)
                 if not self.untraced:
                     map_records.close_case()  # its records (if any) end here
-        chunk.host_sums = _pinned([0.0] * chunk.sums.size, "float64")
         chunk.sums.get(stream=stream, out=chunk.host_sums, blocking=False)
-        chunk.end = cupy.cuda.Event()
         chunk.end.record(stream)
-        return chunk
+
+    def _native_wait(self) -> None:
+        """Until the C thread has queued every chunk handed to it."""
+        if self.native is not None:
+            self.native.wait()
+
+    def _on_stream(self, chunk: Chunk) -> bool:
+        """Whether the chunk's work is queued (a chunk handed to the C thread may not be yet)."""
+        if chunk.native is None or self.native is None:
+            return True
+        return self.native.finished() > chunk.native.index
 
     def _queue_case(
         self,
-        item: _Queued,
+        item: Queued,
         slot: int,
         pick: quick_check.Picked,
-        chunk: _Chunk,
+        chunk: Chunk,
         offset: int,
         stream: int,
     ) -> None:
@@ -248,6 +279,8 @@ class MapEngine:
         self.seconds["flush"] += time.perf_counter() - began
         while self.pending:
             chunk = self.pending[0]
+            if not self._on_stream(chunk):  # (an event not yet recorded reads as done)
+                break
             split = self._split(chunk, last=False)
             if split is None or not chunk.end.done:
                 break
@@ -262,6 +295,7 @@ class MapEngine:
         if not self.pending:
             return
         began = time.perf_counter()
+        self._native_wait()
         self.pending[-1].end.synchronize()
         waited = time.perf_counter()
         if not self.untraced:
@@ -275,7 +309,7 @@ class MapEngine:
                 split = f"unavailable: CUPTI delivered no record of chunk {chunk.sequence}"
             self._read(chunk, split, finished)
 
-    def _split(self, chunk: _Chunk, last: bool) -> list[list[Any]] | str | None:
+    def _split(self, chunk: Chunk, last: bool) -> list[list[Any]] | str | None:
         """The chunk's records cut into its cases' (taken from self.records), why none can be,
         or None while they have not all arrived."""
         if self.untraced:
@@ -289,13 +323,14 @@ class MapEngine:
             return f"unavailable: CUPTI saw {len(cases)} of {len(chunk.queued)} cases"
         return cases
 
-    def _read(self, chunk: _Chunk, split: list[list[Any]] | str, finished: Finished) -> None:
+    def _read(self, chunk: Chunk, split: list[list[Any]] | str, finished: Finished) -> None:
         """A chunk's results, in queue order (host work: the GPU runs later chunks)."""
         began = time.perf_counter()
         sums = chunk.host_sums.tolist()  # copied before the chunk's end event
         state = clocks.state()  # once a chunk: the clocks move slower than a chunk lasts
         share = round((began - self.last) / len(chunk.queued), 6)
         self.last = began
+        self._refused(chunk)
         for index, item in enumerate(chunk.queued):
             result = item.result
             if result is None:
@@ -307,9 +342,23 @@ class MapEngine:
         self.spare_events.append(chunk.events)
         self.seconds["read"] += time.perf_counter() - began
 
+    def _refused(self, chunk: Chunk) -> None:
+        """The C thread's refusals as the cases' results, as the Python engine records them."""
+        if chunk.native is None:
+            return
+        setup = int(chunk.native.record.setup_status)
+        status = chunk.native.status.tolist()
+        for slot, item in enumerate(chunk.queued):
+            where, code = (2, setup) if setup else (status[2 * slot], status[2 * slot + 1])
+            if where:
+                try:  # raised, so that the probe logs it with its traceback as any other
+                    raise refusal(where, code)
+                except Exception as exc:
+                    item.result = self.failed(exc)
+
     def _measured(
         self,
-        item: _Queued,
+        item: Queued,
         sums: list[float],
         kernels: list[Any] | str,
         state: dict[str, float | int],
@@ -342,56 +391,3 @@ class MapEngine:
             tracer.disable()
             tracer.buffer_bytes = kernel_trace.BUFFER_BYTES
             self.tracing = False
-
-
-def map_result(
-    mode: str,
-    error: float,
-    timing: Timing | None = None,
-    traced: kernel_trace.TracedCalls | str = "",
-    state: dict[str, float | int] | None = None,
-) -> dict[str, Any]:
-    """A map case's record: its quick check, and where the result is right its timed calls and
-    their kernels (`traced`), or why none were traced."""
-    result: dict[str, Any] = {"max_rel_err": error, "check": "quick"}
-    tolerance = operands.tolerance(mode)
-    if not error <= tolerance or timing is None:
-        detail = f"relative error {error:.3g} > {tolerance:g} (quick check)"
-        return {**result, "status": "wrong", "detail": detail}
-    if isinstance(traced, str):
-        result["kernel_time_status"] = traced
-    else:
-        result.update(traced.columns("kernel_time"), **traced.launch_columns())
-        result["kernel_time_status"] = "ok"
-    result.update(status="ok", **timing.summary("time"), **(state or {}))
-    result["time_samples_ms"] = list(timing.samples_ms)
-    return result
-
-
-def measure_alone(ops: Operands, launch: Launch, reps: int, untraced: str) -> dict[str, Any]:
-    """A case on its own (beta != 0, or beyond the pool): the quick check first (also the
-    warm-up: a wrong result is not timed), then `reps` calls timed and traced together, events
-    alone where CUPTI cannot trace (`untraced` says why)."""
-    import cupy
-
-    from cublas_audit.device.timing import one_call_ms
-
-    error = operands.checked(launch, ops, quick=True)
-    if not error <= operands.tolerance(ops.mode):
-        return map_result(ops.mode, error)
-    if untraced:
-        stream = cupy.cuda.get_current_stream()
-        timing = Timing(tuple(one_call_ms(launch, stream) for _ in range(reps)))
-        return map_result(ops.mode, error, timing, f"unavailable: {untraced}", clocks.state())
-    timing, traced = kernel_trace.time_and_trace(launch, reps)
-    return map_result(ops.mode, error, timing, traced, clocks.state())
-
-
-def _pinned(values: Sequence[float], dtype: str) -> Any:
-    """`values` in page-locked host memory (asynchronous copies to and from the GPU)."""
-    import cupyx
-    import numpy
-
-    array = cupyx.empty_pinned((len(values),), dtype=dtype)
-    array[...] = numpy.asarray(values, dtype=dtype)
-    return array

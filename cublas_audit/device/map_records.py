@@ -57,6 +57,14 @@ def open_chunk(sequence: int) -> None:
     _kernel(CHUNK_MARKER)((1,), (marker_threads(sequence),), ())  # type: ignore[operator]
 
 
+def kernel_addresses() -> tuple[int, int]:
+    """The CUfunctions of CASE_END and the chunk marker (data/map_queue.c launches them)."""
+    return (
+        _kernel(CASE_END).kernel.ptr,  # type: ignore[attr-defined]
+        _kernel(CHUNK_MARKER).kernel.ptr,  # type: ignore[attr-defined]
+    )
+
+
 def close_case() -> None:
     """Queues CASE_END: the case's records end here (it could not be queued whole)."""
     _kernel(CASE_END)((1,), (1,), ())  # type: ignore[operator]

@@ -200,6 +200,30 @@ def k_per_block(m: int, k: int, entries: int) -> int:
     return -(-per_block // K_TILE) * K_TILE
 
 
+@dataclass(frozen=True)
+class Geometry:
+    """How one problem's check is launched: its K split, both kernels' grids, and the float64
+    scratch values the partial kernel sums into."""
+
+    per_block: int
+    partial_grid: tuple[int, int, int]
+    final_grid: tuple[int, int, int]
+    scratch_values: int
+
+
+@functools.lru_cache(maxsize=65536)
+def geometry(m: int, k: int, slots: int) -> Geometry:
+    """The check's launch geometry for an m x k problem checking `slots` batch entries (also
+    what data/map_queue.c launches with)."""
+    per_block = k_per_block(m, k, slots)
+    return Geometry(
+        per_block,
+        (-(-m // ROWS), -(-k // per_block), slots),
+        (-(-m // FINAL_THREADS), slots, 1),
+        slots * MAX_COLUMNS * m,
+    )
+
+
 class Scratch:
     """The partial kernel's float64 accumulator, grown as needed and reused by every case on
     the stream (each case zeroes it before use, in stream order)."""
@@ -207,11 +231,18 @@ class Scratch:
     def __init__(self) -> None:
         self.array: Any = None
 
-    def zeroed(self, values: int, stream: Any) -> Any:
+    def reserve(self, values: int) -> Any:
+        """The array, at least `values` long (made anew where it was shorter)."""
         import cupy
 
         if self.array is None or self.array.size < values:
             self.array = cupy.empty(max(values, 1), dtype=cupy.float64)
+        return self.array
+
+    def zeroed(self, values: int, stream: Any) -> Any:
+        import cupy
+
+        self.reserve(values)
         cupy.cuda.runtime.memsetAsync(self.array.data.ptr, 0, values * 8, stream.ptr)
         return self.array
 
@@ -241,11 +272,11 @@ def enqueue_at(
     la, lb = case.operand("a"), case.operand("b")
     slots = len(chosen.entries)
     columns = indices + 4 * slots  # int32 entries first
-    partial = scratch.zeroed(slots * MAX_COLUMNS * case.m, cupy.cuda.get_current_stream())
-    per_block = k_per_block(case.m, case.k, slots)
-    grid = (-(-case.m // ROWS), -(-case.k // per_block), slots)
+    shape = geometry(case.m, case.k, slots)
+    partial = scratch.zeroed(shape.scratch_values, cupy.cuda.get_current_stream())
+    per_block = shape.per_block
     partial_kernel(
-        grid, (ROWS, 1, 1), stream,
+        shape.partial_grid, (ROWS, 1, 1), stream,
         (ops.a.data.ptr, ops.b.data.ptr, storage, case.m, case.k, int(case.transa == "t"),
          int(case.transb == "t"), la.ld, lb.ld, la.stride, lb.stride, indices, columns,
          chosen.n_columns, per_block, partial.data.ptr),
@@ -253,7 +284,7 @@ def enqueue_at(
     c0 = ops.c0.data.ptr if ops.c0 is not None else 0
     bias = ops.bias.data.ptr if ops.bias is not None else 0
     final_kernel(
-        (-(-case.m // FINAL_THREADS), slots, 1), (FINAL_THREADS, 1, 1), stream,
+        shape.final_grid, (FINAL_THREADS, 1, 1), stream,
         (out.data.ptr, c0, bias, storage, float(case.beta), case.m, case.n, indices, columns,
          chosen.n_columns, partial.data.ptr, sums),
     )  # fmt: skip

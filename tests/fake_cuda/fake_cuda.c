@@ -1,7 +1,9 @@
-/* A stand-in for libcuda and libcublas, for testing data/heuristic_warm.c's workers without a
-   GPU: the entry points it looks up, each recording what it was called with. Built with the
-   soname libcuda.so.1, so that the workers' dlopen("libcuda.so.1", RTLD_NOLOAD) finds it. */
+/* A stand-in for libcuda and libcublas, for testing the map's C parts (data/heuristic_warm.c's
+   workers, data/map_queue.c's thread) without a GPU: the entry points they look up, each
+   recording what it was called with. Built with the soname libcuda.so.1, so that their
+   dlopen("libcuda.so.1", RTLD_NOLOAD) finds it. */
 #include <pthread.h>
+#include <stddef.h>
 #include <stdint.h>
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
@@ -26,7 +28,56 @@ int cublasSetStream_v2(void *handle, void *stream) { (void)handle; (void)stream;
 int cublasSetPointerMode_v2(void *handle, int mode) { (void)handle; return mode; }
 int cublasSetMathMode(void *handle, int mode) { (void)handle; return mode; }
 
+/* Every stream operation in order: what, then four of its arguments. */
+enum { MEMSET = 1, EVENT = 2, GEMM = 3, LAUNCH = 4, COPY_UP = 5, COPY_DOWN = 6 };
+static int64_t ops[8192][5];
+static int64_t op_count;
+static void op(int64_t what, int64_t a, int64_t b, int64_t c, int64_t d) {
+    pthread_mutex_lock(&lock);
+    if (op_count < 8192) {
+        ops[op_count][0] = what; ops[op_count][1] = a; ops[op_count][2] = b;
+        ops[op_count][3] = c; ops[op_count][4] = d;
+    }
+    op_count++;
+    pthread_mutex_unlock(&lock);
+}
+int cuEventRecord(void *event, void *stream) { (void)stream; op(EVENT, (int64_t)event, 0, 0, 0); return 0; }
+int cuMemsetD8Async(uint64_t dst, unsigned char value, size_t bytes, void *stream) {
+    (void)stream; op(MEMSET, (int64_t)dst, value, (int64_t)bytes, 0); return 0;
+}
+int cuMemcpyHtoDAsync_v2(uint64_t dst, const void *src, size_t bytes, void *stream) {
+    (void)src; (void)stream; op(COPY_UP, (int64_t)dst, (int64_t)bytes, 0, 0); return 0;
+}
+int cuMemcpyDtoHAsync_v2(void *dst, uint64_t src, size_t bytes, void *stream) {
+    (void)dst; (void)stream; op(COPY_DOWN, (int64_t)src, (int64_t)bytes, 0, 0); return 0;
+}
+/* Functions 0x100 and 0x200 stand for the check's partial and final kernels: the arguments a
+   misordered parameter list would move are recorded (partial: m, k, per_block; final: m, n,
+   and its sums address); any other: its grid and block size. */
+int cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                   unsigned bz, unsigned shared, void *stream, void **params, void **extra) {
+    (void)by; (void)bz; (void)shared; (void)stream; (void)extra;
+    int64_t function = (int64_t)f;
+    if (function == 0x100)
+        op(LAUNCH, function, *(int *)params[3], *(int *)params[4], *(int *)params[14]);
+    else if (function == 0x200)
+        op(LAUNCH, function, *(int *)params[5], *(int *)params[6], (int64_t)*(void **)params[11]);
+    else
+        op(LAUNCH, function, gx * 1000000 + gy * 1000 + gz, bx, 0);
+    return 0;
+}
+
+int64_t fake_ops(int64_t *out, int64_t most) {
+    pthread_mutex_lock(&lock);
+    for (int64_t i = 0; i < op_count && i < most; i++)
+        for (int j = 0; j < 5; j++) out[5 * i + j] = ops[i][j];
+    int64_t done = op_count;
+    pthread_mutex_unlock(&lock);
+    return done;
+}
+
 static int record(int routine, int m, const float *beta) {
+    op(GEMM, routine, m, 0, 0);
     pthread_mutex_lock(&lock);
     if (count < 4096) {
         seen[count][0] = routine; seen[count][1] = m; seen[count][2] = capturing;

@@ -1,0 +1,233 @@
+/* The map's chunks of problems queued on the GPU from a C thread (device.native_queue).
+
+   Queued from Python, a problem of the BF16 grid cost the map's one host thread ~295 us (the
+   five cuBLAS calls through their bindings, the quick check's two launches, C's poison, six
+   events and the Python around them) while the GPU needed ~150 us for it; reading results back
+   took that thread another ~130 us. Here a thread of its own makes exactly the same driver and
+   cuBLAS calls, in the same order on the same stream, with the arguments Python prepared, while
+   Python reads earlier chunks back. A chunk: its check indices copied up and its sums zeroed,
+   the chunk's marker kernel (device.map_records), then for each problem C poisoned (every byte
+   0xFF, a NaN in each storage), the classic call `reps` times between `reps` + 1 events, the
+   check's scratch zeroed and its two kernels (device.quick_check) adding the problem's sums
+   into its slots; last the sums copied down and the chunk's end event recorded.
+
+   A problem whose call or launch fails gets the case-end marker kernel instead of its check (its
+   records end there, as map_records.close_case does from Python), and its status says which
+   library refused what: the map records it and goes on. The thread tells the heuristic warmer
+   (data/heuristic_warm.c) how far the map has queued, as the Python engine did. */
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "native.h"
+
+typedef struct {
+    /* the classic call (device.launchers.ClassicCall), every field 64 bits wide */
+    int64_t routine, transa, transb, m, n, k, lda, ldb, ldc, batch, data_type, compute_type;
+    int64_t stride_a, stride_b, stride_c, a, b, c;
+    double beta;
+    /* C's bytes, poisoned first */
+    int64_t c_bytes;
+    /* the quick check (device.quick_check.enqueue_at's arguments and grids) */
+    int64_t storage, bias, slots, n_columns, indices, sums, per_block, scratch_bytes;
+    int64_t partial_blocks_x, partial_blocks_y, final_blocks_x;
+} queued_case;
+
+enum { OK = 0, REFUSED_BY_CUBLAS = 1, REFUSED_BY_CUDA = 2 };
+enum { CHECK_ROWS = 128, FINAL_THREADS = 256 }; /* device.quick_check's ROWS and FINAL_THREADS */
+
+static warm_call call_of(const queued_case *q) {
+    warm_call w = {(int32_t)q->routine, (int32_t)q->transa, (int32_t)q->transb, (int32_t)q->m,
+                   (int32_t)q->n, (int32_t)q->k, (int32_t)q->lda, (int32_t)q->ldb,
+                   (int32_t)q->ldc, (int32_t)q->batch, (int32_t)q->data_type,
+                   (int32_t)q->compute_type, q->stride_a, q->stride_b, q->stride_c,
+                   (uint64_t)q->a, (uint64_t)q->b, (uint64_t)q->c, (float)q->beta, 0};
+    return w;
+}
+
+/* The two check kernels of one problem, after zeroing the scratch they sum into. */
+static int check(const queued_case *q, void *stream, uint64_t scratch, void *const *kernels) {
+    int status = api.memset_d8(scratch, 0, (size_t)q->scratch_bytes, stream);
+    if (status) return status;
+    void *a = (void *)q->a, *b = (void *)q->b, *c = (void *)q->c, *c0 = 0;
+    void *bias = (void *)q->bias, *partial = (void *)scratch, *sums = (void *)q->sums;
+    void *entries = (void *)q->indices, *columns = (void *)(q->indices + 4 * q->slots);
+    int storage = (int)q->storage, m = (int)q->m, n = (int)q->n, k = (int)q->k;
+    int transa = (int)q->transa, transb = (int)q->transb, n_columns = (int)q->n_columns;
+    int per_block = (int)q->per_block;
+    long long lda = q->lda, ldb = q->ldb, stride_a = q->stride_a, stride_b = q->stride_b;
+    double beta = q->beta;
+    void *partial_args[] = {&a, &b, &storage, &m, &k, &transa, &transb, &lda, &ldb, &stride_a,
+                            &stride_b, &entries, &columns, &n_columns, &per_block, &partial};
+    status = api.launch_kernel(kernels[0], (unsigned)q->partial_blocks_x,
+                               (unsigned)q->partial_blocks_y, (unsigned)q->slots, CHECK_ROWS, 1, 1,
+                               0, stream, partial_args, 0);
+    if (status) return status;
+    void *final_args[] = {&c, &c0, &bias, &storage, &beta, &m, &n, &entries, &columns,
+                          &n_columns, &partial, &sums};
+    return api.launch_kernel(kernels[1], (unsigned)q->final_blocks_x, (unsigned)q->slots, 1,
+                             FINAL_THREADS, 1, 1, 0, stream, final_args, 0);
+}
+
+/* One problem: poison, the timed calls between events, the check. 0, or the refusal (*where). */
+static int queue_one(const queued_case *q, void *handle, void *stream, int64_t reps,
+                     void *const *events, uint64_t scratch, void *const *kernels, int *where) {
+    warm_call w = call_of(q);
+    *where = REFUSED_BY_CUDA;
+    int status = api.memset_d8((uint64_t)q->c, 0xFF, (size_t)q->c_bytes, stream);
+    if (!status) status = api.event_record(events[0], stream);
+    for (int64_t rep = 0; rep < reps && !status; rep++) {
+        status = native_call(handle, &w);
+        if (status) {
+            *where = REFUSED_BY_CUBLAS;
+            break;
+        }
+        status = api.event_record(events[rep + 1], stream);
+    }
+    if (!status) status = check(q, stream, scratch, kernels);
+    return status;
+}
+
+typedef struct {
+    const queued_case *cases;
+    int64_t count;
+    void *const *events; /* count * (reps + 1) */
+    int32_t *status;     /* 2 * count: where each problem was refused (0 nowhere) and why */
+    uint64_t indices;    /* the check's entries and columns: device copy, pinned host values */
+    const void *host_indices;
+    int64_t indices_bytes;
+    uint64_t sums; /* the check's sums: zeroed here, copied into pinned host memory at the end */
+    void *host_sums;
+    int64_t sums_bytes;
+    int64_t marker_threads; /* the chunk marker's block size; 0: no marker (nothing traced) */
+    void *end;              /* recorded after the chunk */
+    int64_t warm_progress;  /* the heuristic warmer's index of the chunk's first call; -1 none */
+    int64_t setup_status;   /* written by the thread: the driver's status of the chunk's own work */
+} queued_chunk;
+
+void warm_progress(int64_t queued); /* data/heuristic_warm.c */
+
+enum { RING = 256 };
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t changed = PTHREAD_COND_INITIALIZER;
+static queued_chunk *ring[RING];
+static int64_t submitted, finished; /* chunks handed over, and queued on the GPU */
+static int stopping, warming;
+static pthread_t thread;
+static void *context, *blas, *stream, *kernels[4]; /* partial, final, case end, chunk marker */
+static uint64_t scratch;
+static int64_t reps;
+
+static void queue_cases(const queued_chunk *chunk) {
+    for (int64_t i = 0; i < chunk->count; i++) {
+        int where = OK;
+        int refused = queue_one(&chunk->cases[i], blas, stream, reps,
+                                chunk->events + i * (reps + 1), scratch, kernels, &where);
+        chunk->status[2 * i] = refused ? where : OK;
+        chunk->status[2 * i + 1] = refused;
+        if (refused) /* its records end here */
+            api.launch_kernel(kernels[2], 1, 1, 1, 1, 1, 1, 0, stream, 0, 0);
+    }
+}
+
+/* A chunk's own work around its problems; 0, or the first status that refused it. */
+static int queue_chunk(queued_chunk *chunk) {
+    int status = api.blas_set_stream(blas, stream);
+    if (!status) status = api.blas_set_pointer_mode(blas, 0 /* host */);
+    if (!status) status = api.blas_set_math_mode(blas, 0 /* default */);
+    if (!status) status = api.copy_up(chunk->indices, chunk->host_indices,
+                                  (size_t)chunk->indices_bytes, stream);
+    if (!status) status = api.memset_d8(chunk->sums, 0, (size_t)chunk->sums_bytes, stream);
+    if (!status && chunk->marker_threads > 0)
+        status = api.launch_kernel(kernels[3], 1, 1, 1, (unsigned)chunk->marker_threads, 1, 1, 0,
+                                   stream, 0, 0);
+    if (status) return status;
+    if (warming && chunk->warm_progress >= 0) warm_progress(chunk->warm_progress);
+    queue_cases(chunk);
+    status = api.copy_down(chunk->host_sums, chunk->sums, (size_t)chunk->sums_bytes, stream);
+    if (!status) status = api.event_record(chunk->end, stream);
+    return status;
+}
+
+static void *serve(void *unused) {
+    (void)unused;
+    int status = api.ctx_set_current(context);
+    for (;;) {
+        pthread_mutex_lock(&lock);
+        while (!stopping && finished >= submitted) pthread_cond_wait(&changed, &lock);
+        if (finished >= submitted) { /* stopping, and nothing left */
+            pthread_mutex_unlock(&lock);
+            break;
+        }
+        queued_chunk *chunk = ring[finished % RING];
+        pthread_mutex_unlock(&lock);
+        chunk->setup_status = status ? status : queue_chunk(chunk);
+        pthread_mutex_lock(&lock);
+        finished++;
+        pthread_cond_broadcast(&changed);
+        pthread_mutex_unlock(&lock);
+    }
+    return NULL;
+}
+
+/* Starts the thread on `ctx` with cuBLAS's `handle` (the map's: set here to `stream`, host
+   pointer mode and default math, as the launchers set it), `calls` calls a problem, the check's
+   `scratch` (large enough for any problem's), and `functions`: the check's partial and final
+   kernels, the case-end and the chunk markers. `warm`: tell the heuristic warmer the progress.
+   0: started (native_resolve must have found the entry points). */
+int map_queue_start(void *ctx, void *handle, void *on_stream, int64_t calls,
+                    uint64_t check_scratch, void *const *functions, int warm) {
+    if (!api.launch_kernel) return 1; /* native_resolve first */
+    context = ctx;
+    blas = handle;
+    stream = on_stream;
+    reps = calls;
+    scratch = check_scratch;
+    for (int i = 0; i < 4; i++) kernels[i] = functions[i];
+    warming = warm;
+    submitted = finished = 0;
+    stopping = 0;
+    return pthread_create(&thread, NULL, serve, NULL) ? 4 : 0;
+}
+
+/* Hands a chunk over (kept alive by the caller until map_queue_finished passes it). 0: taken;
+   1: RING chunks are already waiting. */
+int map_queue_submit(queued_chunk *chunk) {
+    pthread_mutex_lock(&lock);
+    int full = submitted - finished >= RING;
+    if (!full) {
+        ring[submitted % RING] = chunk;
+        submitted++;
+        pthread_cond_broadcast(&changed);
+    }
+    pthread_mutex_unlock(&lock);
+    return full;
+}
+
+/* Chunks queued on the GPU so far (in the order handed over). */
+int64_t map_queue_finished(void) {
+    pthread_mutex_lock(&lock);
+    int64_t done = finished;
+    pthread_mutex_unlock(&lock);
+    return done;
+}
+
+/* Waits until every chunk handed over is queued on the GPU. */
+void map_queue_wait(void) {
+    pthread_mutex_lock(&lock);
+    while (finished < submitted) pthread_cond_wait(&changed, &lock);
+    pthread_mutex_unlock(&lock);
+}
+
+/* Queues what was handed over, then stops and joins the thread. */
+void map_queue_stop(void) {
+    pthread_mutex_lock(&lock);
+    stopping = 1;
+    pthread_cond_broadcast(&changed);
+    pthread_mutex_unlock(&lock);
+    pthread_join(thread, NULL);
+}
+
+/* The sizes of a problem's and a chunk's records as compiled here (Python's must match). */
+int64_t map_queued_case_size(void) { return (int64_t)sizeof(queued_case); }
+int64_t map_queued_chunk_size(void) { return (int64_t)sizeof(queued_chunk); }

@@ -1,0 +1,208 @@
+"""The map's chunks queued on the GPU by a C thread (data/map_queue.c), beside Python's reading.
+
+Queued from Python, a BF16 grid problem cost the map's one host thread ~295 us, more than the
+GPU needed for it, and reading results back took the same thread another ~130 us: the map was
+host-bound at ~425 us a problem. Here Python only describes a chunk (each problem's classic
+cuBLAS call as the launcher makes it, C's bytes to poison, its check's arguments and grids) in
+one record, and a C thread makes exactly the driver and cuBLAS calls the Python engine made, in
+the same order on the same stream, with the map's own cuBLAS handle, while Python reads earlier
+chunks back. The kernels cuBLAS chooses are its own either way (the same calls and arguments).
+
+Only chunks of classic calls go this way (not cuBLASLt, not a batch looped as separate calls);
+`NativeQueue` raises OSError where the C part cannot be had (no compiler: device.native), and
+the engine then queues every chunk from Python as before, as it does with
+CUBLAS_AUDIT_NATIVE_QUEUE=0.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from cublas_audit.device import map_records, native, quick_check
+from cublas_audit.device.launchers import classic_call
+from cublas_audit.planning.cases import Case
+from cublas_audit.planning.modes import mode as mode_of
+
+_CALL = (
+    "routine", "transa", "transb", "m", "n", "k", "lda", "ldb", "ldc", "batch", "data_type",
+    "compute_type", "stride_a", "stride_b", "stride_c", "a", "b", "c",
+)  # fmt: skip
+_CHECK = (
+    "c_bytes", "storage", "bias", "slots", "n_columns", "indices", "sums", "per_block",
+    "scratch_bytes", "partial_blocks_x", "partial_blocks_y", "final_blocks_x",
+)  # fmt: skip
+# map_queue.c's queued_case: every field 64 bits wide (no padding to get wrong)
+CASE_FIELDS = (*_CALL, "beta", *_CHECK)
+
+
+def case_dtype() -> Any:
+    import numpy
+
+    return numpy.dtype([(name, "<f8" if name == "beta" else "<i8") for name in CASE_FIELDS])
+
+
+class QueuedChunk(ctypes.Structure):
+    """map_queue.c's queued_chunk."""
+
+    _fields_ = [
+        ("cases", ctypes.c_void_p),
+        ("count", ctypes.c_int64),
+        ("events", ctypes.c_void_p),
+        ("status", ctypes.c_void_p),
+        ("indices", ctypes.c_uint64),
+        ("host_indices", ctypes.c_void_p),
+        ("indices_bytes", ctypes.c_int64),
+        ("sums", ctypes.c_uint64),
+        ("host_sums", ctypes.c_void_p),
+        ("sums_bytes", ctypes.c_int64),
+        ("marker_threads", ctypes.c_int64),
+        ("end", ctypes.c_void_p),
+        ("warm_progress", ctypes.c_int64),
+        ("setup_status", ctypes.c_int64),
+    ]
+
+
+REFUSED_BY_CUBLAS, REFUSED_BY_CUDA = 1, 2  # map_queue.c's status[2i]
+QUEUE_VARIABLE = "CUBLAS_AUDIT_NATIVE_QUEUE"  # 0: every chunk queued from Python
+
+
+def wanted(environ: dict[str, str] | None = None) -> bool:
+    """Whether the map queues its chunks from C (unless CUBLAS_AUDIT_NATIVE_QUEUE=0)."""
+    environ = dict(os.environ) if environ is None else environ
+    return environ.get(QUEUE_VARIABLE, "").strip() != "0"
+
+
+def refusal(where: int, status: int) -> Exception:
+    """The exception the Python engine would have met where map_queue.c reports a refusal."""
+    import cupy
+    from cupy_backends.cuda.libs import cublas
+
+    error: Exception
+    if where == REFUSED_BY_CUBLAS:
+        error = cublas.CUBLASError(status)
+    else:
+        error = cupy.cuda.driver.CUDADriverError(status)
+    return error
+
+
+@dataclass
+class Described:
+    """A chunk as handed to the C thread: its record and everything the record points into (kept
+    alive until the chunk is read)."""
+
+    record: QueuedChunk
+    rows: Any  # numpy array of case_dtype()
+    events: Any  # ctypes array of the problems' event handles
+    status: Any  # numpy int32, 2 a problem
+    index: int = -1  # its place among the chunks handed over
+
+
+def rows_of(
+    cases: Sequence[Case],
+    picks: Sequence[quick_check.Picked],
+    offsets: Sequence[int],
+    addresses: tuple[int, int, int, int],
+    indices: int,
+    sums: int,
+) -> Any:
+    """Each problem's record: its classic call on the pooled operands (addresses: A, B, C and
+    the bias), C's bytes, its check's arguments (the chunk's `indices` and `sums` arrays at the
+    problem's offset and slot, as the Python engine passes them)."""
+    import numpy
+
+    a, b, c, bias = addresses
+    values = []
+    for slot, (case, pick, offset) in enumerate(zip(cases, picks, offsets, strict=True)):
+        call = classic_call(case, a, b, c)
+        if call is None:
+            raise ValueError(f"{case.case_id} is not a classic cuBLAS call")
+        storage = mode_of(case.mode).storage
+        slots = len(pick.entries)
+        shape = quick_check.geometry(case.m, case.k, slots)
+        item = numpy.dtype(storage).itemsize
+        values.append((
+            call.routine, call.transa, call.transb, call.m, call.n, call.k, call.lda, call.ldb,
+            call.ldc, call.batch, call.data_type, call.compute_type, call.stride_a,
+            call.stride_b, call.stride_c, call.a, call.b, call.c, call.beta,
+            case.operand("c").elements * item, quick_check.STORAGE_CODES[storage],
+            bias if case.bias else 0, slots, pick.n_columns, indices + 4 * offset,
+            sums + 8 * 4 * slot, shape.per_block, 8 * shape.scratch_values,
+            shape.partial_grid[0], shape.partial_grid[1], shape.final_grid[0],
+        ))  # fmt: skip
+    return numpy.array(values, dtype=case_dtype())
+
+
+class NativeQueue:
+    """The C thread of one map (at most one runs in a process): `submit` chunks in queue order,
+    `finished` counts those on the GPU, `wait` for all, `stop` at the end."""
+
+    def __init__(self, reps: int, scratch_values: int, warm: bool) -> None:
+        self.library = native.library()  # (OSError first where there is no compiler)
+        import cupy
+
+        lib = self.library
+        if lib.map_queued_case_size() != case_dtype().itemsize:
+            raise OSError("map_queue.c's queued_case does not match the Python record")
+        if lib.map_queued_chunk_size() != ctypes.sizeof(QueuedChunk):
+            raise OSError("map_queue.c's queued_chunk does not match the Python record")
+        lib.map_queue_start.argtypes = [
+            ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_uint64,
+            ctypes.c_void_p, ctypes.c_int,
+        ]  # fmt: skip
+        lib.map_queue_submit.argtypes = [ctypes.POINTER(QueuedChunk)]
+        lib.map_queue_finished.restype = ctypes.c_int64
+        self.reps = reps
+        self.stream = cupy.cuda.get_current_stream().ptr
+        # the check's scratch, made once for the largest problem (the C thread reuses it)
+        self.scratch = cupy.empty(max(scratch_values, 1), dtype=cupy.float64)
+        partial, final = quick_check._kernels()
+        functions = [partial.kernel.ptr, final.kernel.ptr, *map_records.kernel_addresses()]
+        self.functions = (ctypes.c_void_p * 4)(*functions)
+        status = lib.map_queue_start(
+            cupy.cuda.driver.ctxGetCurrent(), cupy.cuda.device.get_cublas_handle(), self.stream,
+            reps, self.scratch.data.ptr, self.functions, int(warm),
+        )  # fmt: skip
+        if status != 0:
+            raise OSError(f"the map's queue thread did not start ({status})")
+        self.submitted = 0
+        self.running = True
+
+    def describe(
+        self, rows: Any, events: Sequence[int], chunk: Any, marker: int, warm_progress: int
+    ) -> Described:
+        """The record of a chunk: `rows` (rows_of), its problems' events in order, the chunk's
+        check arrays (`chunk`: indices, sums and their pinned host copies, its end event)."""
+        import numpy
+
+        handles = (ctypes.c_void_p * len(events))(*events)
+        status = numpy.zeros(2 * len(rows), dtype=numpy.int32)
+        record = QueuedChunk(
+            rows.ctypes.data, len(rows), ctypes.addressof(handles), status.ctypes.data,
+            chunk.indices.data.ptr, chunk.host_indices.ctypes.data, chunk.host_indices.nbytes,
+            chunk.sums.data.ptr, chunk.host_sums.ctypes.data, chunk.host_sums.nbytes, marker,
+            chunk.end.ptr, warm_progress, 0,
+        )  # fmt: skip
+        return Described(record, rows, handles, status)
+
+    def submit(self, described: Described) -> None:
+        while self.library.map_queue_submit(ctypes.byref(described.record)) != 0:
+            self.wait()  # its ring is full: hundreds of chunks ahead of the GPU
+        described.index = self.submitted
+        self.submitted += 1
+
+    def finished(self) -> int:
+        """Chunks queued on the GPU so far."""
+        return int(self.library.map_queue_finished())
+
+    def wait(self) -> None:
+        """Until every chunk handed over is queued on the GPU (the interpreter lock released)."""
+        self.library.map_queue_wait()
+
+    def stop(self) -> None:
+        if self.running:
+            self.library.map_queue_stop()
+            self.running = False

@@ -1,0 +1,168 @@
+"""device.native_queue without a GPU: the C thread (data/map_queue.c) against a stand-in for
+libcuda and libcublas (tests/fake_cuda) makes, for a chunk of recorded BF16 problems, the very
+stream operations the Python engine made, in its order: the chunk's indices up, its sums zeroed,
+its marker; per problem C poisoned, the calls between events, the check's scratch zeroed and
+its two kernels with the problem's own arguments; a problem cuBLAS refuses closed by the case-end
+marker and reported; the sums down and the end event last. The records Python hands over match
+the C structs byte for byte. The GPU half (the same kernels and results as the Python engine) is
+tests/test_gpu_map_engine.py's."""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from cublas_audit.device import native, native_queue, quick_check
+from cublas_audit.device.map_engine import MapEngine
+from cublas_audit.planning.cases import Case, read_plan
+
+PLAN = Path(__file__).resolve().parent.parent / "reports/h100/maps/20261125-092546-bf16-random"
+needs_cc = pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler (cc) here")
+MEMSET, EVENT, GEMM, LAUNCH, COPY_UP, COPY_DOWN = 1, 2, 3, 4, 5, 6  # fake_cuda.c's operations
+PARTIAL, FINAL, CASE_END, MARKER = 0x100, 0x200, 0x300, 0x400  # the kernels' stand-in handles
+A, B, C, BIAS = 0x10000, 0x20000, 0x30000, 0x40000  # the pooled operands' stand-in addresses
+INDICES, SUMS, SCRATCH = 0x50000, 0x60000, 0x70000
+
+
+def recorded_cases() -> list[Case]:
+    cases = read_plan(PLAN / "plan.json")[:3]
+    # the fake cuBLAS refuses m = 13: the middle problem, as a recorded one resized
+    cases[1] = Case(cases[1].api, cases[1].mode, 13, cases[1].n, cases[1].k, cases[1].batch)
+    return cases
+
+
+def test_a_recorded_problem_is_described_with_its_call_and_its_check() -> None:
+    cases = recorded_cases()
+    picks = [quick_check.picked(case.batch, case.n) for case in cases]
+    rows = native_queue.rows_of(cases, picks, [0, 17, 34], (A, B, C, BIAS), INDICES, SUMS)
+    first = rows[0]  # cublasGemmEx, bf16, 64 x 1280 x 2816, nn (the launcher's call)
+    assert (first["routine"], first["m"], first["n"], first["k"]) == (2, 64, 1280, 2816)
+    assert (first["a"], first["b"], first["c"], first["beta"]) == (A, B, C, 0.0)
+    assert first["c_bytes"] == 64 * 1280 * 2  # C's bf16 values, poisoned before the calls
+    assert first["storage"] == quick_check.STORAGE_CODES["uint16"]
+    # its check's slots: the second problem's indices after the first's 17, sums 4 float64 on
+    assert rows[1]["indices"] == INDICES + 4 * 17 and rows[1]["sums"] == SUMS + 32
+    shape = quick_check.geometry(64, 2816, 1)
+    assert first["per_block"] == shape.per_block and first["scratch_bytes"] == 8 * 16 * 64
+    assert (first["partial_blocks_x"], first["partial_blocks_y"]) == shape.partial_grid[:2]
+    assert first["bias"] == 0  # no bias asked: the check adds none
+    lt = Case("cublasLt", "bf16", 64, 64, 64, 1)
+    with pytest.raises(ValueError, match="not a classic"):
+        native_queue.rows_of([lt], picks[:1], [0], (A, B, C, BIAS), INDICES, SUMS)
+
+
+CHILD = r"""
+import ctypes, json, sys
+from pathlib import Path
+import numpy
+from cublas_audit.device import native, native_queue, quick_check
+from cublas_audit.device.map_engine import MapEngine
+sys.path.insert(0, sys.argv[3])
+from test_native_queue import *
+
+fake = ctypes.CDLL(sys.argv[1], mode=ctypes.RTLD_GLOBAL)  # 'libcuda.so.1' and libcublas
+lib = ctypes.CDLL(str(native.compiled(Path(sys.argv[2]))))
+lib.native_resolve.argtypes = [ctypes.c_char_p]
+assert lib.native_resolve(sys.argv[1].encode()) == 0
+lib.map_queued_case_size.restype = lib.map_queued_chunk_size.restype = ctypes.c_int64
+sizes = [lib.map_queued_case_size(), lib.map_queued_chunk_size()]
+lib.map_queue_start.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int64, ctypes.c_uint64,
+                                                        ctypes.c_void_p, ctypes.c_int]
+lib.map_queue_submit.argtypes = [ctypes.POINTER(native_queue.QueuedChunk)]
+lib.map_queue_finished.restype = ctypes.c_int64
+functions = (ctypes.c_void_p * 4)(PARTIAL, FINAL, CASE_END, MARKER)
+assert lib.map_queue_start(None, 3, 1, 2, SCRATCH, functions, 0) == 0
+cases = recorded_cases()
+picks = [quick_check.picked(case.batch, case.n) for case in cases]
+rows = native_queue.rows_of(cases, picks, [0, 17, 34], (A, B, C, BIAS), INDICES, SUMS)
+events = (ctypes.c_void_p * 9)(*range(0xE0, 0xE9))  # reps + 1 = 3 a problem
+status = numpy.zeros(6, dtype=numpy.int32)
+host = numpy.zeros(12, dtype=numpy.float64)
+chunk = native_queue.QueuedChunk(rows.ctypes.data, 3, ctypes.addressof(events),
+                                 status.ctypes.data, INDICES, host.ctypes.data, 204, SUMS,
+                                 host.ctypes.data, 96, 7, 0xEE, -1, 0)
+assert lib.map_queue_submit(ctypes.byref(chunk)) == 0
+lib.map_queue_wait()
+finished = lib.map_queue_finished()
+lib.map_queue_stop()
+out = (ctypes.c_int64 * (5 * 200))()
+count = fake.fake_ops(out, 200)
+print(json.dumps({"sizes": sizes, "finished": finished, "status": status.tolist(),
+                  "setup": chunk.setup_status,
+                  "ops": [list(out[5 * i: 5 * i + 5]) for i in range(count)]}))
+"""
+
+
+@needs_cc
+def test_the_c_thread_queues_what_the_python_engine_queued(tmp_path: Path) -> None:
+    fake = tmp_path / "libcuda.so.1"
+    source = Path(__file__).resolve().parent / "fake_cuda" / "fake_cuda.c"
+    flags = ["-O1", "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o", str(fake), str(source)]
+    subprocess.run(["cc", *flags, "-lpthread"], check=True)
+    tests = str(Path(__file__).resolve().parent)
+    done = subprocess.run(
+        [sys.executable, "-c", CHILD, str(fake), str(tmp_path / "cache"), tests],
+        capture_output=True, text=True, check=True, timeout=60,
+    )  # fmt: skip
+    found = json.loads(done.stdout)
+    record = native_queue.case_dtype().itemsize, ctypes.sizeof(native_queue.QueuedChunk)
+    assert found["sizes"] == list(record) and found["finished"] == 1 and found["setup"] == 0
+    assert found["status"] == [0, 0, 1, 7, 0, 0]  # the second refused by cuBLAS (status 7)
+    ops = [tuple(op) for op in found["ops"]]
+    first, third = recorded_cases()[0], recorded_cases()[2]
+
+    def problem(case: Case, events: range, row: int) -> list[tuple[int, ...]]:
+        shape = quick_check.geometry(case.m, case.k, 1)
+        return [
+            (MEMSET, C, 0xFF, case.m * case.n * 2, 0),  # C poisoned: NaN in bf16
+            (EVENT, events[0], 0, 0, 0),
+            (GEMM, 2, case.m, 0, 0),
+            (EVENT, events[1], 0, 0, 0),
+            (GEMM, 2, case.m, 0, 0),
+            (EVENT, events[2], 0, 0, 0),
+            (MEMSET, SCRATCH, 0, 8 * shape.scratch_values, 0),
+            (LAUNCH, PARTIAL, case.m, case.k, shape.per_block),
+            (LAUNCH, FINAL, case.m, case.n, SUMS + 32 * row),
+        ]
+
+    second = recorded_cases()[1]
+    refused = [
+        (MEMSET, C, 0xFF, 13 * second.n * 2, 0),
+        (EVENT, 0xE3, 0, 0, 0),
+        (GEMM, 2, 13, 0, 0),  # refused: no more calls, no check
+        (LAUNCH, CASE_END, 1_001_001, 1, 0),
+    ]
+    assert ops == [
+        (COPY_UP, INDICES, 204, 0, 0),
+        (MEMSET, SUMS, 0, 96, 0),
+        (LAUNCH, MARKER, 1_001_001, 7, 0),  # the chunk's marker: its block size names it
+        *problem(first, range(0xE0, 0xE3), 0),
+        *refused,
+        *problem(third, range(0xE6, 0xE9), 2),
+        (COPY_DOWN, SUMS, 96, 0, 0),
+        (EVENT, 0xEE, 0, 0, 0),  # the chunk's end: after everything it queued
+    ]
+
+
+def test_the_map_queues_from_python_where_the_c_part_cannot_be_had(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def no_compiler(cache: Path | None = None) -> Path:
+        raise OSError("no C compiler (cc) found")
+
+    monkeypatch.setattr(native, "compiled", no_compiler)
+    native.library.cache_clear()
+    cases = recorded_cases()
+    engine = MapEngine(cases, 5, None, None, None)  # type: ignore[arg-type]
+    engine._start_native([cases], warming=False)
+    assert engine.native is None  # every chunk then goes through _queue_python
+    assert engine.queue_reason == "python: OSError: no C compiler (cc) found"
+    off = MapEngine(cases, 5, None, None, None, native=False)  # type: ignore[arg-type]
+    off._start_native([cases], warming=False)
+    assert off.native is None and off.queue_reason == "off"
