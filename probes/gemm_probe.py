@@ -64,27 +64,36 @@ def main(argv: list[str]) -> int:
         by_id = {case.case_id: case for case in cases}
         listed = dict.fromkeys(Path(args.only).read_text().split())
         cases = [by_id[case_id] for case_id in listed if case_id in by_id]
-    with open(args.results, "a", buffering=1) as out:
+    with open(args.results, "a") as out:
         emit(out, {"event": "probe", **loaded.versions(cupy)})
         if args.phase == "candidates":
             return candidates(cases, Path(args.results).parent, args)
         runner = Runner(args.phase, args.reference, args.min_reps, cold=not args.warm)
         runner.precompile_reference(cases)
 
+        # the map flushes a chunk's records at once (`settled`): before its GPU work is queued
+        # (its start records), and once it is read (its results); every other phase each record
+        each = args.phase != "map"
+
         def started(case: Case) -> None:
-            emit(out, {"event": "start", "case_id": case.case_id, "phase": args.phase})
-            print(START_LINE + case.case_id, flush=True)
+            emit(out, {"event": "start", "case_id": case.case_id, "phase": args.phase}, each)
+            print(START_LINE + case.case_id, flush=each)
 
         def finished(case: Case, result: dict[str, Any]) -> None:
-            emit(out, {"event": "done", "case_id": case.case_id, "phase": args.phase, **result})
-            print(DONE_LINE + case.case_id, flush=True)
+            record = {"event": "done", "case_id": case.case_id, "phase": args.phase, **result}
+            emit(out, record, each)
+            print(DONE_LINE + case.case_id, flush=each)
+
+        def settled() -> None:
+            out.flush()
+            sys.stdout.flush()
 
         def spent(seconds: dict[str, float], warm: dict[str, Any]) -> None:
             # where the map engine's time went, and its kernel choices made ahead
             emit(out, {"event": "engine", "seconds": seconds, "warm": warm})
 
         if args.phase == "map":
-            runner.map_all(cases, started, finished, args.careful, spent)
+            runner.map_all(cases, started, finished, args.careful, spent, settled)
             return 0
         for case in cases:
             started(case)
@@ -113,9 +122,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def emit(out: IO[str], record: dict[str, Any]) -> None:
+def emit(out: IO[str], record: dict[str, Any], flush: bool = True) -> None:
     out.write(json.dumps(record) + "\n")
-    out.flush()
+    if flush:
+        out.flush()
 
 
 def candidates(cases: list[Case], run_dir: Path, args: argparse.Namespace) -> int:
@@ -210,6 +220,7 @@ class Runner:
         finished: Callable[[Case, dict[str, Any]], None],
         careful: int,
         spent: Callable[[dict[str, float], dict[str, Any]], None],
+        settled: Callable[[], None] = lambda: None,
     ) -> None:
         """The map phase through device.map_engine: pooled operands, many cases queued per
         synchronisation; a case it does not pool runs alone (timed_run). Where the engine's time
@@ -224,7 +235,7 @@ class Runner:
             native=native_queue.wanted(),
         )  # fmt: skip
         try:
-            engine.run(cases, started, finished, careful)
+            engine.run(cases, started, finished, careful, settled)
         finally:
             seconds = {name: round(value, 3) for name, value in engine.seconds.items()}
             spent(seconds, engine.warm)

@@ -97,6 +97,7 @@ class MapEngine:
         self.warm: dict[str, Any] = {}
         # chunks of classic calls queued by a C thread (device.native_queue) where it starts
         self.use_native = native
+        self.settled: Callable[[], None] = lambda: None
         self.native: NativeQueue | None = None
         self.queue_reason = "" if native else "off"
 
@@ -106,7 +107,11 @@ class MapEngine:
         started: Callable[[Case], None],
         finished: Finished,
         careful: int = 0,
+        settled: Callable[[], None] = lambda: None,
     ) -> None:
+        """`settled` is called once a chunk's start records are made (before its GPU work is
+        queued) and once its results are: the caller flushes its records a chunk at a time."""
+        self.settled = settled
         groups = chunk_groups(cases, careful)
         warmer = Warmer(self.warm_threads)
         chunks = [group for group, alone in groups if not alone and pooled(group[0])]
@@ -143,7 +148,9 @@ class MapEngine:
                 self._stop_tracing()  # the single path records its own calls
                 began = time.perf_counter()
                 started(group[0])
+                self.settled()
                 finished(group[0], self.single(group[0]))
+                self.settled()
                 self.last = time.perf_counter()
                 self.seconds["alone"] += self.last - began
                 continue
@@ -168,13 +175,15 @@ class MapEngine:
         with contextlib.suppress(Exception):
             self.pool.load(group[0].mode)
         chunk.native = self._described(chunk)
+        for item in chunk.queued:
+            started(item.case)
+        self.settled()
         if chunk.native is not None and self.native is not None:
             for slot, item in enumerate(chunk.queued):
-                started(item.case)
                 item.slot = slot
             self.native.submit(chunk.native)
         else:
-            self._queue_python(chunk, started)
+            self._queue_python(chunk)
         return chunk
 
     def _described(self, chunk: Chunk) -> Described | None:
@@ -196,7 +205,7 @@ class MapEngine:
             self._start_tracing()
         return self.native.describe(rows, chunk.events, chunk, marker, warm)
 
-    def _queue_python(self, chunk: Chunk, started: Callable[[Case], None]) -> None:
+    def _queue_python(self, chunk: Chunk) -> None:
         import cupy
 
         self._native_wait()  # the chunks before this one are on the stream first
@@ -210,7 +219,6 @@ class MapEngine:
             map_records.open_chunk(chunk.sequence)
         places = zip(chunk.queued, chunk.picks, chunk.offsets, strict=True)
         for slot, (item, pick, offset) in enumerate(places):
-            started(item.case)
             try:
                 self._queue_case(item, slot, pick, chunk, offset, stream.ptr)
             except Exception as exc:  # a case that cannot be made is recorded; the map goes on
@@ -340,6 +348,7 @@ class MapEngine:
                 close()
             finished(item.case, {**result, "case_s": share})
         self.spare_events.append(chunk.events)
+        self.settled()
         self.seconds["read"] += time.perf_counter() - began
 
     def _refused(self, chunk: Chunk) -> None:
