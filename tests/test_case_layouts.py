@@ -52,6 +52,7 @@ def test_batch_one_strided_call_is_its_own_case() -> None:
     [
         ({"transa": "x"}, "transa"),
         ({"lda": 10}, "lda 10 is smaller than the 64 rows"),
+        ({"ldb": 32, "transb": "t"}, "ldb 32 is smaller than the 64 rows"),
         ({"broadcast": "c"}, "broadcast"),
         ({"bias": True}, "cuBLASLt settings"),
         ({"beta": float("inf")}, "beta"),
@@ -60,6 +61,32 @@ def test_batch_one_strided_call_is_its_own_case() -> None:
 def test_impossible_settings_are_one_line_errors(fields: dict, message: str) -> None:  # type: ignore[type-arg]
     with pytest.raises(AuditError, match=message):
         Case("cublas", "fp32", 64, 64, 64, 2, **fields)
+
+
+def test_a_packed_case_is_checked_without_making_its_operand_layouts() -> None:
+    # a full map makes 262,144 cases (its shards and probes again): the layouts, half of a case's
+    # making, are made to check a given leading dimension, else only when first asked for
+    case = Case("cublas", "bf16", 64, 128, 256, 1)
+    assert "_layouts" not in vars(case)
+    assert case.operand("a") == OperandLayout(64, 256, 64, 64 * 256, 1)
+
+
+def test_each_planned_case_is_made_once_with_its_padded_leading_dimensions(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    made: list[Case] = []
+    checks = Case.__post_init__
+    monkeypatch.setattr(Case, "__post_init__", lambda case: made.append(case) or checks(case))
+    planned = Variants(layouts=("nn", "tn", "nt", "tt"), ld_pad=8).cases(
+        "cublas", "bf16", 64, 128, 256, 1
+    )
+    assert made == planned
+    for case in planned:  # each operand's stored rows, padded by 8
+        packed = Case("cublas", "bf16", 64, 128, 256, 1, case.transa, case.transb)
+        assert (case.lda, case.ldb) == (
+            packed.operand("a").rows + 8,
+            packed.operand("b").rows + 8,
+        )
 
 
 def test_plan_poses_every_layout_with_its_loop_and_keeps_lt_settings_on_lt() -> None:

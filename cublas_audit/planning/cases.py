@@ -78,22 +78,27 @@ class Case:
     workspace_mib: int = -1
 
     def __post_init__(self) -> None:
-        for name in ("m", "n", "k", "batch", "lda", "ldb"):
-            if getattr(self, name) > MAX_DIMENSION:
-                raise AuditError(
-                    f"{name} {getattr(self, name)} is larger than cuBLAS's 32-bit limit "
-                    f"{MAX_DIMENSION}"
-                )
-        for name in ("transa", "transb"):
-            if getattr(self, name) not in TRANSPOSES:
-                raise AuditError(f"{name}: {getattr(self, name)!r} is not one of n, t")
+        # Each check tries its fields at once and names the culprit only when one fails, and the
+        # operands' layouts are made only where a leading dimension was given to check: a full
+        # map makes 262,144 cases, its shards and probes make them again (65,536 packed cases:
+        # 0.73 -> 0.35 s of CPU here).
+        if max(self.m, self.n, self.k, self.batch, self.lda, self.ldb) > MAX_DIMENSION:
+            for name in ("m", "n", "k", "batch", "lda", "ldb"):
+                if getattr(self, name) > MAX_DIMENSION:
+                    raise AuditError(
+                        f"{name} {getattr(self, name)} is larger than cuBLAS's 32-bit limit "
+                        f"{MAX_DIMENSION}"
+                    )
+        if self.transa not in TRANSPOSES or self.transb not in TRANSPOSES:
+            for name in ("transa", "transb"):
+                if getattr(self, name) not in TRANSPOSES:
+                    raise AuditError(f"{name}: {getattr(self, name)!r} is not one of n, t")
         if self.broadcast not in BROADCASTS:
             raise AuditError(f"broadcast: {self.broadcast!r} is not one of a, b (or empty)")
-        a, b = self.operand("a"), self.operand("b")
-        for name, layout, given in (("lda", a, self.lda), ("ldb", b, self.ldb)):
-            if given and given < layout.rows:
+        for name, given in (("lda", self.lda), ("ldb", self.ldb)):
+            if given and given < (rows := self.operand(name[-1]).rows):
                 raise AuditError(
-                    f"{self.case_id}: {name} {given} is smaller than the {layout.rows} rows "
+                    f"{self.case_id}: {name} {given} is smaller than the {rows} rows "
                     "of the stored operand"
                 )
         if not math.isfinite(self.beta):

@@ -168,17 +168,18 @@ class Variants:
         lt = api == "cublasLt"
         found = []
         for layout in self.layouts:
-            plain = Case(api, mode, m, n, k, batch, layout[0], layout[1])
             pad = self.ld_pad
-            case = dataclasses.replace(
-                plain,
-                lda=plain.operand("a").rows + pad if pad else 0,
-                ldb=plain.operand("b").rows + pad if pad else 0,
+            # made once (not a plain case, then replaced: a full map plans 262,144 of them); a
+            # padded leading dimension is the stored operand's rows (m or k for A, k or n for B)
+            case = Case(
+                api, mode, m, n, k, batch, layout[0], layout[1],
+                lda=(m if layout[0] == "n" else k) + pad if pad else 0,
+                ldb=(k if layout[1] == "n" else n) + pad if pad else 0,
                 broadcast=self.broadcast if batched else "",
                 beta=self.beta,
                 bias=self.bias and lt,
                 workspace_mib=self.workspace_mib if lt else -1,
-            )
+            )  # fmt: skip
             found.append(case)
             if batch > 1 and mode == "fp32" and api == "cublas":
                 found.append(dataclasses.replace(case, loop=True))
