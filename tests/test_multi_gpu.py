@@ -365,3 +365,48 @@ def test_a_shard_is_sent_its_cases_as_rows_and_gets_them_back_whole() -> None:
     sent = shard_processes.SentJob.of(options)
     assert sent.options.cases == [] and all(type(row) is tuple for row in sent.rows)
     assert sent.received() == options and len({c.routine for c in cases}) >= 3
+
+
+def test_a_devices_run_starts_its_fork_server_before_it_plans(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """map and sweep --devices start the shards' fork server first (its interpreter's imports,
+    ~1 s of CPU, beside the planning); a run on one GPU starts none."""
+    from typer.testing import CliRunner
+
+    from cublas_audit.cli import app, measure_commands
+
+    order: list[str] = []
+    monkeypatch.setattr(shard_processes, "start_server", lambda: order.append("server"))
+    planned = measure_commands.plan_cases
+    monkeypatch.setattr(
+        measure_commands, "plan_cases", lambda *a: order.append("plan") or planned(*a)
+    )
+
+    def stop(*_args: object, **_kwargs: object) -> object:
+        raise AuditError("stop here")
+
+    monkeypatch.setattr(measure, "dispatch_map_run", stop)
+    monkeypatch.setattr(measure, "sweep_on_devices", stop)
+    grid = ["--sizes", "64:256:64"]
+    for command, devices in (("map", ["--devices", "all"]), ("sweep", ["--devices", "0,1"])):
+        args = [command, *grid, *devices, "--out", str(tmp_path / command)]
+        result = CliRunner().invoke(app, args)
+        assert result.exit_code == 2 and "stop here" in result.output, result.output
+        assert order == ["server", "plan"]
+        order.clear()
+    alone = CliRunner().invoke(app, ["map", *grid, "--out", str(tmp_path / "one")])
+    assert alone.exit_code == 2 and order == ["plan"]
+
+
+def test_the_fork_server_started_ahead_is_running_at_once() -> None:
+    import multiprocessing.forkserver
+
+    shard_processes.start_server()
+    server = multiprocessing.forkserver._forkserver
+    assert (
+        server._forkserver_pid is not None
+        and os.waitpid(server._forkserver_pid, os.WNOHANG)[0] == 0
+    )
+    shard_processes.start_server()  # once: the same server
+    assert server._forkserver_pid == multiprocessing.forkserver._forkserver._forkserver_pid

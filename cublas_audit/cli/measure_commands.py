@@ -50,6 +50,7 @@ from cublas_audit.cli.options import (
     run_options,
     sharded,
     spread,
+    start_shards_soon,
     trace_shares,
     variants,
     write_fixes,
@@ -144,6 +145,7 @@ def sweep_command(
 
     engine = on_ray(ray, resume, devices, shard, replicate)
     join_ray_soon(engine, resume)  # (while the run is planned)
+    start_shards_soon(devices)  # (likewise)
     planned = plan_cases(resume, Listed(shapes_file, torch_trace, modes, api), grid)
     # unaligned-operand's cause removed (padded, the other layout), measured beside each case
     planned = with_cause_removed_companions(planned)
@@ -277,6 +279,7 @@ def map_command(
 
             check_new_run_dir(out)
     join_ray_soon(engine, resume)  # (while the map is planned: a full grid's cases take seconds)
+    start_shards_soon(devices)  # (likewise)
     planned = plan_cases(resume, listed, grid, map_grid.listed)
     options = run_options(
         planned,

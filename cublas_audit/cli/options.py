@@ -389,6 +389,17 @@ def join_ray_soon(engine: OnRay | None, resume: Path | None) -> None:
     ray_connect.connect_soon(engine.address or recorded or "auto")
 
 
+def start_shards_soon(devices: str | None) -> None:
+    """A --devices run's fork server started from here on, while the command plans the run
+    (run.shard_processes.start_server): its interpreter's start-up and imports, ~1 s of CPU,
+    pass beside the planning instead of before the first shard starts."""
+    if devices is None:
+        return
+    from cublas_audit.run import shard_processes
+
+    shard_processes.start_server()
+
+
 def is_shard_run(resume: Path | None) -> bool:
     """Whether --resume names the run directory of a --shard run."""
     from cublas_audit.table.env_record import EnvRecord
