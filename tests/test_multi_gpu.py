@@ -16,6 +16,7 @@ import functools
 import gzip
 import os
 import shutil
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -410,3 +411,29 @@ def test_the_fork_server_started_ahead_is_running_at_once() -> None:
     )
     shard_processes.start_server()  # once: the same server
     assert server._forkserver_pid == multiprocessing.forkserver._forkserver._forkserver_pid
+
+
+def test_the_merge_order_is_the_plans_statement_made_while_the_shards_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The merged table's order (the whole plan's case ids) is made from plan.json's statement
+    while the shards run, not from each case after them; the same ids as the cases'."""
+    plan = multi_gpu.start(replace(SweepOptions(cases=map_cases()), out=tmp_path), H100S, False)
+    assert plan.stated is not None
+    made_while_running: list[bool] = []
+
+    def run_all(jobs: object, progress: object) -> shard_processes.Outcome:
+        for _ in range(500):  # (10 s at most)
+            if "_ids" in vars(plan.stated):
+                break
+            time.sleep(0.02)
+        made_while_running.append("_ids" in vars(plan.stated))
+        return shard_processes.Outcome({}, False)
+
+    monkeypatch.setattr(shard_processes, "run_all", run_all)
+    multi_gpu.run(SweepOptions(), plan)
+    assert made_while_running == [True]
+    assert plan.case_ids() == [case.case_id for case in map_cases()]
+    assert multi_gpu.recorded(plan.run_dir) == plan  # (a resumed run's: from its plan.json)
+    resumed = multi_gpu.recorded(plan.run_dir)
+    assert resumed is not None and resumed.case_ids() == plan.case_ids()
