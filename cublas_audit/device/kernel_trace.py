@@ -27,7 +27,7 @@ import functools
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from cublas_audit.device import clocks, l2, timing
 from cublas_audit.device.timing import Timing
@@ -42,9 +42,10 @@ MEMSET = "Memset"
 MIN_REPS = 10
 
 
-@dataclass(frozen=True)
-class KernelLaunch:
-    """One kernel a call launched, as CUPTI recorded it."""
+class KernelLaunch(NamedTuple):
+    """One kernel a call launched, as CUPTI recorded it (a named tuple: CUPTI's thread makes
+    some two million of them a full map while holding the interpreter lock, and a frozen
+    dataclass took ~5x as long to make)."""
 
     name: str
     start_ns: int
