@@ -123,9 +123,18 @@ def test_a_sharded_map_pins_each_probe_and_merges_one_table(
     spread = multi_gpu.Spread("all")
     read: list[Path] = []  # what the run's reports read back (inputs.load_run's read_table)
     monkeypatch.setattr(inputs, "read_table", lambda path: read.append(path) or read_table(path))
+    folded: list[Path] = []  # (this process's folds: a shard's process sees none of its patches)
+    fold = rundir.compact_results
+    monkeypatch.setattr(rundir, "compact_results", lambda run: folded.append(run) or fold(run))
     with deadline(DEADLINE_S):
         result = measure.dispatch_map_run(map_options(tmp_path, two_gpus), spread=spread)
     assert result.run_dir not in read  # the merged table judged and reported as it was written
+    # each shard's probe records folded by this process, beside its merge and judging, once
+    shards = [multi_gpu.shard_dir(result.run_dir, gpu) for gpu in H100S]
+    assert sorted(folded) == shards
+    for shard in shards:
+        assert not (shard / rundir.TIME_RESULTS).exists()
+        assert rundir.read_results(shard / rundir.TIME_RESULTS)  # (from timing.jsonl.gz)
 
     starts = [s for s in seen(tmp_path) if "--only" in s["argv"]]
     pinned = {s["env"]["CUDA_VISIBLE_DEVICES"]: s["ppid"] for s in starts}

@@ -184,6 +184,32 @@ def test_compact_results_appends_a_member_per_fold_and_removes_case_lists(tmp_pa
     assert len(rundir.read_results(tmp_path / "timing.jsonl")) == 11  # 10 done in the fixture
 
 
+def test_folding_folds_each_run_beside_the_block_and_raises_a_folds_error_after_it(
+    tmp_path: Path,
+) -> None:
+    runs = [tmp_path / "a", tmp_path / "b"]
+    for run in runs:
+        run.mkdir()
+        shutil.copy(SMOKE / "timing.jsonl", run / "timing.jsonl")
+    ran = []
+    with rundir.folding(runs):
+        ran.append("block")  # (the folds go on in threads meanwhile)
+    assert ran == ["block"]
+    for run in runs:  # each folded whole by the block's end
+        assert not (run / "timing.jsonl").exists()
+        assert (
+            gzip.decompress((run / "timing.jsonl.gz").read_bytes())
+            == (SMOKE / "timing.jsonl").read_bytes()
+        )
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "timing.jsonl").write_text("{}\n")
+    (broken / "timing.jsonl.gz").mkdir()  # no regular file to fold onto
+    with pytest.raises(AuditError, match=r"timing\.jsonl\.gz"), rundir.folding([runs[0], broken]):
+        ran.append("second block")
+    assert ran == ["block", "second block"] and (broken / "timing.jsonl").exists()
+
+
 def test_read_results_wants_done_and_a_case_id(tmp_path: Path) -> None:
     path = tmp_path / "timing.jsonl"
     for record in (

@@ -64,19 +64,25 @@ def run(
 ) -> MapResult:
     """The map (new or resumed; on one GPU, or spread over several), then with `follow_up` the
     deep tier for that many findings (on the first GPU)."""
-    options = replace(options, phase=Phase.map)
+    # the probe's records folded here, beside the merge and the judging, not before them
+    options = replace(options, phase=Phase.map, fold=False)
     shards: list[Path] = []
     if spread is None:
         mapped = sweep(options, progress)
+        folded = [mapped.run_dir] if len(mapped.frame) >= rundir.COLUMNAR_ROWS else []
     else:
         plan, shards = multi_gpu.on_devices(options, spread, progress_for)
-        if plan.replicate:
-            return MapResult(plan.run_dir, None, shards=shards)
-        frame = multi_gpu.merged_table(plan, shards)
-        mapped = Measured(plan.run_dir, frame, Phase.map)
-    # judged once, here: the follow-up and the report share it (a full map's findings: gc_pause)
-    with collector_paused():
-        found = map_findings(mapped.frame, thresholds)
+        if plan.replicate:  # (each unit's report comes next: its records folded first)
+            with rundir.folding(shards):
+                return MapResult(plan.run_dir, None, shards=shards)
+        folded = shards
+    with rundir.folding(folded):
+        if spread is not None:
+            mapped = Measured(plan.run_dir, multi_gpu.merged_table(plan, shards), Phase.map)
+        # judged once, here: the follow-up and the report share it (a full map's findings:
+        # gc_pause)
+        with collector_paused():
+            found = map_findings(mapped.frame, thresholds)
     deep = None
     if follow_up:
         deep = run_follow_up(mapped, options, found[:follow_up], progress)

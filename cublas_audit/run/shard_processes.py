@@ -79,10 +79,11 @@ class SentJob:
 
 def folded_sweep(options: SweepOptions, progress: Progress | None) -> None:
     """A shard's sweep, then its raw streams folded (rundir.compact_results: a full map's
-    timing.jsonl, ~285 MB, gzipped to about a seventh) while the other shards still run."""
+    timing.jsonl, ~285 MB, gzipped to about a seventh) while the other shards still run; a
+    map's shards are folded by the parent instead, beside its merge (options.fold False)."""
     sweep(options, progress)
     where = options.out or options.resume
-    if where is not None:
+    if where is not None and options.fold:
         rundir.compact_results(where)
 
 

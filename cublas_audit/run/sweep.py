@@ -86,6 +86,8 @@ class SweepConfig:
     phase: Phase = Phase.time
     # The timed calls find their operands in L2 (--warm); else cold: L2 flushed before each
     warm: bool = False
+    # A large run's probe records folded at its end (False: by the caller, SweepOptions.fold)
+    fold: bool = True
 
     def __post_init__(self) -> None:
         self.phase = Phase(self.phase)  # a member however it was given (another word: ValueError)
@@ -143,8 +145,8 @@ def run(config: SweepConfig, progress: Progress | None = None) -> pd.DataFrame:
         ) from None
     frame = write_outputs(config)
     record_finish(config.run_dir, time.perf_counter() - started, phase_seconds)
-    if len(config.cases) >= rundir.COLUMNAR_ROWS:  # a large run (its table columnar too): the
-        rundir.compact_results(config.run_dir)  # probe's records folded (a full map's: 285 MB)
+    if config.fold and len(config.cases) >= rundir.COLUMNAR_ROWS:  # a large run (its table
+        rundir.compact_results(config.run_dir)  # columnar too): the probe's records folded
     rundir.forget_records()
     return frame
 

@@ -79,6 +79,9 @@ class SweepOptions:
     part: PlanPart | None = None
     # `--torch-trace`: the trace's record of the whole plan (trace.json, table.trace_record).
     trace: TraceRecord | None = None
+    # The probe's records folded once the run is done (rundir.compact_results); False where the
+    # caller folds them itself (a map: beside its merge and judging, run.dispatch_map).
+    fold: bool = True
 
 
 @dataclass(frozen=True)
@@ -291,6 +294,7 @@ def _config(
         phase=options.phase or Phase.time,
         # a map's fast pass leaves its operands warm, whatever --warm says (its follow-up obeys)
         warm=bool(options.warm) or options.phase is Phase.map,
+        fold=options.fold,
     )
 
 
