@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from cublas_audit.errors import AuditError
 from cublas_audit.planning import plan_file
 from cublas_audit.planning.cases import Case, plan_case_ids, read_plan, write_plan
 from cublas_audit.planning.grid import Variants
@@ -127,3 +128,28 @@ def test_recorded_shards_still_merge_to_the_recorded_merged_run() -> None:
     assert merged.table is not None
     assert merged.table["case_id"].tolist() == recorded["case_id"].tolist()
     assert merged.table["traced_kernels"].tolist() == recorded["traced_kernels"].tolist()
+
+
+def test_a_plan_is_parsed_once_per_content_and_a_written_one_kept_as_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A --devices map's merge, its report and its resume read one plan.json again and again:
+    the statement written (its case ids made once) is the one read back, and a file of the same
+    bytes is not parsed again; other bytes are another plan."""
+    path = tmp_path / "plan.json"
+    grid = [Case("cublas", "bf16", m, n, 64, 1) for m in (64, 128) for n in (64, 128, 192)]
+    stated = plan_file.PlanFile.of(grid)
+    plan_file.write(stated, path)
+    assert plan_file.read(path) is stated
+    parsed: list[object] = []
+    parse = plan_file.from_json
+    monkeypatch.setattr(plan_file, "from_json", lambda data: parsed.append(data) or parse(data))
+    copy = tmp_path / "copy.json"
+    copy.write_bytes(path.read_bytes())
+    assert plan_file.read(copy) is stated and parsed == []
+    other = grid[:5]  # (no product any more: listed)
+    copy.write_text(json.dumps(plan_file.PlanFile.of(other).to_json()))
+    assert plan_file.read(copy).case_ids() == [case.case_id for case in other] and len(parsed) == 1
+    copy.write_text("{")
+    with pytest.raises(AuditError, match="not a cublas-audit plan"):
+        plan_file.read(copy)

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import sys
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -53,6 +54,11 @@ from cublas_audit.planning.chunks import chunk_groups, pooled
 CHECK_KERNELS = map_records.CHECK_KERNELS
 # chunks queued ahead of the oldest one not yet read, beyond which the engine waits and reads all
 MAX_PENDING = 8
+# The interpreter's switch interval while the C thread queues: CUPTI asks that thread for a new
+# record buffer through a Python callback, and hands full ones over through another on its own
+# thread, each waiting for the interpreter lock the map's reading holds; at Python's default
+# 5 ms a wait, the C thread stalled for 45 s of a BF16 grid's 85 s (the H100).
+SWITCH_S = 0.0002
 
 Launch = Callable[[], None]
 Finished = Callable[[Case, dict[str, Any]], None]
@@ -117,9 +123,13 @@ class MapEngine:
         chunks = [group for group, alone in groups if not alone and pooled(group[0])]
         self.ahead = Ahead(warmer, chunks, MAX_PENDING)
         self._start_native(chunks, warmer.running)
+        switch = sys.getswitchinterval()
+        if self.native is not None:
+            sys.setswitchinterval(SWITCH_S)
         try:
             self._run(groups, started, finished)
         finally:
+            sys.setswitchinterval(switch)
             if self.native is not None:
                 self.native.stop()  # what it was handed is queued, then its thread joined
             self.warm = {"threads": warmer.threads, "reason": warmer.reason, **warmer.counts()}
