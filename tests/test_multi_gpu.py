@@ -26,12 +26,13 @@ import pytest
 from cublas_audit.device import dram_bandwidth
 from cublas_audit.errors import AuditError, InterruptedSweepError, OperandMismatch, ToolMissingError
 from cublas_audit.jobs import measure
-from cublas_audit.judge import units
+from cublas_audit.judge import map_audit, units
+from cublas_audit.judge.rules import prepare
 from cublas_audit.observe import environment
 from cublas_audit.observe.environment import Gpu
 from cublas_audit.planning.shards import work as estimated_work
 from cublas_audit.report import map_plots, units_report
-from cublas_audit.run import multi_gpu, shard_processes
+from cublas_audit.run import dispatch_map, multi_gpu, shard_processes
 from cublas_audit.run.sweep import Progress
 from cublas_audit.run.sweep_setup import SweepOptions
 from cublas_audit.table import inputs, rundir
@@ -123,12 +124,20 @@ def test_a_sharded_map_pins_each_probe_and_merges_one_table(
     spread = multi_gpu.Spread("all")
     read: list[Path] = []  # what the run's reports read back (inputs.load_run's read_table)
     monkeypatch.setattr(inputs, "read_table", lambda path: read.append(path) or read_table(path))
+    prepared: list[int] = []  # the merged table prepared for its rules: once, not again to report
+    monkeypatch.setattr(
+        map_audit, "prepare", lambda frame: prepared.append(len(frame)) or prepare(frame)
+    )
+    monkeypatch.setattr(
+        dispatch_map, "prepare", lambda frame: prepared.append(len(frame)) or prepare(frame)
+    )
     folded: list[Path] = []  # (this process's folds: a shard's process sees none of its patches)
     fold = rundir.compact_results
     monkeypatch.setattr(rundir, "compact_results", lambda run: folded.append(run) or fold(run))
     with deadline(DEADLINE_S):
         result = measure.dispatch_map_run(map_options(tmp_path, two_gpus), spread=spread)
     assert result.run_dir not in read  # the merged table judged and reported as it was written
+    assert prepared == [128]
     # each shard's probe records folded by this process, beside its merge and judging, once
     shards = [multi_gpu.shard_dir(result.run_dir, gpu) for gpu in H100S]
     assert sorted(folded) == shards

@@ -99,9 +99,11 @@ def dispatch_map_run(
         return SweepResult(mapped.run_dir, None, units, mapped.shards)
     if mapped.follow_up is not None:
         write_run_report(mapped.follow_up)
-    # a spread map's merged table, as multi_gpu wrote it, not read back (a full map's: 2 s)
+    # a spread map's merged table, as multi_gpu wrote it, not read back (a full map's: 2 s), and
+    # as it was prepared for its findings
     merged = mapped.frame if mapped.shards else None
-    report = write_map_report(mapped.run_dir, thresholds, mapped.findings, merged)
+    rows = mapped.rows if mapped.shards else None
+    report = write_map_report(mapped.run_dir, thresholds, mapped.findings, merged, rows=rows)
     return SweepResult(
         mapped.run_dir, mapped.frame, report, mapped.shards, mapped.follow_up, mapped.findings
     )

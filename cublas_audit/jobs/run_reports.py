@@ -47,16 +47,19 @@ def write_map_report(
     found: list[Finding] | None = None,
     frame: pd.DataFrame | None = None,
     timings: dict[str, float] | None = None,
+    rows: pd.DataFrame | None = None,
 ) -> Path:
     """A map run's report.md, pictures and findings.json, with its follow-up where it has one
     (the map's findings as its run judged them, where given; its table as the caller just wrote
-    it, where given: table.inputs.load_run). `timings`: judge_s and report_s added (a --ray
-    run's record of where its time went)."""
+    it, where given: table.inputs.load_run, and as prepared for the findings: `rows`).
+    `timings`: judge_s and report_s added (a --ray run's record of where its time went)."""
     deep = Path(run_dir) / rundir.FOLLOW_UP_DIR
     began = time.perf_counter()
     with collector_paused():
         follow_up = load_run(deep) if rundir.has_table(deep) else None
-        judged = audit_map(load_run(Path(run_dir), frame), thresholds, found, follow_up)
+        dataset = load_run(Path(run_dir), frame)
+        kept = dataset.frame is frame  # (`rows` stand for the table only as it was given)
+        judged = audit_map(dataset, thresholds, found, follow_up, rows if kept else None)
         judging = time.perf_counter()
         report = map_report.write_map_report(Path(run_dir), judged)
     if timings is not None:

@@ -44,14 +44,16 @@ FOLLOW_UP_CANDIDATES = 32  # cuBLASLt candidates per followed-up problem
 @dataclass(frozen=True)
 class MapResult:
     """A finished map: its directory and table (None for a replicated map: its units are
-    compared), the follow-up's run directory, the map's findings (judged once, here), and for a
-    spread map its shards. The caller writes the reports (cublas_audit.jobs)."""
+    compared), the follow-up's run directory, the map's findings (judged once, here) and the
+    table as prepared for them (rules.prepare), and for a spread map its shards. The caller
+    writes the reports (cublas_audit.jobs)."""
 
     run_dir: Path
     frame: pd.DataFrame | None
     follow_up: Path | None = None
     findings: list[Finding] = field(default_factory=list)
     shards: list[Path] = field(default_factory=list)
+    rows: pd.DataFrame | None = None
 
 
 def run(
@@ -82,11 +84,12 @@ def run(
         # judged once, here: the follow-up and the report share it (a full map's findings:
         # gc_pause)
         with collector_paused():
-            found = map_findings(mapped.frame, thresholds)
+            rows = prepare(mapped.frame)  # (the report's too: judge.map_audit.audit_map)
+            found = map_findings(mapped.frame, thresholds, rows)
     deep = None
     if follow_up:
         deep = run_follow_up(mapped, options, found[:follow_up], progress)
-    return MapResult(mapped.run_dir, mapped.frame, deep, found, shards)
+    return MapResult(mapped.run_dir, mapped.frame, deep, found, shards, rows)
 
 
 def follow_up_cases(
