@@ -16,6 +16,7 @@ import functools
 import gzip
 import os
 import shutil
+import threading
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -455,3 +456,33 @@ def test_the_merge_order_is_the_plans_statement_made_while_the_shards_run(
     assert multi_gpu.recorded(plan.run_dir) == plan  # (a resumed run's: from its plan.json)
     resumed = multi_gpu.recorded(plan.run_dir)
     assert resumed is not None and resumed.case_ids() == plan.case_ids()
+
+
+def test_a_maps_report_imports_are_made_while_it_is_measured(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What the map's report imports only to draw (pyplot) is imported in a thread while the map
+    runs (its GPUs at work), not after; an import that fails is left to the report."""
+    import sys
+
+    (tmp_path / "drawn_ahead.py").write_text(
+        "import threading\nTHREAD = threading.current_thread()\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(measure, "REPORT_IMPORTS", ("no_such_module_here", "drawn_ahead"))
+    seen: list[bool] = []
+
+    def run(*_args: object) -> object:
+        for _ in range(500):  # (10 s at most)
+            if "drawn_ahead" in sys.modules:
+                break
+            time.sleep(0.02)
+        seen.append("drawn_ahead" in sys.modules)
+        raise AuditError("stop here")
+
+    monkeypatch.setattr(dispatch_map, "run", run)
+    with pytest.raises(AuditError, match="stop here"):
+        measure.dispatch_map_run(SweepOptions())
+    assert seen == [True]
+    assert sys.modules["drawn_ahead"].THREAD is not threading.main_thread()
+    monkeypatch.delitem(sys.modules, "drawn_ahead")

@@ -5,6 +5,8 @@ run stage never picks or imports a report writer.
 
 from __future__ import annotations
 
+import importlib
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,6 +42,24 @@ class SweepResult:
     shards: list[Path] = field(default_factory=list)
     follow_up: Path | None = None
     findings: list[Finding] = field(default_factory=list)
+
+
+# What a map's report imports only when it draws (matplotlib's pyplot: ~0.7 s of CPU here, and
+# each picture's fork imported it again): imported while the map is measured, in a thread (the
+# measuring waits on its probes and shards), by the fork of each picture then inherited.
+REPORT_IMPORTS = ("matplotlib.pyplot",)
+
+
+def import_ahead(names: tuple[str, ...]) -> None:
+    """`names` imported, pictures drawn to files (Agg: no display); one that fails is left to
+    the report, which imports it again and says why."""
+    for name in names:
+        try:
+            if name.startswith("matplotlib"):
+                importlib.import_module("matplotlib").use("Agg")  # (as report.map_plots does)
+            importlib.import_module(name)
+        except Exception:  # (the report meets it again, in its own words)
+            continue
 
 
 def sweep(options: SweepOptions, progress: Progress | None = None) -> SweepResult:
@@ -91,7 +111,10 @@ def dispatch_map_run(
     """`map`: the map (and its follow-up), then the follow-up's run report and the map's report
     with the map's findings as judged once; a replicated map: each unit's map report and their
     comparison."""
+    ahead = threading.Thread(target=import_ahead, args=(REPORT_IMPORTS,), daemon=True)
+    ahead.start()
     mapped = dispatch_map.run(options, follow_up, thresholds, progress, spread, progress_for)
+    ahead.join()  # (before the report forks its pictures, which import what it imports)
     if mapped.frame is None:
         for shard in mapped.shards:
             write_map_report(shard, thresholds)
