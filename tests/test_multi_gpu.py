@@ -132,6 +132,14 @@ def test_a_sharded_map_pins_each_probe_and_merges_one_table(
     monkeypatch.setattr(
         dispatch_map, "prepare", lambda frame: prepared.append(len(frame)) or prepare(frame)
     )
+    monkeypatch.setattr(dispatch_map, "WRITE_FORK_ROWS", 1)  # the merged table's writer: its pid
+    write = rundir.write_run_table
+    writer = tmp_path / "writer.pid"
+    monkeypatch.setattr(
+        rundir,
+        "write_run_table",
+        lambda frame, run: writer.write_text(str(os.getpid())) and write(frame, run),
+    )
     folded: list[Path] = []  # (this process's folds: a shard's process sees none of its patches)
     fold = rundir.compact_results
     monkeypatch.setattr(rundir, "compact_results", lambda run: folded.append(run) or fold(run))
@@ -139,6 +147,9 @@ def test_a_sharded_map_pins_each_probe_and_merges_one_table(
         result = measure.dispatch_map_run(map_options(tmp_path, two_gpus), spread=spread)
     assert result.run_dir not in read  # the merged table judged and reported as it was written
     assert prepared == [128]
+    # the merged table written by a fork of this process while it was judged here, whole
+    assert int(writer.read_text()) != os.getpid()
+    pd.testing.assert_frame_equal(read_table(result.run_dir), result.frame)
     # each shard's probe records folded by this process, beside its merge and judging, once
     shards = [multi_gpu.shard_dir(result.run_dir, gpu) for gpu in H100S]
     assert sorted(folded) == shards

@@ -15,12 +15,14 @@ reference kernel, and cuBLASLt's candidates, so each finding arrives with its ev
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pandas as pd
 
+from cublas_audit.forked import Forks
 from cublas_audit.gc_pause import collector_paused
 from cublas_audit.judge.finding import Finding
 from cublas_audit.judge.map_audit import map_findings
@@ -39,6 +41,7 @@ from cublas_audit.vocabulary import Phase
 DEFAULT_REPS = 5  # timed and traced calls per case (kernel times vary ~1 % call to call)
 DEFAULT_FOLLOW_UP = 8  # findings the follow-up takes deep, largest effect first
 FOLLOW_UP_CANDIDATES = 32  # cuBLASLt candidates per followed-up problem
+WRITE_FORK_ROWS = 20_000  # a merged table of this many rows is written in a fork (below: here)
 
 
 @dataclass(frozen=True)
@@ -79,13 +82,20 @@ def run(
                 return MapResult(plan.run_dir, None, shards=shards)
         folded = shards
     with rundir.folding(folded):
+        written: Forks[Path] | None = None
         if spread is not None:
-            mapped = Measured(plan.run_dir, multi_gpu.merged_table(plan, shards), Phase.map)
+            mapped = Measured(plan.run_dir, multi_gpu.merged_frame(plan, shards), Phase.map)
+            # the merged table written in a fork while it is judged here (a full map's
+            # dispatch.parquet: ~0.7 s of CPU here); done before anything reads it
+            write = functools.partial(rundir.write_run_table, mapped.frame, plan.run_dir)
+            written = Forks([write], enabled=len(mapped.frame) >= WRITE_FORK_ROWS)
         # judged once, here: the follow-up and the report share it (a full map's findings:
         # gc_pause)
         with collector_paused():
             rows = prepare(mapped.frame)  # (the report's too: judge.map_audit.audit_map)
             found = map_findings(mapped.frame, thresholds, rows)
+        if written is not None:
+            written.results()
     deep = None
     if follow_up:
         deep = run_follow_up(mapped, options, found[:follow_up], progress)

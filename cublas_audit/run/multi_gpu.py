@@ -287,9 +287,14 @@ def run(
 
 def merged_table(plan: Plan, shards: Sequence[Path]) -> pd.DataFrame:
     """The shards' tables as one, in plan order, written to the run's dispatch.csv."""
-    frame = in_plan_order(plan.case_ids(), read_tables(shards))
+    frame = merged_frame(plan, shards)
     rundir.write_run_table(frame, plan.run_dir)
     return frame
+
+
+def merged_frame(plan: Plan, shards: Sequence[Path]) -> pd.DataFrame:
+    """The shards' tables as one, in plan order (what merged_table writes)."""
+    return in_plan_order(plan.case_ids(), read_tables(shards))
 
 
 def merged_candidates(plan: Plan, shards: Sequence[Path]) -> pd.DataFrame:
