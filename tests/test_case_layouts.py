@@ -3,6 +3,9 @@ stable readable ids, one-line errors for impossible settings, and the plan's var
 
 from __future__ import annotations
 
+import dataclasses
+import pickle
+
 import pytest
 
 from cublas_audit.errors import AuditError
@@ -244,3 +247,18 @@ def test_the_fma_pipe_and_an_aligned_tf32_k_get_no_layout_companion() -> None:
         "cublas.tf32.1024x1024x144.b8.nn",
         "cublas.tf32.1024x1024x142.b8.nt",
     ]
+
+
+def test_a_cases_id_is_made_once_and_is_no_field(monkeypatch: pytest.MonkeyPatch) -> None:
+    # a shard's table asks each of its 65,536 cases for its id six times
+    from cublas_audit.planning import cases
+
+    made: list[tuple[object, ...]] = []
+    make = cases.case_id_of
+    monkeypatch.setattr(cases, "case_id_of", lambda *fields: made.append(fields) or make(*fields))
+    case = Case("cublas", "bf16", 64, 128, 256, 1)
+    assert case.case_id == case.case_id == "cublas.bf16.64x128x256.b1.nn" and len(made) == 1
+    twin = Case("cublas", "bf16", 64, 128, 256, 1)
+    assert twin == case and hash(twin) == hash(case)  # (the id kept is no field)
+    assert dataclasses.replace(case, m=128).case_id == "cublas.bf16.128x128x256.b1.nn"
+    assert pickle.loads(pickle.dumps(case)).case_id == case.case_id

@@ -120,8 +120,12 @@ class Case:
 
     @property
     def case_id(self) -> str:
-        """`api.mode.MxNxK.bB.layout`, then only the settings that differ from the defaults."""
-        return case_id_of(*self.fields())
+        """`api.mode.MxNxK.bB.layout`, then only the settings that differ from the defaults; made
+        once per case (a shard's table asked each of its 65,536 cases six times)."""
+        found: str | None = self.__dict__.get("_case_id")  # (a frozen instance's own cache)
+        if found is None:
+            found = self.__dict__["_case_id"] = case_id_of(*self.fields())
+        return found
 
     @property
     def variant(self) -> str:
