@@ -18,6 +18,7 @@
 
 #include <pthread.h>
 #include <stdint.h>
+#include <time.h>
 
 #include "native.h"
 
@@ -117,6 +118,13 @@ static pthread_t thread;
 static void *context, *blas, *stream, *kernels[4]; /* partial, final, case end, chunk marker */
 static uint64_t scratch;
 static int64_t reps;
+static int64_t busy_ns; /* the thread's time queueing chunks (not waiting for them) */
+
+static int64_t now_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
 
 static void queue_cases(const queued_chunk *chunk) {
     for (int64_t i = 0; i < chunk->count; i++) {
@@ -161,8 +169,11 @@ static void *serve(void *unused) {
         }
         queued_chunk *chunk = ring[finished % RING];
         pthread_mutex_unlock(&lock);
+        int64_t began = now_ns();
         chunk->setup_status = status ? status : queue_chunk(chunk);
+        int64_t spent = now_ns() - began;
         pthread_mutex_lock(&lock);
+        busy_ns += spent;
         finished++;
         pthread_cond_broadcast(&changed);
         pthread_mutex_unlock(&lock);
@@ -185,7 +196,7 @@ int map_queue_start(void *ctx, void *handle, void *on_stream, int64_t calls,
     scratch = check_scratch;
     for (int i = 0; i < 4; i++) kernels[i] = functions[i];
     warming = warm;
-    submitted = finished = 0;
+    submitted = finished = busy_ns = 0;
     stopping = 0;
     return pthread_create(&thread, NULL, serve, NULL) ? 4 : 0;
 }
@@ -210,6 +221,14 @@ int64_t map_queue_finished(void) {
     int64_t done = finished;
     pthread_mutex_unlock(&lock);
     return done;
+}
+
+/* Seconds the thread has spent queueing chunks so far. */
+double map_queue_busy_seconds(void) {
+    pthread_mutex_lock(&lock);
+    double spent = (double)busy_ns / 1e9;
+    pthread_mutex_unlock(&lock);
+    return spent;
 }
 
 /* Waits until every chunk handed over is queued on the GPU. */

@@ -103,6 +103,9 @@ class MapEngine:
         self.warm: dict[str, Any] = {}
         # chunks of classic calls queued by a C thread (device.native_queue) where it starts
         self.use_native = native
+        # the GPU's time in the problems' timed calls (first to last event), and from a
+        # problem's last event to the next one's first (its check, the next poison, any idle)
+        self.gpu_seconds = {"gpu_calls_s": 0.0, "gpu_between_s": 0.0}
         self.settled: Callable[[], None] = lambda: None
         self.native: NativeQueue | None = None
         self.queue_reason = "" if native else "off"
@@ -130,10 +133,13 @@ class MapEngine:
             self._run(groups, started, finished)
         finally:
             sys.setswitchinterval(switch)
+            busy = self.native.busy_seconds() if self.native is not None else None
             if self.native is not None:
                 self.native.stop()  # what it was handed is queued, then its thread joined
             self.warm = {"threads": warmer.threads, "reason": warmer.reason, **warmer.counts()}
             self.warm["queue"] = self.queue_reason or "c thread"
+            # what bounds the map: the C thread's queueing, and the GPU's time between events
+            self.warm.update(queue_busy_s=busy, **self.gpu_seconds)
             warmer.stop()  # its threads joined before the map's own handles go
 
     def _start_native(self, chunks: Sequence[Sequence[Case]], warming: bool) -> None:
@@ -357,9 +363,21 @@ class MapEngine:
             for close in item.closers:
                 close()
             finished(item.case, {**result, "case_s": share})
+        self._gpu_spans(chunk)
         self.spare_events.append(chunk.events)
         self.settled()
         self.seconds["read"] += time.perf_counter() - began
+
+    def _gpu_spans(self, chunk: Chunk) -> None:
+        import cupy
+
+        elapsed = cupy.cuda.runtime.eventElapsedTime
+        measured = [item.events for item in chunk.queued if item.result is None]
+        for events, following in zip(measured, [*measured[1:], None], strict=True):
+            with contextlib.suppress(Exception):  # (an event a refused call never recorded)
+                self.gpu_seconds["gpu_calls_s"] += elapsed(events[0], events[-1]) / 1e3
+                if following is not None:
+                    self.gpu_seconds["gpu_between_s"] += elapsed(events[-1], following[0]) / 1e3
 
     def _refused(self, chunk: Chunk) -> None:
         """The C thread's refusals as the cases' results, as the Python engine records them."""

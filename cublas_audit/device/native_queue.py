@@ -155,6 +155,7 @@ class NativeQueue:
         ]  # fmt: skip
         lib.map_queue_submit.argtypes = [ctypes.POINTER(QueuedChunk)]
         lib.map_queue_finished.restype = ctypes.c_int64
+        lib.map_queue_busy_seconds.restype = ctypes.c_double
         self.reps = reps
         self.stream = cupy.cuda.get_current_stream().ptr
         # the check's scratch, made once for the largest problem (the C thread reuses it)
@@ -197,6 +198,11 @@ class NativeQueue:
     def finished(self) -> int:
         """Chunks queued on the GPU so far."""
         return int(self.library.map_queue_finished())
+
+    def busy_seconds(self) -> float:
+        """The C thread's time spent queueing so far (where it bounds the map: the engine's
+        reading then waits for it)."""
+        return float(self.library.map_queue_busy_seconds())
 
     def wait(self) -> None:
         """Until every chunk handed over is queued on the GPU (the interpreter lock released)."""
