@@ -221,8 +221,12 @@ def test_an_interrupted_map_resumes_only_the_missing_cases(
     stand_in_machine(monkeypatch)
     monkeypatch.setattr(map_plots, "draw", lambda rows, plots, flagged=(): [])  # drawn above
     monkeypatch.setattr(rundir, "COLUMNAR_ROWS", 100)  # a large run, as a full map is
+    parsed: list[Path] = []  # the probe's records read whole again (not as it wrote them)
+    parse = rundir._parsed
+    monkeypatch.setattr(rundir, "_parsed", lambda path, gz: parsed.append(path) or parse(path, gz))
     with deadline(DEADLINE_S):  # the recorded probe: the fake one of the fixture's map
         result = measure.dispatch_map_run(SweepOptions(resume=run_dir))
+    assert run_dir / rundir.TIME_RESULTS not in parsed  # (rundir.following, the torn line too)
     plan = str(run_dir / rundir.PLAN_FILE)
     starts = [list(s["argv"]) for s in seen(mapped["tmp"]) if plan in s["argv"]]
     assert len(starts) == 1 and starts[0][starts[0].index("--phase") + 1] == "map"

@@ -8,6 +8,7 @@ import gzip
 import importlib.util
 import json
 import shutil
+import time
 import zlib
 from pathlib import Path
 from typing import Any
@@ -208,6 +209,39 @@ def test_folding_folds_each_run_beside_the_block_and_raises_a_folds_error_after_
     with pytest.raises(AuditError, match=r"timing\.jsonl\.gz"), rundir.folding([runs[0], broken]):
         ran.append("second block")
     assert ran == ["block", "second block"] and (broken / "timing.jsonl").exists()
+
+
+def test_following_parses_the_records_as_they_are_written_as_records_would(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A probe's records parsed while it writes them (in pieces, a line cut anywhere, a member
+    folded before, a torn last line): afterwards `records` has them without reading the files
+    again, exactly as it would have read them; once the file changes after, it reads again."""
+    lines = (SMOKE / "timing.jsonl").read_text().splitlines(keepends=True)
+    stream = tmp_path / "timing.jsonl"
+    stream.write_text("".join(lines[:2]))
+    rundir.compact_results(tmp_path)  # (a resumed run's first part, folded)
+    stream.write_text(lines[2] + lines[3][:20])  # (its second part, torn mid-line)
+    written = "".join(lines[4:]).encode() + b'[1]\n{"event": "done", "case_id": "torn'
+    monkeypatch.setattr(rundir, "FOLLOW_S", 0.01)
+    with rundir.following(stream):
+        for start in range(0, len(written), 97):  # (the probe appending, cut anywhere)
+            with stream.open("ab") as out:
+                out.write(written[start : start + 97])
+            time.sleep(0.002)
+    kept = list(rundir.records(stream))
+    rundir.forget_records()
+    assert kept == list(rundir.records(stream))  # as a fresh reading has them
+    assert len(kept) == len(lines) - 2  # (line 3, torn, joined line 4: both skipped)
+    monkeypatch.setattr(rundir, "_parsed", lambda path, folded: pytest.fail("read again"))
+    rundir.forget_records()
+    with rundir.following(stream):
+        pass
+    assert list(rundir.records(stream)) == kept
+    monkeypatch.undo()
+    with stream.open("a") as out:  # (after the torn line)
+        out.write('\n{"event": "done", "case_id": "after"}\n')
+    assert list(rundir.records(stream))[-1] == {"event": "done", "case_id": "after"}
 
 
 def test_read_results_wants_done_and_a_case_id(tmp_path: Path) -> None:

@@ -59,6 +59,9 @@ MAX_PENDING = 8
 # thread, each waiting for the interpreter lock the map's reading holds; at Python's default
 # 5 ms a wait, the C thread stalled for 45 s of a BF16 grid's 85 s (the H100).
 SWITCH_S = 0.0002
+# how long the oldest chunk's records may take to arrive once its GPU work is done, before the
+# engine waits for everything and forces CUPTI's flush
+RECORDS_WAIT_S = 2.0
 
 Launch = Callable[[], None]
 Finished = Callable[[Case, dict[str, Any]], None]
@@ -294,7 +297,7 @@ class MapEngine:
     # ----- reading back --------------------------------------------------------------------
     def _read_ready(self, finished: Finished) -> None:
         """Reads every chunk whose GPU work is done and whose records have all arrived; where
-        the oldest lags MAX_PENDING chunks behind, waits for everything and reads them all."""
+        the oldest lags MAX_PENDING chunks behind, waits for it (_wait_oldest)."""
         if not self.pending:
             return
         began = time.perf_counter()
@@ -311,7 +314,31 @@ class MapEngine:
             self.pending.popleft()
             self._read(chunk, split, finished)
         if len(self.pending) > MAX_PENDING:
-            self._drain(finished)
+            self._wait_oldest(finished)
+
+    def _wait_oldest(self, finished: Finished) -> None:
+        """Waits for the oldest chunk alone (its end event, then its records through CUPTI's
+        non-forced flush as later chunks fill its buffers) and reads it, while the GPU runs the
+        chunks queued after it; waits for everything (_drain) only where its records have not
+        arrived after RECORDS_WAIT_S. Draining every time idled the GPU while all the chunks
+        were read: where the C thread queues, the GPU, not the host, is what the map waits for."""
+        chunk = self.pending[0]
+        began = time.perf_counter()
+        while not self._on_stream(chunk):
+            time.sleep(0.0002)
+        chunk.end.synchronize()
+        split = self._split(chunk, last=False)  # (untraced: why, at once)
+        while split is None:
+            if time.perf_counter() - began > RECORDS_WAIT_S:
+                self.seconds["wait"] += time.perf_counter() - began
+                self._drain(finished)
+                return
+            time.sleep(0.0005)
+            self.records += kernel_trace.tracer().delivered()
+            split = self._split(chunk, last=False)
+        self.seconds["wait"] += time.perf_counter() - began
+        self.pending.popleft()
+        self._read(chunk, split, finished)
 
     def _drain(self, finished: Finished) -> None:
         """Every queued chunk read: waits for the GPU, then takes CUPTI's records with nothing

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -224,9 +224,14 @@ def _write_only(config: SweepConfig, name: str, cases: Sequence[Case]) -> Path:
     )
 
 
-def _run_probe(config: SweepConfig, argv: list[str], progress: Progress) -> int:
+def _run_probe(
+    config: SweepConfig, argv: list[str], progress: Progress, results: Path | None = None
+) -> int:
+    """The probe run to its end (its `results` parsed while it writes them, rundir.following:
+    what the sweep reads next, at once), then what it loaded checked."""
     on_line = _on_probe_line(progress, config.run_dir)
-    code = run_streaming(argv, config.probe.env, on_line, config.probe.cwd)
+    with rundir.following(results) if results is not None else nullcontext():
+        code = run_streaming(argv, config.probe.env, on_line, config.probe.cwd)
     check_loaded_cublas(probe_versions(config.run_dir), config.cublas_lib)
     return code
 
@@ -257,7 +262,7 @@ def _time_cases(config: SweepConfig, cases: list[Case], progress: Progress) -> N
         only = _write_only(config, "timing.cases", remaining)
         args = _probe_args(config, config.phase, only)
         args += ["--careful", str(careful)] if careful else []
-        code = _run_probe(config, config.probe.argv(args), progress)
+        code = _run_probe(config, config.probe.argv(args), progress, results_path)
         if code in INTERRUPTED_CODES:  # Ctrl-C reached the probe first: stop, never an error row
             raise KeyboardInterrupt
         done = rundir.read_results(results_path)
