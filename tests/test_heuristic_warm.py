@@ -160,26 +160,34 @@ def recorded(side: str) -> Dataset:
     return dataclasses.replace(load_one_gpu(RECORDED / f"{side}.parquet"), env=env)
 
 
-def test_the_map_with_choices_made_ahead_dispatched_the_recorded_kernels() -> None:
-    # the 10,000-problem BF16 map of 2026-11-25 (runs a and b, before any warming) mapped again
-    # on 2026-11-27 with 8 workers choosing ahead (benchmarks/heuristic_warm.py): cuBLAS
-    # dispatched the same kernels, launches, CTAs and blocks on every problem
+# the same map on 2026-11-27: `warm` with 8 workers choosing ahead (benchmarks/heuristic_warm.py),
+# `native` also with its chunks queued by the C thread (benchmarks/native_queue.py)
+AGAIN = ["warm", "native"]
+
+
+@pytest.mark.parametrize("side", AGAIN)
+def test_the_map_mapped_again_dispatched_the_recorded_kernels(side: str) -> None:
+    # the 10,000-problem BF16 map of 2026-11-25 (runs a and b, before any warming, queued from
+    # Python) mapped again: cuBLAS dispatched the same kernels, launches, CTAs and blocks on
+    # every problem
     columns = ["case_id", "traced_kernels", "traced_launches", "traced_ctas", "traced_block"]
-    warm, a, b = (
-        pd.read_parquet(RECORDED / f"{side}.parquet", columns=columns).set_index("case_id")
-        for side in ("warm", "a", "b")
+    again, a, b = (
+        pd.read_parquet(RECORDED / f"{name}.parquet", columns=columns).set_index("case_id")
+        for name in (side, "a", "b")
     )
-    assert len(warm) == 10_000 and set(warm.index) == set(a.index)
-    assert warm.sort_index().equals(a.sort_index()) and warm.sort_index().equals(b.sort_index())
-    command = json.loads((RECORDED / "warm.env.json").read_text())["command"]
+    assert len(again) == 10_000 and set(again.index) == set(a.index)
+    assert again.sort_index().equals(a.sort_index()) and again.sort_index().equals(b.sort_index())
+    env = json.loads((RECORDED / f"{side}.env.json").read_text())
+    command = env["command"]
     assert command[command.index("--seed") + 1] == "1" and "--sample" in command  # the same plan
 
 
 @pytest.mark.heavy
-def test_the_map_with_choices_made_ahead_passes_the_diff_gate_against_the_recorded_runs() -> None:
-    warm = recorded("warm")
+@pytest.mark.parametrize("side", AGAIN)
+def test_the_map_mapped_again_passes_the_diff_gate_against_the_recorded_runs(side: str) -> None:
+    again = recorded(side)
     for before in (recorded("a"), recorded("b")):
-        for judged in (compare(before, warm), compare(warm, before)):
+        for judged in (compare(before, again), compare(again, before)):
             assert len(judged.matched) == 10_000 and judged.kernel_changes.empty
             assert not judged.fails("regression") and judged.rows("improvement").empty
 

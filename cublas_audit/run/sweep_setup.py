@@ -9,10 +9,12 @@ refused.
 
 from __future__ import annotations
 
+import functools
 import os
 import socket
 import sys
-from collections.abc import Mapping, Sequence
+import threading
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -116,14 +118,19 @@ def sweep(options: SweepOptions, progress: Progress | None = None) -> Measured:
     """Checks, starts or resumes, runs, and writes the run's table; no report (that is the
     caller's: measuring returns data)."""
     options = checked(options)
-    env = environment.collect(options.ncu, options.device)
-    environment.require_gpu(env)
-    check_fits_memory(options.cases, env.memory_gb)
-    options = _observer_here(options, env, progress or Progress())
-    ncu = environment.require_profiler(env) if options.profile else None
     with package_view() as view:
+        probe = _probe(options, view)
+        # the probe's imports checked (a child importing CuPy: ~1-2 s) while this process
+        # surveys the machine (nvidia-smi, CuPy, ncu: as long), not after it; its verdict after
+        # the survey's, as before
+        imports_checked = _begun(functools.partial(probe_process.check_probe_imports, probe))
+        env = environment.collect(options.ncu, options.device)
+        environment.require_gpu(env)
+        check_fits_memory(options.cases, env.memory_gb)
+        options = _observer_here(options, env, progress or Progress())
+        ncu = environment.require_profiler(env) if options.profile else None
+        imports_checked()
         config = _config(options, env, ncu, view)
-        probe_process.check_probe_imports(config.probe)
         if options.resume is None:
             start_run(config, env, options)
         frame = run(config, progress)
@@ -272,22 +279,49 @@ def check_new_run_dir(run_dir: Path) -> None:
         raise AuditError(f"--out: cannot write under {parent}")
 
 
+def _begun(check: Callable[[], None]) -> Callable[[], None]:
+    """`check` begun in a thread (it waits on a child process); the call returned waits for it
+    and raises what it raised. Left unasked (an error came first), the thread ends on its own."""
+    raised: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            check()
+        except BaseException as exc:  # (handed to the one who asks)
+            raised.append(exc)
+
+    thread = threading.Thread(target=run, name="probe imports", daemon=True)
+    thread.start()
+
+    def outcome() -> None:
+        thread.join()
+        if raised:
+            raise raised[0]
+
+    return outcome
+
+
+def _probe(options: SweepOptions, view: Path) -> probe_process.ProbeCommand:
+    """The probe's command: its interpreter, environment and the package view it runs in."""
+    child_env = probe_process.probe_environment(
+        os.environ, options.probe_env, options.cublas_lib, view
+    )
+    return probe_process.ProbeCommand(options.probe_python or sys.executable, child_env, view)
+
+
 def _config(
     options: SweepOptions, env: environment.Environment, ncu: str | None, view: Path
 ) -> SweepConfig:
     label = options.gpu_label or label_from_gpu_name(env.gpu_name or "")
     # Absolute: the probe and ncu run in the package view, not in the user's directory.
     run_dir = (options.resume or options.out or default_run_dir(label)).absolute()
-    child_env = probe_process.probe_environment(
-        os.environ, options.probe_env, options.cublas_lib, view
-    )
     return SweepConfig(
         cases=options.cases,
         run_dir=run_dir,
         gpu_label=label,
         ncu=ncu,
         clock_control=options.clock_control or "none",
-        probe=probe_process.ProbeCommand(options.probe_python or sys.executable, child_env, view),
+        probe=_probe(options, view),
         reference=bool(options.reference),
         min_reps=options.min_reps or DEFAULT_MIN_REPS,
         candidate_limit=options.candidate_limit,
