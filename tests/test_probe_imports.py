@@ -15,6 +15,7 @@ import importlib.util
 import os
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -78,3 +79,38 @@ def test_the_sweep_stops_with_exit_3_and_no_run_directory(
     assert not out.exists()
     assert not (tmp_path / "reports").exists()
     assert list(views.iterdir()) == []  # and the package view is gone
+
+
+def test_the_import_check_runs_while_the_machine_is_surveyed_and_speaks_after_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The probe interpreter's import check (a child importing CuPy: seconds) is begun before
+    the survey of the machine (nvidia-smi, CuPy, ncu: seconds too) and runs beside it; a survey
+    that finds no GPU is still the error said, as before."""
+    from cublas_audit.planning.cases import Case
+    from cublas_audit.run.sweep_setup import SweepOptions, sweep
+    from tests.fakeprobe import fake_probe, seen
+
+    probe, _calls = fake_probe(tmp_path, behaviour="no-cupy")
+    options = SweepOptions(
+        cases=[Case("cublas", "fp32", 64, 64, 64, 1)],
+        out=tmp_path / "run",
+        probe_python=probe.python,
+    )
+    during: list[bool] = []
+
+    def collect(ncu: str | None = None, device: int | None = None) -> environment.Environment:
+        for _ in range(500):  # (10 s at most: the check's child records its start)
+            if any(s["argv"][1:2] == ["-c"] for s in seen(tmp_path)):
+                break
+            time.sleep(0.02)
+        during.append(any(s["argv"][1:2] == ["-c"] for s in seen(tmp_path)))
+        return h100_environment(ncu) if during[-1] else environment.Environment()
+
+    monkeypatch.setattr(environment, "collect", collect)
+    with deadline(DEADLINE_S), pytest.raises(ToolMissingError, match="No module named 'cupy'"):
+        sweep(options)
+    assert during == [True] and not (tmp_path / "run").exists()
+    monkeypatch.setattr(environment, "collect", lambda *a: environment.Environment())
+    with deadline(DEADLINE_S), pytest.raises(ToolMissingError, match="no NVIDIA GPU"):
+        sweep(options)  # (no GPU, and no CuPy in the probe: the GPU is what is missing first)
