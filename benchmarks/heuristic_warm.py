@@ -24,6 +24,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -80,19 +81,36 @@ def against_recorded(run: Path) -> dict[str, int]:
 
 
 def sample_leg(maps: Path, keep: Path | None) -> dict[str, Any]:
+    return compared(maps, keep, ("warm", {"warm": True}), ("cold", {"warm": False}))
+
+
+def compared(
+    maps: Path,
+    keep: Path | None,
+    new: tuple[str, dict[str, bool]],
+    old: tuple[str, dict[str, bool]],
+) -> dict[str, Any]:
+    """The recorded 10,000-problem sample mapped the `new` way and the `old` way (mapped's
+    settings), back to back: each against the recorded runs and against each other; --keep
+    writes the new way's table for the CPU tests."""
     extra = ["--sample", "10000", "--seed", "1"]
-    warm, cold = maps / "sample-warm", maps / "sample-cold"
-    found = {"warm": mapped(warm, extra, True), "cold": mapped(cold, extra, False)}
-    if found["warm"]["exit"] == 0 and found["cold"]["exit"] == 0:
-        found["warm_vs_recorded"] = against_recorded(warm)
-        found["cold_vs_recorded"] = against_recorded(cold)
-        found["warm_vs_cold"] = map_speed.rerun_agreement(cold, warm)
+    (first, first_way), (second, second_way) = new, old
+    runs = {name: maps / f"sample-{name}" for name in (first, second)}
+    found = {
+        first: mapped(runs[first], extra, **first_way),
+        second: mapped(runs[second], extra, **second_way),
+    }
+    if found[first]["exit"] == 0 and found[second]["exit"] == 0:
+        for name in (first, second):
+            found[f"{name}_vs_recorded"] = against_recorded(runs[name])
+        found[f"{first}_vs_{second}"] = map_speed.rerun_agreement(runs[second], runs[first])
         if keep is not None:
             from cublas_audit.table.validation import read_table
 
             keep.mkdir(parents=True, exist_ok=True)
-            read_table(warm).to_parquet(keep / "warm.parquet", compression="zstd")
-            shutil.copy(warm / rundir.ENV_FILE, keep / "warm.env.json")
+            table = read_table(runs[first])
+            table.to_parquet(keep / f"{first}.parquet", compression="zstd")
+            shutil.copy(runs[first] / rundir.ENV_FILE, keep / f"{first}.env.json")
     return found
 
 
@@ -102,20 +120,32 @@ def grid_leg(maps: Path) -> dict[str, Any]:
     return found
 
 
-def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+def run_legs(
+    argv: list[str],
+    doc: str,
+    legs: dict[str, Callable[[Path, Path | None], dict[str, Any]]],
+    maps: Path,
+) -> int:
+    """The command line of this script and of native_queue.py: JSON [--maps] [--legs] [--keep],
+    each leg's findings written into JSON as it ends."""
+    parser = argparse.ArgumentParser(description=(doc or "").splitlines()[0])
     parser.add_argument("json", type=Path)
-    parser.add_argument("--maps", type=Path, default=Path("/tmp/warm"))
-    parser.add_argument("--legs", default="sample,grid")
+    parser.add_argument("--maps", type=Path, default=maps)
+    parser.add_argument("--legs", default=",".join(legs))
     parser.add_argument("--keep", type=Path, default=None)
     args = parser.parse_args(argv)
     found: dict[str, Any] = json.loads(args.json.read_text()) if args.json.exists() else {}
     args.maps.mkdir(parents=True, exist_ok=True)
     for leg in [name.strip() for name in args.legs.split(",") if name.strip()]:
-        found[leg] = sample_leg(args.maps, args.keep) if leg == "sample" else grid_leg(args.maps)
+        found[leg] = legs[leg](args.maps, args.keep)
         args.json.write_text(json.dumps(found, indent=2, default=str) + "\n")
         print(leg, json.dumps(found[leg], default=str)[:3000], flush=True)
     return 0
+
+
+def main(argv: list[str]) -> int:
+    legs = {"sample": sample_leg, "grid": lambda maps, keep: grid_leg(maps)}
+    return run_legs(argv, __doc__ or "", legs, Path("/tmp/warm"))
 
 
 if __name__ == "__main__":

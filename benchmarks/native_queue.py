@@ -17,9 +17,6 @@ The JSON is updated leg by leg.
 
 from __future__ import annotations
 
-import argparse
-import json
-import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -28,29 +25,11 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 import heuristic_warm  # noqa: E402
-import map_speed  # noqa: E402
-
-from cublas_audit.table import rundir  # noqa: E402
 
 
 def sample_leg(maps: Path, keep: Path | None) -> dict[str, Any]:
-    extra = ["--sample", "10000", "--seed", "1"]
-    native, python = maps / "sample-native", maps / "sample-python"
-    found = {
-        "native": heuristic_warm.mapped(native, extra, warm=True, native=True),
-        "python": heuristic_warm.mapped(python, extra, warm=True, native=False),
-    }
-    if found["native"]["exit"] == 0 and found["python"]["exit"] == 0:
-        found["native_vs_recorded"] = heuristic_warm.against_recorded(native)
-        found["python_vs_recorded"] = heuristic_warm.against_recorded(python)
-        found["native_vs_python"] = map_speed.rerun_agreement(python, native)
-        if keep is not None:
-            from cublas_audit.table.validation import read_table
-
-            keep.mkdir(parents=True, exist_ok=True)
-            read_table(native).to_parquet(keep / "native.parquet", compression="zstd")
-            shutil.copy(native / rundir.ENV_FILE, keep / "native.env.json")
-    return found
+    python = {"warm": True, "native": False}
+    return heuristic_warm.compared(maps, keep, ("native", {"warm": True}), ("python", python))
 
 
 def grid_leg(maps: Path) -> dict[str, Any]:
@@ -60,19 +39,8 @@ def grid_leg(maps: Path) -> dict[str, Any]:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("json", type=Path)
-    parser.add_argument("--maps", type=Path, default=Path("/tmp/native"))
-    parser.add_argument("--legs", default="sample,grid")
-    parser.add_argument("--keep", type=Path, default=None)
-    args = parser.parse_args(argv)
-    found: dict[str, Any] = json.loads(args.json.read_text()) if args.json.exists() else {}
-    args.maps.mkdir(parents=True, exist_ok=True)
-    for leg in [name.strip() for name in args.legs.split(",") if name.strip()]:
-        found[leg] = sample_leg(args.maps, args.keep) if leg == "sample" else grid_leg(args.maps)
-        args.json.write_text(json.dumps(found, indent=2, default=str) + "\n")
-        print(leg, json.dumps(found[leg], default=str)[:3000], flush=True)
-    return 0
+    legs = {"sample": sample_leg, "grid": lambda maps, keep: grid_leg(maps)}
+    return heuristic_warm.run_legs(argv, __doc__ or "", legs, Path("/tmp/native"))
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ import os
 import socket
 import sys
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -117,6 +118,7 @@ RECORDED: dict[str, tuple[str, Any]] = {
 def sweep(options: SweepOptions, progress: Progress | None = None) -> Measured:
     """Checks, starts or resumes, runs, and writes the run's table; no report (that is the
     caller's: measuring returns data)."""
+    began = time.perf_counter()
     options = checked(options)
     with package_view() as view:
         probe = _probe(options, view)
@@ -133,6 +135,11 @@ def sweep(options: SweepOptions, progress: Progress | None = None) -> Measured:
         config = _config(options, env, ncu, view)
         if options.resume is None:
             start_run(config, env, options)
+            # what came before the probe (the checks, the survey, plan.json, env.json and the
+            # roofline's measurement), which sweep_seconds leaves out
+            record = rundir.read_env(config.run_dir)
+            record["setup_seconds"] = round(time.perf_counter() - began, 2)
+            rundir.write_env(config.run_dir, record)
         frame = run(config, progress)
     return Measured(config.run_dir, frame, config.phase)
 
