@@ -26,6 +26,7 @@ from cublas_audit.run import dispatch_map, multi_gpu
 from cublas_audit.run.sweep import Progress
 from cublas_audit.run.sweep_setup import Measured, SweepOptions
 from cublas_audit.run.sweep_setup import sweep as measure
+from cublas_audit.table import rundir
 from cublas_audit.vocabulary import Phase
 
 ProgressFor = Callable[[Gpu], Progress]
@@ -126,7 +127,13 @@ def dispatch_map_run(
     # as it was prepared for its findings
     merged = mapped.frame if mapped.shards else None
     rows = mapped.rows if mapped.shards else None
-    report = write_map_report(mapped.run_dir, thresholds, mapped.findings, merged, rows=rows)
+    spent: dict[str, float] = {}
+    report = write_map_report(mapped.run_dir, thresholds, mapped.findings, merged, spent, rows)
+    # where the time after the GPUs went, in env.json (benchmarks/fleet_scaling.py reads it)
+    record = rundir.read_env(mapped.run_dir)
+    after = {"report_load": spent["judge_s"], "report": spent["report_s"]}
+    record["after_gpu_seconds"] = {**mapped.after_gpu, **after}
+    rundir.write_env(mapped.run_dir, record)
     return SweepResult(
         mapped.run_dir, mapped.frame, report, mapped.shards, mapped.follow_up, mapped.findings
     )

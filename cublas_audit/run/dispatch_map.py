@@ -16,6 +16,7 @@ reference kernel, and cuBLASLt's candidates, so each finding arrives with its ev
 from __future__ import annotations
 
 import functools
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -57,6 +58,9 @@ class MapResult:
     findings: list[Finding] = field(default_factory=list)
     shards: list[Path] = field(default_factory=list)
     rows: pd.DataFrame | None = None
+    # seconds after the GPUs, before the report: merge (a spread map's), judge, fold_wait (the
+    # probe records' folds still running once judged)
+    after_gpu: dict[str, float] = field(default_factory=dict)
 
 
 def run(
@@ -81,10 +85,13 @@ def run(
             with rundir.folding(shards):
                 return MapResult(plan.run_dir, None, shards=shards)
         folded = shards
+    spent: dict[str, float] = {}
+    clock = time.perf_counter()
     with rundir.folding(folded):
         written: Forks[Path] | None = None
         if spread is not None:
             mapped = Measured(plan.run_dir, multi_gpu.merged_frame(plan, shards), Phase.map)
+            spent["merge"], clock = _lap(clock)
             # the merged table written in a fork while it is judged here (a full map's
             # dispatch.parquet: ~0.7 s of CPU here); done before anything reads it
             write = functools.partial(rundir.write_run_table, mapped.frame, plan.run_dir)
@@ -96,10 +103,18 @@ def run(
             found = map_findings(mapped.frame, thresholds, rows)
         if written is not None:
             written.results()
+        spent["judge"], clock = _lap(clock)
+    spent["fold_wait"], clock = _lap(clock)
     deep = None
     if follow_up:
         deep = run_follow_up(mapped, options, found[:follow_up], progress)
-    return MapResult(mapped.run_dir, mapped.frame, deep, found, shards, rows)
+    return MapResult(mapped.run_dir, mapped.frame, deep, found, shards, rows, spent)
+
+
+def _lap(since: float) -> tuple[float, float]:
+    """(seconds since `since`, rounded; now)."""
+    now = time.perf_counter()
+    return round(now - since, 2), now
 
 
 def follow_up_cases(
