@@ -49,6 +49,7 @@ def test_a_chunk_is_read_once_the_next_chunks_marker_has_arrived() -> None:
     assert [k.name for k in after] == [map_records.CHUNK_MARKER, "gemm_c"]
     cases = map_records.case_records(mine)
     assert [[k.name for k in c] for c in cases] == [["gemm_a", "reduce"] * 2, ["gemm_b"]]
+    assert map_records.check_seconds(mine) == 10e-9  # the check's two kernels, 5 ns each
     calls = map_records.split_calls(cases[0], 2)
     assert not isinstance(calls, str)
     assert names(list(calls)) == [["gemm_a", "reduce"], ["gemm_a", "reduce"]]

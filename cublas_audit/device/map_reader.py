@@ -49,9 +49,10 @@ class ChunkReader:
         self.last = time.perf_counter()
         self.native: NativeQueue | None = None  # the engine's C thread, where it queues
         self.settled: Callable[[], None] = lambda: None  # a chunk's results are all given
-        # the GPU's time in the problems' timed calls (first to last event), and from a
-        # problem's last event to the next one's first (its check, the next poison, any idle)
-        self.gpu_seconds = {"gpu_calls_s": 0.0, "gpu_between_s": 0.0}
+        # the GPU's time in the problems' timed calls (first to last event), from a problem's
+        # last event to the next one's first (its check, the next poison, any idle), and in the
+        # check's kernels (CUPTI's records)
+        self.gpu_seconds = {"gpu_calls_s": 0.0, "gpu_between_s": 0.0, "gpu_check_s": 0.0}
 
     def read_ready(self, finished: Finished) -> None:
         """Reads every chunk whose GPU work is done and whose records have all arrived; where
@@ -128,6 +129,7 @@ class ChunkReader:
         if found is None:
             return None
         mine, self.records = found
+        self.gpu_seconds["gpu_check_s"] += map_records.check_seconds(mine)
         cases = map_records.case_records(mine)
         if len(cases) != len(chunk.queued):
             return f"unavailable: CUPTI saw {len(cases)} of {len(chunk.queued)} cases"

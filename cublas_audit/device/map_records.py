@@ -108,6 +108,11 @@ def case_records(records: Sequence[KernelLaunch]) -> list[list[KernelLaunch]]:
     return cases
 
 
+def check_seconds(records: Sequence[KernelLaunch]) -> float:
+    """The GPU seconds of the check kernels among `records` (what the map spends checking)."""
+    return sum(r.end_ns - r.start_ns for r in records if r.name in CHECK_KERNELS) / 1e9
+
+
 def split_calls(kernels: Sequence[KernelLaunch], reps: int) -> Calls | str:
     """One case's kernels as its `reps` calls, or why they cannot be split: the count must be a
     multiple of `reps` and every call must run the same kernels in the same order."""
