@@ -15,10 +15,12 @@ Targets: `--devices all` and `--ray auto` within 1.25x the quarter shard's wall 
 (updated leg by leg, so that legs run in several device calls add up) holds quarter_shard_wall_s,
 devices_all_wall_s, ray_wall_s, bf16_full_grid_one_gpu_s, after_gpu_s (the devices-all run's wall
 time outside its shards: start-up, merge, judging, report), run_dir_mb (the devices-all run
-directory), each leg's shards' map seconds and engine seconds (device.map_engine: queueing,
-waiting, CUPTI flush, reading), the ray leg's `ray_timings` (env.json's: each phase of the Ray
-run timed apart, run.ray_fleet), and `bounds`: where a target is missed, what the measurements
-say bounds it.
+directory), each leg's shards' map seconds, setup seconds (before each probe: checks, the
+machine's survey, plan.json, env.json, the roofline) and engine seconds (device.map_engine:
+queueing, waiting, CUPTI flush, reading), the quarter's and devices-all leg's
+`after_gpu_seconds` (env.json's: merge, judge, fold_wait, report_load, report), the ray leg's
+`ray_timings` (env.json's: each phase of the Ray run timed apart, run.ray_fleet), and `bounds`:
+where a target is missed, what the measurements say bounds it.
 """
 
 from __future__ import annotations
@@ -85,11 +87,16 @@ def run_leg(leg: str, maps: Path, axis: str, modes: str, label: str) -> dict[str
         "wall_s": round(wall, 1),
         "sweep_seconds": env_json.get("sweep_seconds"),
         "shard_seconds": {p.name: rundir.read_env(p).get("sweep_seconds") for p in shards},
+        # each shard's time before its probe (checks, the machine's survey, plan.json, env.json,
+        # the roofline's measurement), which its sweep_seconds leaves out
+        "setup_seconds": {p.name: rundir.read_env(p).get("setup_seconds") for p in shards},
         "engine_seconds": {p.name: engine_seconds(p) for p in shards},
         "run_dir_mb": round(sum(f.stat().st_size for f in out.rglob("*") if f.is_file()) / 1e6, 1),
     }
     if env_json.get("ray_timings"):  # (a --ray run's phases, timed apart: run.ray_fleet)
         found["ray_timings"] = env_json["ray_timings"]
+    if env_json.get("after_gpu_seconds"):  # (merge, judging, folds, report: jobs.measure)
+        found["after_gpu_seconds"] = env_json["after_gpu_seconds"]
     return found
 
 

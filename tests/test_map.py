@@ -152,6 +152,10 @@ def test_the_map_is_one_fast_pass_of_the_probe_then_the_deep_tier(mapped) -> Non
     assert "--reference" not in first
     env = rundir.read_env(mapped["result"].run_dir)
     assert (env["phase"], env["observer"], env["profiled"]) == ("map", "cupti", False)
+    # where its time went before the probe and after it (benchmarks/fleet_scaling.py reads them)
+    after = env["after_gpu_seconds"]
+    assert set(after) == {"judge", "fold_wait", "report_load", "report"}
+    assert all(seconds >= 0 for seconds in [env["setup_seconds"], *after.values()])
 
 
 def test_the_map_table_has_the_sweep_schema_and_every_case(mapped) -> None:  # type: ignore[no-untyped-def]

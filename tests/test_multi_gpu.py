@@ -173,6 +173,9 @@ def test_a_sharded_map_pins_each_probe_and_merges_one_table(
     assert "2112 takes 1.16x the time of the larger 2176" in result.report.read_text()
     env = rundir.read_env(result.run_dir)
     assert [d["uuid"] for d in env["devices"]] == ["GPU-aaaa-0", "GPU-bbbb-1"]
+    after = env["after_gpu_seconds"]  # (and each shard's setup_seconds: before its probe)
+    assert set(after) == {"merge", "judge", "fold_wait", "report_load", "report"}
+    assert all(rundir.read_env(shard)["setup_seconds"] >= 0 for shard in shards)
     assert set(env["shard_seconds"]) == {"gpu0", "gpu1"}
     for gpu in H100S:
         shard_env = rundir.read_env(multi_gpu.shard_dir(result.run_dir, gpu))
