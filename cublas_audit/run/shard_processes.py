@@ -96,8 +96,13 @@ def start_server() -> None:
     multiprocessing.forkserver.ensure_running()
 
 
-def run_all(jobs: Sequence[SweepOptions], progress: Sequence[Progress | None]) -> Outcome:
-    """Every job's folded_sweep at once, a process each; returns when all have ended."""
+def run_all(
+    jobs: Sequence[SweepOptions],
+    progress: Sequence[Progress | None],
+    finished: Callable[[int], None] | None = None,
+) -> Outcome:
+    """Every job's folded_sweep at once, a process each; returns when all have ended.
+    `finished`: called here with a job's index as it ends well, while others may still run."""
     context = multiprocessing.get_context(START_METHOD)
     context.set_forkserver_preload(PRELOADED)
     events: Any = context.Queue()
@@ -116,7 +121,7 @@ def run_all(jobs: Sequence[SweepOptions], progress: Sequence[Progress | None]) -
             process.start()
         while len(ended) < len(processes):
             try:
-                _relay(events, processes, progress, ended)
+                _relay(events, processes, progress, ended, finished)
             except KeyboardInterrupt:  # each shard keeps what it finished: wait for them to say so
                 interrupted = True
                 _forward_interrupt(processes)
@@ -135,8 +140,10 @@ def _relay(
     processes: Sequence[Any],
     progress: Sequence[Progress | None],
     ended: dict[int, BaseException | None],
+    finished: Callable[[int], None] | None = None,
 ) -> None:
-    """Replays what the shards report until each has ended (its last word, or its exit)."""
+    """Replays what the shards report until each has ended (its last word, or its exit); each
+    that ended well is handed to `finished` at once."""
     while len(ended) < len(processes):
         # snapshot first: whatever a process wrote before it died is in the pipe by now
         dead = [i for i, p in enumerate(processes) if i not in ended and not p.is_alive()]
@@ -153,6 +160,8 @@ def _relay(
                 getattr(hooks, hook)(value)
         else:
             ended[index] = payload
+            if payload is None and finished is not None:
+                finished(index)
 
 
 def _forward_interrupt(processes: Sequence[Any]) -> None:
