@@ -18,6 +18,7 @@ import os
 import shutil
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -381,7 +382,7 @@ def test_how_the_shards_ended_is_the_runs_one_error(
     raised: type[AuditError],
     message: str,
 ) -> None:
-    monkeypatch.setattr(shard_processes, "run_all", lambda measure, progress: outcome)
+    monkeypatch.setattr(shard_processes, "run_all", lambda measure, progress, finished: outcome)
     plan = multi_gpu.start(replace(SweepOptions(cases=map_cases()), out=tmp_path), H100S, False)
     with pytest.raises(raised, match=message):
         multi_gpu.run(SweepOptions(), plan)
@@ -455,12 +456,19 @@ def test_the_merge_order_is_the_plans_statement_made_while_the_shards_run(
     assert plan.stated is not None
     made_while_running: list[bool] = []
 
-    def run_all(jobs: object, progress: object) -> shard_processes.Outcome:
+    read: list[Path] = []  # (each shard's table read as soon as that shard is done)
+    monkeypatch.setattr(multi_gpu, "read_table", read.append)
+
+    def run_all(
+        jobs: object, progress: object, finished: Callable[[int], None]
+    ) -> shard_processes.Outcome:
+        finished(1)  # (GPU 1's shard done first)
         for _ in range(500):  # (10 s at most)
-            if "_ids" in vars(plan.stated):
+            if "_ids" in vars(plan.stated) and read:
                 break
             time.sleep(0.02)
         made_while_running.append("_ids" in vars(plan.stated))
+        assert read == [multi_gpu.shard_dir(plan.run_dir, 1)]
         return shard_processes.Outcome({}, False)
 
     monkeypatch.setattr(shard_processes, "run_all", run_all)
@@ -500,3 +508,22 @@ def test_a_maps_report_imports_are_made_while_it_is_measured(
     assert seen == [True]
     assert sys.modules["drawn_ahead"].THREAD is not threading.main_thread()
     monkeypatch.delitem(sys.modules, "drawn_ahead")
+
+
+def test_each_shard_that_ends_well_is_handed_on_at_once() -> None:
+    """The parent hands each shard that ended well to `finished` as its last word comes (the
+    merge then reads its table while the others still run); one that failed is not."""
+    import queue
+
+    events: queue.Queue[tuple[int, str, object]] = queue.Queue()
+    for word in [(1, "done", None), (0, "done", AuditError("no GPU")), (2, "done", None)]:
+        events.put(word)
+
+    class Running:
+        def is_alive(self) -> bool:
+            return True
+
+    ended: dict[int, BaseException | None] = {}
+    handed: list[int] = []
+    shard_processes._relay(events, [Running()] * 3, [None] * 3, ended, handed.append)
+    assert handed == [1, 2] and isinstance(ended[0], AuditError)
