@@ -131,6 +131,9 @@ def test_each_shard_is_a_task_on_its_gpu_and_the_merge_is_the_unsharded_run(
     by_shard = [set(load_run(path).frame["case_id"]) for path in result.shards]
     assert sum(map(len, by_shard)) == len(frame) == len(set(frame["case_id"]))  # each case once
     assert all(p.parent == result.run_dir / "shards" for p in result.shards)
+    for shard in result.shards:  # left unfolded in place by its task, folded by the driver
+        assert not (shard / rundir.TIME_RESULTS).exists()
+        assert (shard / (rundir.TIME_RESULTS + ".gz")).is_file()
 
     # the same machine, unsharded, in this process
     monkeypatch.setattr(environment, "collect", lambda ncu=None, device=None: h100_environment(ncu))

@@ -102,7 +102,9 @@ def test_on_the_drivers_node_a_task_writes_its_shard_in_place(
     assert done.in_place and done.archive == b"" and done.gpu == "2"
     ran = sweep.seen[0]
     assert ran.out == target and ran.device == 2 and ran.cases == shard(grid(), 3)[1]
-    assert sorted(p.name for p in target.iterdir()) == ["plan.json", "timing.jsonl.gz"]  # folded
+    # left unfolded, and swept so: the driver folds it beside its merge (jobs.fleet)
+    assert sorted(p.name for p in target.iterdir()) == ["plan.json", "timing.jsonl"]
+    assert not ran.fold
     assert list(done.times) == ["started", "swept", "folded", "packed"]
 
 

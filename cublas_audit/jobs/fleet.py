@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import threading
 import time
 from dataclasses import replace
 from pathlib import Path
 
 from cublas_audit.errors import AuditError
-from cublas_audit.jobs.measure import SweepResult
+from cublas_audit.jobs.measure import REPORT_IMPORTS, SweepResult, import_ahead
 from cublas_audit.jobs.merge import write_merged
 from cublas_audit.jobs.run_reports import write_map_report, write_run_report, write_units_report
 from cublas_audit.planning.cases import candidate_problems
@@ -43,23 +44,29 @@ def on_ray(
         if phase is Phase.candidates:  # the plan is the problems: each audited once, on one GPU
             options = replace(options, cases=candidate_problems(options.cases))
     early: dict[Path, shard_merge.ShardRun] = {}
+    ahead = threading.Thread(target=import_ahead, args=(REPORT_IMPORTS,), daemon=True)
+    ahead.start()  # (what a map's report imports to draw, while the shards run)
     fleet, shard_dirs = ray_fleet.run(
         options, address, run_sweep, retries, replicate, functools.partial(_read, early, replicate)
     )
-    if fleet.replicate:
-        for unit in shard_dirs:
-            if fleet.settings.phase is Phase.map:
-                write_map_report(unit)
-            else:
-                write_run_report(unit)
-        units = write_units_report(fleet.run_dir, shard_dirs)
-        return SweepResult(fleet.run_dir, None, units, shard_dirs)
-    began = time.perf_counter()
-    shards = [early.get(path) or shard_merge.read_shard(path) for path in shard_dirs]
-    record = rundir.read_env(fleet.run_dir)
-    kept = {key: record[key] for key in (*ray_fleet.ENGINE_KEYS, "placed") if key in record}
-    timings: dict[str, float] = {"read_shards_s": round(time.perf_counter() - began, 2)}
-    result = write_merged(shards, fleet.run_dir, False, fleet.command, kept, timings)
+    ahead.join()  # (before the report forks its pictures)
+    # the shards swept in place have their probe records folded here, beside the merge, the
+    # judging and the reports (ray_task; one returned as a tar was folded by its task)
+    with rundir.folding(shard_dirs):
+        if fleet.replicate:
+            for unit in shard_dirs:
+                if fleet.settings.phase is Phase.map:
+                    write_map_report(unit)
+                else:
+                    write_run_report(unit)
+            units = write_units_report(fleet.run_dir, shard_dirs)
+            return SweepResult(fleet.run_dir, None, units, shard_dirs)
+        began = time.perf_counter()
+        shards = [early.get(path) or shard_merge.read_shard(path) for path in shard_dirs]
+        record = rundir.read_env(fleet.run_dir)
+        kept = {key: record[key] for key in (*ray_fleet.ENGINE_KEYS, "placed") if key in record}
+        timings: dict[str, float] = {"read_shards_s": round(time.perf_counter() - began, 2)}
+        result = write_merged(shards, fleet.run_dir, False, fleet.command, kept, timings)
     _add_timings(fleet.run_dir, timings)
     return result
 

@@ -92,7 +92,9 @@ def run_shard(
         if home.shard_dir.exists():  # an earlier attempt's, half written (a lost worker, Ctrl-C)
             shutil.rmtree(home.shard_dir)
         home.shard_dir.parent.mkdir(parents=True, exist_ok=True)
-        _swept(run_sweep, replace(options, out=home.shard_dir, device=device), times)
+        # (its records folded by the driver, beside its merge: jobs.fleet)
+        in_place = replace(options, out=home.shard_dir, device=device, fold=False)
+        _swept(run_sweep, in_place, times)
         times["packed"] = times["folded"]
         return done
     with tempfile.TemporaryDirectory(prefix="cublas-audit-shard-") as scratch:
@@ -112,9 +114,11 @@ def warm_up(hold_s: float) -> None:
 
 
 def _swept(run_sweep: ShardSweep, options: SweepOptions, times: dict[str, float]) -> None:
-    """The sweep, then the probe's raw streams gzipped (what is kept, or travels, is compact)."""
+    """The sweep, then the probe's raw streams gzipped (what travels is compact; what stays in
+    place, options.fold False, the driver folds)."""
     run_sweep(options)
     times["swept"] = time.time()
     assert options.out is not None
-    rundir.compact_results(options.out)
+    if options.fold:
+        rundir.compact_results(options.out)
     times["folded"] = time.time()
