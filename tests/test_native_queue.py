@@ -88,12 +88,14 @@ chunk = native_queue.QueuedChunk(rows.ctypes.data, 3, ctypes.addressof(events),
                                  status.ctypes.data, INDICES, host.ctypes.data, 204, SUMS,
                                  host.ctypes.data, 96, 7, 0xEE, -1, 0)
 assert lib.map_queue_submit(ctypes.byref(chunk)) == 0
-lib.map_queue_wait()
+lib.map_queue_wait_ms.argtypes = [ctypes.c_int64]
+waited = lib.map_queue_wait_ms(1000)
 finished = lib.map_queue_finished()
-lib.map_queue_stop()
+lib.map_queue_stop(0)
 out = (ctypes.c_int64 * (5 * 200))()
 count = fake.fake_ops(out, 200)
-print(json.dumps({"sizes": sizes, "finished": finished, "status": status.tolist(),
+print(json.dumps({"sizes": sizes, "finished": finished, "waited": waited,
+                  "status": status.tolist(),
                   "setup": chunk.setup_status,
                   "ops": [list(out[5 * i: 5 * i + 5]) for i in range(count)]}))
 """
@@ -113,6 +115,7 @@ def test_the_c_thread_queues_what_the_python_engine_queued(tmp_path: Path) -> No
     found = json.loads(done.stdout)
     record = native_queue.case_dtype().itemsize, ctypes.sizeof(native_queue.QueuedChunk)
     assert found["sizes"] == list(record) and found["finished"] == 1 and found["setup"] == 0
+    assert found["waited"] == 1
     assert found["status"] == [0, 0, 1, 7, 0, 0]  # the second refused by cuBLAS (status 7)
     ops = [tuple(op) for op in found["ops"]]
     first, third = recorded_cases()[0], recorded_cases()[2]
@@ -166,3 +169,57 @@ def test_the_map_queues_from_python_where_the_c_part_cannot_be_had(
     off = MapEngine(cases, 5, None, None, None, native=False)  # type: ignore[arg-type]
     off._start_native([cases], warming=False)
     assert off.native is None and off.queue_reason == "off"
+
+
+INTERRUPTED = r"""
+import ctypes, json, sys, threading, time
+from pathlib import Path
+import numpy
+from cublas_audit.device import native, native_queue
+
+fake = ctypes.CDLL(sys.argv[1], mode=ctypes.RTLD_GLOBAL)
+lib = ctypes.CDLL(str(native.compiled(Path(sys.argv[2]))))
+lib.native_resolve.argtypes = [ctypes.c_char_p]
+assert lib.native_resolve(sys.argv[1].encode()) == 0
+lib.map_queue_start.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int64, ctypes.c_uint64,
+                                                        ctypes.c_void_p, ctypes.c_int]
+lib.map_queue_submit.argtypes = [ctypes.POINTER(native_queue.QueuedChunk)]
+lib.map_queue_finished.restype = ctypes.c_int64
+lib.map_queue_wait_ms.argtypes = [ctypes.c_int64]
+functions = (ctypes.c_void_p * 4)(0x100, 0x200, 0x300, 0x400)
+assert lib.map_queue_start(None, 3, 1, 1, 0x70000, functions, 0) == 0
+rows = numpy.zeros(0, dtype=native_queue.case_dtype())  # chunks of no problem
+host = numpy.zeros(4, dtype=numpy.float64)
+chunks = [native_queue.QueuedChunk(rows.ctypes.data, 0, None, None, 0x50000, host.ctypes.data,
+                                   8, 0x60000, host.ctypes.data, 8, 0, end, -1, 0)
+          for end in (0xB10C, 0xE1, 0xE2)]  # the first one's end event holds the thread
+for chunk in chunks:
+    assert lib.map_queue_submit(ctypes.byref(chunk)) == 0
+time.sleep(0.2)
+waited = lib.map_queue_wait_ms(50)  # the thread is held: not all queued after 50 ms
+threading.Timer(0.3, fake.fake_release).start()
+began = time.monotonic()
+lib.map_queue_stop(1)  # interrupted: the chunk begun is finished, the two after it never begun
+stopped = time.monotonic() - began
+out = (ctypes.c_int64 * (5 * 50))()
+count = fake.fake_ops(out, 50)
+events = [out[5 * i + 1] for i in range(count) if out[5 * i] == 2]
+print(json.dumps({"waited": waited, "finished": lib.map_queue_finished(), "events": events,
+                  "stopped": stopped}))
+"""
+
+
+@needs_cc
+def test_an_interrupted_map_leaves_the_chunks_not_begun_unqueued(tmp_path: Path) -> None:
+    fake = tmp_path / "libcuda.so.1"
+    source = Path(__file__).resolve().parent / "fake_cuda" / "fake_cuda.c"
+    flags = ["-O1", "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o", str(fake), str(source)]
+    subprocess.run(["cc", *flags, "-lpthread"], check=True)
+    done = subprocess.run(
+        [sys.executable, "-c", INTERRUPTED, str(fake), str(tmp_path / "cache")],
+        capture_output=True, text=True, check=True, timeout=60,
+    )  # fmt: skip
+    found = json.loads(done.stdout)
+    assert found["waited"] == 0  # a wait gives Python its turn (Ctrl-C) before all are queued
+    assert found["finished"] == 1 and found["events"] == [0xB10C]  # chunks 2 and 3: nothing
+    assert found["stopped"] >= 0.2  # (it waited for the chunk it had begun)

@@ -114,6 +114,7 @@ static pthread_cond_t changed = PTHREAD_COND_INITIALIZER;
 static queued_chunk *ring[RING];
 static int64_t submitted, finished; /* chunks handed over, and queued on the GPU */
 static int stopping, warming;
+static int working; /* the thread has taken chunk `finished` and is queueing it */
 static pthread_t thread;
 static void *context, *blas, *stream, *kernels[4]; /* partial, final, case end, chunk marker */
 static uint64_t scratch;
@@ -168,6 +169,7 @@ static void *serve(void *unused) {
             break;
         }
         queued_chunk *chunk = ring[finished % RING];
+        working = 1;
         pthread_mutex_unlock(&lock);
         int64_t began = now_ns();
         chunk->setup_status = status ? status : queue_chunk(chunk);
@@ -175,6 +177,7 @@ static void *serve(void *unused) {
         pthread_mutex_lock(&lock);
         busy_ns += spent;
         finished++;
+        working = 0;
         pthread_cond_broadcast(&changed);
         pthread_mutex_unlock(&lock);
     }
@@ -197,7 +200,7 @@ int map_queue_start(void *ctx, void *handle, void *on_stream, int64_t calls,
     for (int i = 0; i < 4; i++) kernels[i] = functions[i];
     warming = warm;
     submitted = finished = busy_ns = 0;
-    stopping = 0;
+    stopping = working = 0;
     return pthread_create(&thread, NULL, serve, NULL) ? 4 : 0;
 }
 
@@ -231,16 +234,30 @@ double map_queue_busy_seconds(void) {
     return spent;
 }
 
-/* Waits until every chunk handed over is queued on the GPU. */
-void map_queue_wait(void) {
+/* Waits at most `ms` milliseconds for every chunk handed over to be queued on the GPU (the caller
+   loops, so that Ctrl-C reaches Python between waits). 1: all queued; 0: not yet. */
+int map_queue_wait_ms(int64_t ms) {
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += ms / 1000;
+    until.tv_nsec += (ms % 1000) * 1000000;
+    if (until.tv_nsec >= 1000000000) {
+        until.tv_sec += 1;
+        until.tv_nsec -= 1000000000;
+    }
     pthread_mutex_lock(&lock);
-    while (finished < submitted) pthread_cond_wait(&changed, &lock);
+    while (finished < submitted)
+        if (pthread_cond_timedwait(&changed, &lock, &until)) break;
+    int done = finished >= submitted;
     pthread_mutex_unlock(&lock);
+    return done;
 }
 
-/* Queues what was handed over, then stops and joins the thread. */
-void map_queue_stop(void) {
+/* Stops and joins the thread: after queueing what was handed over, or (`abandon`: the map was
+   interrupted) after the chunk it is queueing, the chunks not begun left unqueued. */
+void map_queue_stop(int abandon) {
     pthread_mutex_lock(&lock);
+    if (abandon) submitted = finished + working; /* the chunk begun is finished, no other */
     stopping = 1;
     pthread_cond_broadcast(&changed);
     pthread_mutex_unlock(&lock);

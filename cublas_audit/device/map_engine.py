@@ -123,13 +123,15 @@ class MapEngine:
         switch = sys.getswitchinterval()
         if self.native is not None:
             sys.setswitchinterval(SWITCH_S)
+        completed = False
         try:
             self._run(groups, started, finished)
+            completed = True
         finally:
             sys.setswitchinterval(switch)
             busy = self.native.busy_seconds() if self.native is not None else None
-            if self.native is not None:
-                self.native.stop()  # what it was handed is queued, then its thread joined
+            if self.native is not None:  # its thread joined; interrupted, at once
+                self.native.stop(abandon=not completed)
             self.warm = {"threads": warmer.threads, "reason": warmer.reason, **warmer.counts()}
             self.warm["queue"] = self.queue_reason or "c thread"
             # what bounds the map: the C thread's queueing, and the GPU's time between events

@@ -67,6 +67,7 @@ class QueuedChunk(ctypes.Structure):
 
 
 REFUSED_BY_CUBLAS, REFUSED_BY_CUDA = 1, 2  # map_queue.c's status[2i]
+WAIT_MS = 50  # a wait for the C thread, between which Python sees Ctrl-C
 QUEUE_VARIABLE = "CUBLAS_AUDIT_NATIVE_QUEUE"  # 0: every chunk queued from Python
 
 
@@ -156,6 +157,8 @@ class NativeQueue:
         lib.map_queue_submit.argtypes = [ctypes.POINTER(QueuedChunk)]
         lib.map_queue_finished.restype = ctypes.c_int64
         lib.map_queue_busy_seconds.restype = ctypes.c_double
+        lib.map_queue_wait_ms.argtypes = [ctypes.c_int64]
+        lib.map_queue_stop.argtypes = [ctypes.c_int]
         self.reps = reps
         self.stream = cupy.cuda.get_current_stream().ptr
         # the check's scratch, made once for the largest problem (the C thread reuses it)
@@ -205,10 +208,15 @@ class NativeQueue:
         return float(self.library.map_queue_busy_seconds())
 
     def wait(self) -> None:
-        """Until every chunk handed over is queued on the GPU (the interpreter lock released)."""
-        self.library.map_queue_wait()
+        """Until every chunk handed over is queued on the GPU: in short waits with the
+        interpreter lock released, so that Ctrl-C is seen between them."""
+        while not self.library.map_queue_wait_ms(WAIT_MS):
+            pass
 
-    def stop(self) -> None:
+    def stop(self, abandon: bool = False) -> None:
+        """Joins the thread once it has queued every chunk handed over, or (`abandon`: the map
+        was interrupted) the chunk it is queueing; the others are never queued (their problems
+        have start records and no results: the sweep's resume runs them)."""
         if self.running:
-            self.library.map_queue_stop()
+            self.library.map_queue_stop(int(abandon))
             self.running = False

@@ -41,7 +41,24 @@ static void op(int64_t what, int64_t a, int64_t b, int64_t c, int64_t d) {
     op_count++;
     pthread_mutex_unlock(&lock);
 }
-int cuEventRecord(void *event, void *stream) { (void)stream; op(EVENT, (int64_t)event, 0, 0, 0); return 0; }
+/* Event 0xB10C holds the recording thread until fake_release(): a GPU whose launch queue is full */
+static pthread_mutex_t hold_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t released_cond = PTHREAD_COND_INITIALIZER;
+static int released;
+void fake_release(void) {
+    pthread_mutex_lock(&hold_lock); released = 1; pthread_cond_broadcast(&released_cond);
+    pthread_mutex_unlock(&hold_lock);
+}
+int cuEventRecord(void *event, void *stream) {
+    (void)stream;
+    op(EVENT, (int64_t)event, 0, 0, 0);
+    if ((int64_t)event == 0xB10C) {
+        pthread_mutex_lock(&hold_lock);
+        while (!released) pthread_cond_wait(&released_cond, &hold_lock);
+        pthread_mutex_unlock(&hold_lock);
+    }
+    return 0;
+}
 int cuMemsetD8Async(uint64_t dst, unsigned char value, size_t bytes, void *stream) {
     (void)stream; op(MEMSET, (int64_t)dst, value, (int64_t)bytes, 0); return 0;
 }
