@@ -395,3 +395,21 @@ if _CPU_LOG:
         yield
         with open(_CPU_LOG, "a") as log:
             log.write(f"{_cpu_now() - start:.3f} {item.nodeid}\n")
+
+
+def planning_noted(monkeypatch: pytest.MonkeyPatch, order: list[str]) -> None:
+    """The CLI's planning (measure_commands.plan_cases) appends "plan" to `order` when it runs:
+    what a command did before it planned is what precedes it."""
+    from cublas_audit.cli import measure_commands
+
+    planned = measure_commands.plan_cases
+    monkeypatch.setattr(
+        measure_commands, "plan_cases", lambda *a: order.append("plan") or planned(*a)
+    )
+
+
+def stop_here(*_args: object, **_kwargs: object) -> object:
+    """Stands in for a run's GPU part: the command stops there with a bad-input error."""
+    from cublas_audit.errors import AuditError
+
+    raise AuditError("stop here")

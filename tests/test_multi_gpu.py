@@ -41,7 +41,7 @@ from cublas_audit.table import inputs, rundir
 from cublas_audit.table.inputs import load_run
 from cublas_audit.table.validation import read_table
 from cublas_audit.vocabulary import Phase
-from tests.conftest import REPORTS
+from tests.conftest import REPORTS, planning_noted, stop_here
 from tests.fakeprobe import as_h100s, deadline, fake_probe, h100_environment, seen
 from tests.test_map import MAP, map_cases
 from tests.test_resume import stand_in_machine
@@ -409,20 +409,13 @@ def test_a_devices_run_starts_its_fork_server_before_it_plans(
     ~1 s of CPU, beside the planning); a run on one GPU starts none."""
     from typer.testing import CliRunner
 
-    from cublas_audit.cli import app, measure_commands
+    from cublas_audit.cli import app
 
     order: list[str] = []
     monkeypatch.setattr(shard_processes, "start_server", lambda: order.append("server"))
-    planned = measure_commands.plan_cases
-    monkeypatch.setattr(
-        measure_commands, "plan_cases", lambda *a: order.append("plan") or planned(*a)
-    )
-
-    def stop(*_args: object, **_kwargs: object) -> object:
-        raise AuditError("stop here")
-
-    monkeypatch.setattr(measure, "dispatch_map_run", stop)
-    monkeypatch.setattr(measure, "sweep_on_devices", stop)
+    planning_noted(monkeypatch, order)
+    monkeypatch.setattr(measure, "dispatch_map_run", stop_here)
+    monkeypatch.setattr(measure, "sweep_on_devices", stop_here)
     grid = ["--sizes", "64:256:64"]
     for command, devices in (("map", ["--devices", "all"]), ("sweep", ["--devices", "0,1"])):
         args = [command, *grid, *devices, "--out", str(tmp_path / command)]

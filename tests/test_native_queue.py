@@ -15,6 +15,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -55,6 +56,22 @@ def test_a_recorded_problem_is_described_with_its_call_and_its_check() -> None:
     lt = Case("cublasLt", "bf16", 64, 64, 64, 1)
     with pytest.raises(ValueError, match="not a classic"):
         native_queue.rows_of([lt], picks[:1], [0], (A, B, C, BIAS), INDICES, SUMS)
+
+
+def against_the_fake(tmp_path: Path, script: str, *more: str) -> dict[str, Any]:
+    """What `script` prints (JSON), run in a child with tests/fake_cuda's stand-in for libcuda
+    and libcublas (argv[1]) loaded, so that this process never sees it; argv[2]: a cache for
+    the compiled library."""
+    fake = tmp_path / "libcuda.so.1"
+    source = Path(__file__).resolve().parent / "fake_cuda" / "fake_cuda.c"
+    flags = ["-O1", "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o", str(fake), str(source)]
+    subprocess.run(["cc", *flags, "-lpthread"], check=True)
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(fake), str(tmp_path / "cache"), *more],
+        capture_output=True, text=True, check=True, timeout=60,
+    )  # fmt: skip
+    found: dict[str, Any] = json.loads(done.stdout)
+    return found
 
 
 CHILD = r"""
@@ -103,16 +120,7 @@ print(json.dumps({"sizes": sizes, "finished": finished, "waited": waited,
 
 @needs_cc
 def test_the_c_thread_queues_what_the_python_engine_queued(tmp_path: Path) -> None:
-    fake = tmp_path / "libcuda.so.1"
-    source = Path(__file__).resolve().parent / "fake_cuda" / "fake_cuda.c"
-    flags = ["-O1", "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o", str(fake), str(source)]
-    subprocess.run(["cc", *flags, "-lpthread"], check=True)
-    tests = str(Path(__file__).resolve().parent)
-    done = subprocess.run(
-        [sys.executable, "-c", CHILD, str(fake), str(tmp_path / "cache"), tests],
-        capture_output=True, text=True, check=True, timeout=60,
-    )  # fmt: skip
-    found = json.loads(done.stdout)
+    found = against_the_fake(tmp_path, CHILD, str(Path(__file__).resolve().parent))
     record = native_queue.case_dtype().itemsize, ctypes.sizeof(native_queue.QueuedChunk)
     assert found["sizes"] == list(record) and found["finished"] == 1 and found["setup"] == 0
     assert found["waited"] == 1
@@ -211,15 +219,7 @@ print(json.dumps({"waited": waited, "finished": lib.map_queue_finished(), "event
 
 @needs_cc
 def test_an_interrupted_map_leaves_the_chunks_not_begun_unqueued(tmp_path: Path) -> None:
-    fake = tmp_path / "libcuda.so.1"
-    source = Path(__file__).resolve().parent / "fake_cuda" / "fake_cuda.c"
-    flags = ["-O1", "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o", str(fake), str(source)]
-    subprocess.run(["cc", *flags, "-lpthread"], check=True)
-    done = subprocess.run(
-        [sys.executable, "-c", INTERRUPTED, str(fake), str(tmp_path / "cache")],
-        capture_output=True, text=True, check=True, timeout=60,
-    )  # fmt: skip
-    found = json.loads(done.stdout)
+    found = against_the_fake(tmp_path, INTERRUPTED)
     assert found["waited"] == 0  # a wait gives Python its turn (Ctrl-C) before all are queued
     assert found["finished"] == 1 and found["events"] == [0xB10C]  # chunks 2 and 3: nothing
     assert found["stopped"] >= 0.2  # (it waited for the chunk it had begun)

@@ -24,6 +24,7 @@ from cublas_audit.planning.shards import PlanPart, ShardSpec, shard
 from cublas_audit.run import ray_connect, ray_fleet, ray_task, run_archive
 from cublas_audit.run.sweep_setup import SweepOptions
 from cublas_audit.table import rundir
+from tests.conftest import planning_noted, stop_here
 
 
 @cache
@@ -185,21 +186,14 @@ def test_a_cluster_not_joined_in_the_background_is_one_line_where_waited_for(
 
 
 def test_map_joins_ray_before_it_plans(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from cublas_audit.cli import app, measure_commands
+    from cublas_audit.cli import app
     from cublas_audit.jobs import fleet
 
     order: list[str] = []
     monkeypatch.setattr(ray_connect, "installed", lambda: None)
     monkeypatch.setattr(ray_connect, "connect_soon", lambda address: order.append(address))
-    planned = measure_commands.plan_cases
-    monkeypatch.setattr(
-        measure_commands, "plan_cases", lambda *a: order.append("plan") or planned(*a)
-    )
-
-    def on_ray(*_args: object, **_kwargs: object) -> object:
-        raise AuditError("stop here")
-
-    monkeypatch.setattr(fleet, "on_ray", on_ray)
+    planning_noted(monkeypatch, order)
+    monkeypatch.setattr(fleet, "on_ray", stop_here)
     args = ["map", "--sizes", "64:256:64", "--ray", "auto", "--out", str(tmp_path / "r")]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 2 and "stop here" in result.output
