@@ -14,8 +14,9 @@ columns), then exactly --min-reps calls, each timed with CUDA events and traced 
 once (kernel names, kernel times, launch geometry). `candidates` runs the cuBLASLt candidate
 audit of the plan's problems into the run directory.
 
-Every finished case is one JSON line appended to --results and flushed at once: a crash or Ctrl-C
-loses at most the case in flight, and the `start` line before it names the culprit. The sweep
+Every finished case is one JSON line appended to --results (probes/probe_records.py): flushed at
+once, so that a crash or Ctrl-C loses at most the case in flight and the `start` line before it
+names the culprit; the map's, a chunk at a time. The sweep
 (cublas_audit.run.sweep) starts this program as a child, with the package on its PYTHONPATH.
 """
 
@@ -23,14 +24,13 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import os
 import sys
 import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any
 
 from cublas_audit.device import loaded
 from cublas_audit.device.nvtx import Range
@@ -42,6 +42,8 @@ from cublas_audit.run.probe_process import DONE_LINE, NO_CUPTI_ENV, START_LINE
 from cublas_audit.table.candidates_table import DEFAULT_LIMIT
 from cublas_audit.table.candidates_table import DEFAULT_MIN_REPS as CANDIDATE_MIN_REPS
 from cublas_audit.table.rundir import CANDIDATE_RESULTS
+
+from .probe_records import ProbeRecords
 
 if TYPE_CHECKING:
     from cublas_audit.device.operands import Operands
@@ -65,39 +67,19 @@ def main(argv: list[str]) -> int:
         listed = dict.fromkeys(Path(args.only).read_text().split())
         cases = [by_id[case_id] for case_id in listed if case_id in by_id]
     with open(args.results, "a") as out:
-        emit(out, {"event": "probe", **loaded.versions(cupy)})
+        records = ProbeRecords(out, args.phase)
+        records.emit({"event": "probe", **loaded.versions(cupy)})
         if args.phase == "candidates":
             return candidates(cases, Path(args.results).parent, args)
         runner = Runner(args.phase, args.reference, args.min_reps, cold=not args.warm)
         runner.precompile_reference(cases)
-
-        # the map flushes a chunk's records at once (`settled`): before its GPU work is queued
-        # (its start records), and once it is read (its results); every other phase each record
-        each = args.phase != "map"
-
-        def started(case: Case) -> None:
-            emit(out, {"event": "start", "case_id": case.case_id, "phase": args.phase}, each)
-            print(START_LINE + case.case_id, flush=each)
-
-        def finished(case: Case, result: dict[str, Any]) -> None:
-            record = {"event": "done", "case_id": case.case_id, "phase": args.phase, **result}
-            emit(out, record, each)
-            print(DONE_LINE + case.case_id, flush=each)
-
-        def settled() -> None:
-            out.flush()
-            sys.stdout.flush()
-
-        def spent(seconds: dict[str, float], warm: dict[str, Any]) -> None:
-            # where the map engine's time went, and its kernel choices made ahead
-            emit(out, {"event": "engine", "seconds": seconds, "warm": warm})
-
         if args.phase == "map":
-            runner.map_all(cases, started, finished, args.careful, spent, settled)
+            started, finished = records.started, records.finished
+            runner.map_all(cases, started, finished, args.careful, records.spent, records.settled)
             return 0
         for case in cases:
-            started(case)
-            finished(case, runner.timed_run(case))
+            records.started(case)
+            records.finished(case, runner.timed_run(case))
     return 0
 
 
@@ -120,12 +102,6 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     careful = "map: the first N cases one at a time (after a crash, to name the culprit)"
     parser.add_argument("--careful", type=int, default=0, help=careful)
     return parser.parse_args(argv)
-
-
-def emit(out: IO[str], record: dict[str, Any], flush: bool = True) -> None:
-    out.write(json.dumps(record) + "\n")
-    if flush:
-        out.flush()
 
 
 def candidates(cases: list[Case], run_dir: Path, args: argparse.Namespace) -> int:

@@ -1,0 +1,47 @@
+"""The probe's records (probes/gemm_probe.py): one JSON line each appended to --results, and a
+progress line on stdout for the sweep (START_LINE, DONE_LINE).
+
+Every phase but the map flushes each record at once: a crash or Ctrl-C loses at most the case
+in flight, and its `start` line names the culprit. The map flushes a chunk's records together
+(`settled`, called by device.map_engine): its start records before its GPU work is queued, its
+results once they are read; two flushes and two pipe writes a record were host time the map's
+262,144 problems paid one by one.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import IO, Any
+
+from cublas_audit.planning.cases import Case
+from cublas_audit.run.probe_process import DONE_LINE, START_LINE
+
+
+class ProbeRecords:
+    def __init__(self, out: IO[str], phase: str) -> None:
+        self.out = out
+        self.phase = phase
+        self.each = phase != "map"  # flush every record
+
+    def emit(self, record: dict[str, Any], flush: bool = True) -> None:
+        self.out.write(json.dumps(record) + "\n")
+        if flush:
+            self.out.flush()
+
+    def started(self, case: Case) -> None:
+        self.emit({"event": "start", "case_id": case.case_id, "phase": self.phase}, self.each)
+        print(START_LINE + case.case_id, flush=self.each)
+
+    def finished(self, case: Case, result: dict[str, Any]) -> None:
+        record = {"event": "done", "case_id": case.case_id, "phase": self.phase, **result}
+        self.emit(record, self.each)
+        print(DONE_LINE + case.case_id, flush=self.each)
+
+    def settled(self) -> None:
+        self.out.flush()
+        sys.stdout.flush()
+
+    def spent(self, seconds: dict[str, float], warm: dict[str, Any]) -> None:
+        """Where the map engine's time went, and its kernel choices made ahead."""
+        self.emit({"event": "engine", "seconds": seconds, "warm": warm})

@@ -1,0 +1,52 @@
+"""The probe's records (probes/probe_records.py): every phase but the map puts each record on disk
+at once (a crash loses at most the case in flight, its start line naming it); the map a chunk at
+a time, when the engine says a chunk's records are settled."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from cublas_audit.planning.cases import Case
+from probes.probe_records import ProbeRecords
+
+CASE = Case("cublas", "bf16", 64, 1280, 2816, 1)
+
+
+def on_disk(path: Path) -> list[dict[str, object]]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+@pytest.mark.parametrize("phase", ["time", "profile", "recheck"])
+def test_a_timed_phase_puts_each_record_on_disk_at_once(tmp_path: Path, phase: str) -> None:
+    path = tmp_path / "timing.jsonl"
+    with open(path, "a") as out:  # buffered, as the probe opens it
+        records = ProbeRecords(out, phase)
+        records.started(CASE)
+        assert on_disk(path) == [{"event": "start", "case_id": CASE.case_id, "phase": phase}]
+        records.finished(CASE, {"status": "ok"})
+        assert on_disk(path)[-1]["status"] == "ok"
+
+
+def test_the_map_puts_a_chunks_records_on_disk_when_they_are_settled(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "timing.jsonl"
+    with open(path, "a") as out:
+        records = ProbeRecords(out, "map")
+        records.started(CASE)
+        records.started(CASE)
+        assert not path.read_text()  # a chunk's start records go together
+        records.settled()
+        assert [r["event"] for r in on_disk(path)] == ["start", "start"]
+        records.finished(CASE, {"status": "ok"})
+        records.settled()
+        assert on_disk(path)[-1] == {
+            "event": "done", "case_id": CASE.case_id, "phase": "map", "status": "ok"
+        }  # fmt: skip
+        records.spent({"queue": 1.0}, {"queue": "c thread"})  # the engine's record, at once
+        assert on_disk(path)[-1]["event"] == "engine"
+    lines = capsys.readouterr().out.splitlines()
+    assert lines == [f"@@start {CASE.case_id}"] * 2 + [f"@@done {CASE.case_id}"]
