@@ -57,8 +57,10 @@ from cublas_audit.planning.chunks import chunk_groups, pooled
 CHECK_KERNELS = map_records.CHECK_KERNELS
 # The interpreter's switch interval while the C thread queues: CUPTI asks that thread for a new
 # record buffer through a Python callback, and hands full ones over through another on its own
-# thread, each waiting for the interpreter lock the map's reading holds; at Python's default
-# 5 ms a wait, the C thread stalled for 45 s of a BF16 grid's 85 s (the H100).
+# thread, each waiting for the interpreter lock the map's reading holds (Python's default: up to
+# 5 ms a wait). Measured alone on the H100's BF16 grid it did not shorten the map (107.0 s map
+# phase against 104.4 s without it; the C thread's waits were the GPU's, which _wait_oldest
+# removed); kept as it ran in every measured map since, not measured apart since then.
 SWITCH_S = 0.0002
 Launch = Callable[[], None]
 Finished = Callable[[Case, dict[str, Any]], None]
@@ -100,7 +102,6 @@ class MapEngine:
         self.warm: dict[str, Any] = {}
         # chunks of classic calls queued by a C thread (device.native_queue) where it starts
         self.use_native = native
-        self.settled: Callable[[], None] = lambda: None
         self.native: NativeQueue | None = None
         self.queue_reason = "" if native else "off"
 
@@ -114,7 +115,7 @@ class MapEngine:
     ) -> None:
         """`settled` is called once a chunk's start records are made (before its GPU work is
         queued) and once its results are: the caller flushes its records a chunk at a time."""
-        self.settled = self.reader.settled = settled
+        self.reader.settled = settled
         groups = chunk_groups(cases, careful)
         warmer = Warmer(self.warm_threads)
         chunks = [group for group, alone in groups if not alone and pooled(group[0])]
@@ -144,7 +145,8 @@ class MapEngine:
         largest = max(case.m for chunk in chunks for case in chunk)
         try:
             values = 2 * quick_check.MAX_COLUMNS * largest  # at most 2 checked entries
-            self.native = self.reader.native = NativeQueue(self.reps, values, warming)
+            queue = NativeQueue(self.reps, self.scratch, values, warming)
+            self.native = self.reader.native = queue
         except Exception as exc:  # no compiler, no GPU: every chunk is queued from Python
             self.queue_reason = f"python: {type(exc).__name__}: {exc}".splitlines()[0]
 
@@ -160,9 +162,9 @@ class MapEngine:
                 self._stop_tracing()  # the single path records its own calls
                 began = time.perf_counter()
                 started(group[0])
-                self.settled()
+                self.reader.settled()
                 finished(group[0], self.single(group[0]))
-                self.settled()
+                self.reader.settled()
                 self.reader.last = time.perf_counter()
                 self.seconds["alone"] += self.reader.last - began
                 continue
@@ -189,7 +191,7 @@ class MapEngine:
         chunk.native = self._described(chunk)
         for item in chunk.queued:
             started(item.case)
-        self.settled()
+        self.reader.settled()
         if chunk.native is not None and self.native is not None:
             for slot, item in enumerate(chunk.queued):
                 item.slot = slot
@@ -203,14 +205,15 @@ class MapEngine:
         that is no classic call, no operands: out of memory)."""
         if self.native is None or self.pool.mode != chunk.queued[0].case.mode:
             return None
-        a, b, c = self.pool.addresses()[self.pool.mode]
+        addresses = self.pool.addresses()
+        a, b, c = addresses[self.pool.mode]
         bias = self.pool.buffers["bias"].data.ptr
         try:
             rows = rows_of(chunk.group, chunk.picks, chunk.offsets, (a, b, c, bias),
                            chunk.indices.data.ptr, chunk.sums.data.ptr)  # fmt: skip
         except ValueError:
             return None
-        ahead, addresses = self.ahead, self.pool.addresses()
+        ahead = self.ahead
         warm = -1 if ahead is None else ahead.queuing(chunk.group, addresses, tell=False)
         marker = 0 if self.untraced else map_records.marker_threads(chunk.sequence)
         if marker:

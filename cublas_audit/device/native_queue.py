@@ -141,7 +141,9 @@ class NativeQueue:
     """The C thread of one map (at most one runs in a process): `submit` chunks in queue order,
     `finished` counts those on the GPU, `wait` for all, `stop` at the end."""
 
-    def __init__(self, reps: int, scratch_values: int, warm: bool) -> None:
+    def __init__(
+        self, reps: int, scratch: quick_check.Scratch, scratch_values: int, warm: bool
+    ) -> None:
         self.library = native.library()  # (OSError first where there is no compiler)
         import cupy
 
@@ -161,8 +163,9 @@ class NativeQueue:
         lib.map_queue_stop.argtypes = [ctypes.c_int]
         self.reps = reps
         self.stream = cupy.cuda.get_current_stream().ptr
-        # the check's scratch, made once for the largest problem (the C thread reuses it)
-        self.scratch = cupy.empty(max(scratch_values, 1), dtype=cupy.float64)
+        # the check's scratch (the Python path's too), as large as any problem's: the C thread
+        # zeroes it for each; the array held here, so that it outlives the thread
+        self.scratch = scratch.reserve(scratch_values)
         partial, final = quick_check._kernels()
         functions = [partial.kernel.ptr, final.kernel.ptr, *map_records.kernel_addresses()]
         self.functions = (ctypes.c_void_p * 4)(*functions)
