@@ -41,12 +41,17 @@ RECORDED = REPO / "tests" / "fixtures" / "h100-map-reruns" / "bf16-s1"
 TARGET_GRID_S = 60.0
 
 
-def mapped(out: Path, extra: list[str], warm: bool, native: bool = True) -> dict[str, Any]:
+def mapped(
+    out: Path, extra: list[str], warm: bool, native: bool = True, threads: int | None = None
+) -> dict[str, Any]:
     """One `cublas-audit map` over the axis cube, timed; its summary (map_speed) and warm record
-    (`warm`: kernel choices made ahead; `native`: chunks queued by the C thread)."""
+    (`warm`: kernel choices made ahead, by `threads` workers where given; `native`: chunks queued
+    by the C thread)."""
     env = dict(os.environ)
     if not warm:
         env["CUBLAS_AUDIT_WARM_THREADS"] = "0"
+    elif threads is not None:
+        env["CUBLAS_AUDIT_WARM_THREADS"] = str(threads)
     if not native:
         env["CUBLAS_AUDIT_NATIVE_QUEUE"] = "0"
     shutil.rmtree(out, ignore_errors=True)

@@ -1,6 +1,6 @@
 """The map's chunks queued by a C thread (device.native_queue): same kernels, and how much faster.
 
-    python benchmarks/native_queue.py JSON [--maps DIR] [--legs sample,grid] [--keep DIR]
+    python benchmarks/native_queue.py JSON [--maps DIR] [--legs sample,grid,threads] [--keep DIR]
 
     sample  the recorded 10,000-problem BF16 map (seed 1: tests/fixtures/h100-map-reruns/bf16-s1)
             mapped twice on this GPU, back to back, both with cuBLAS's choices made ahead: its
@@ -11,6 +11,9 @@
             DIR/native.parquet (+ env.json) for the CPU test that checks it on recorded data.
     grid    the BF16 full grid (M, N, K in 64..4096 step 64: 262,144 problems) on one GPU, the
             chunks queued by the C thread: map seconds (the target is 60 s on one H100).
+    threads a 20,000-problem BF16 sample (seed 3) with the C thread and 8, 4, 2 or 0 warm
+            workers: the map's and the engine's seconds, the C thread's busy seconds and the
+            GPU's seconds in the timed calls and between them (the engine record's `warm`).
 
 The JSON is updated leg by leg.
 """
@@ -38,8 +41,26 @@ def grid_leg(maps: Path) -> dict[str, Any]:
     return found
 
 
+def threads_leg(maps: Path) -> dict[str, Any]:
+    extra = ["--sample", "20000", "--seed", "3"]
+    runs: dict[str, Any] = {}
+    for threads in (8, 4, 2, 0):
+        found = heuristic_warm.mapped(maps / f"threads-{threads}", extra, True, True, threads)
+        record = (found.get("warm") or [{}])[0]
+        runs[str(threads)] = {
+            "map_seconds": found.get("map_seconds"),
+            "engine": found.get("engine_seconds"),
+            **{key: record.get(key) for key in ("queue_busy_s", "gpu_calls_s", "gpu_between_s")},
+        }
+    return {"runs": runs}
+
+
 def main(argv: list[str]) -> int:
-    legs = {"sample": sample_leg, "grid": lambda maps, keep: grid_leg(maps)}
+    legs = {
+        "sample": sample_leg,
+        "grid": lambda maps, keep: grid_leg(maps),
+        "threads": lambda maps, keep: threads_leg(maps),
+    }
     return heuristic_warm.run_legs(argv, __doc__ or "", legs, Path("/tmp/native"))
 
 
