@@ -1,5 +1,5 @@
 """forked.Forks: calls run in forked children give back their results in order and raise their
-errors here; and a map report's findings JSON made in parts is json.dumps of the whole list."""
+errors here; and a map report's findings.json.gz made in forks is write_findings' bytes."""
 
 from __future__ import annotations
 
@@ -67,26 +67,43 @@ def test_a_child_that_dies_is_an_error_not_a_hang() -> None:
 
 
 @forks_only
-def test_findings_json_in_parts_is_the_whole_lists(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Recorded findings cut into 4 parts (the last shorter) in 4 forks: joined, the bytes
-    write_findings writes of them all."""
+def test_findings_members_made_in_forks_are_write_findings_bytes(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Recorded findings as gzip members of 4 findings each (the last shorter), made in forks
+    (each a run of members) and only joined here: the bytes write_findings writes of them all,
+    whatever the number of forks."""
     found = recorded_findings(REPORTS / "h100" / "maps" / "20261125-092546-bf16-random")
     assert found is not None and len(found) % 4
-    monkeypatch.setattr(map_report.os, "cpu_count", lambda: 8)
-    texts = map_report._findings_parts(found).results()
-    assert len(texts) == 4
-    joined = "[" + ",".join(map_report._joined([*texts, "[]"])) + "]"
-    whole = json_ready([finding.to_json() for finding in found])
-    assert joined == json.dumps(whole, separators=(",", ":"))
+    monkeypatch.setattr(rundir, "FINDINGS_MEMBER", 4)
+    monkeypatch.setattr(map_report, "FINDINGS_MEMBER", 4)
+    monkeypatch.setattr(rundir, "COMPACT_FINDINGS", 1)
+    records = json_ready([finding.to_json() for finding in found])
+    whole = rundir.write_findings(tmp_path, records).read_bytes()
+    assert rundir.read_findings(tmp_path / rundir.FINDINGS_COMPACT) == records
+    for cpus in (3, 8, 64):
+        monkeypatch.setattr(map_report.os, "cpu_count", lambda cpus=cpus: cpus)
+        made = map_report._findings_members(found)
+        runs = made.results()
+        members = [member for run in runs for member in run]
+        assert len(members) == -(-len(found) // 4)
+        forks = min(cpus - 2, map_report.FINDINGS_FORKS)  # at most, each no more than it must
+        assert len(runs) <= forks and max(map(len, runs)) == -(-len(members) // forks)
+        assert b"".join(members) == whole
 
 
-def test_compact_findings_text_written_as_write_findings_writes_it(tmp_path: Path) -> None:
+def test_compact_findings_members_written_as_write_findings_writes_them(tmp_path: Path) -> None:
     records = [{"rule": "size-inversion", "effect": 0.5}] * rundir.COMPACT_FINDINGS
-    text = json.dumps(records, separators=(",", ":")) + "\n"
+    step = rundir.FINDINGS_MEMBER
+    members = [
+        rundir.findings_member(records[start : start + step], start, len(records))
+        for start in range(0, len(records), step)
+    ]
     (tmp_path / "a").mkdir()
     (tmp_path / "a" / rundir.FINDINGS_FILE).write_text("[]")  # an earlier report's
-    written = rundir.write_compact_findings(tmp_path / "a", text)
+    written = rundir.write_compact_findings(tmp_path / "a", members)
     assert written.name == rundir.FINDINGS_COMPACT
+    text = json.dumps(records, separators=(",", ":")) + "\n"
     assert gzip.decompress(written.read_bytes()).decode() == text
     assert not (tmp_path / "a" / rundir.FINDINGS_FILE).exists()
     (tmp_path / "b").mkdir()

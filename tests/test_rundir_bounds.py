@@ -70,17 +70,35 @@ def test_few_findings_are_indented_json_and_remove_an_earlier_gz(tmp_path: Path)
     assert rundir.read_findings(written) == [{"rule": "a"}]
 
 
-def test_many_findings_are_one_fast_gzip_member_without_a_time(tmp_path: Path) -> None:
+def gzip_members(raw: bytes) -> list[bytes]:
+    """Each gzip member's text, in order (a reader of the whole file sees them joined)."""
+    texts = []
+    while raw:
+        member = zlib.decompressobj(wbits=31)
+        texts.append(member.decompress(raw))
+        raw = member.unused_data
+    return texts
+
+
+def test_many_findings_are_fast_gzip_members_without_a_time(tmp_path: Path) -> None:
+    """findings.json.gz is members of FINDINGS_MEMBER findings each (a map report makes them in
+    forks), read back as one list."""
     (tmp_path / "findings.json").write_text("[]\n")
-    records = [{"n": i} for i in range(10_000)]
+    records = [{"n": i} for i in range(2 * rundir.FINDINGS_MEMBER + 1)]
     written = rundir.write_findings(tmp_path, records)
     assert written == tmp_path / "findings.json.gz" == rundir.findings_file(tmp_path)
     assert not (tmp_path / "findings.json").exists()
     raw = written.read_bytes()
     assert raw[4:8] == b"\0\0\0\0"  # the header's mtime: 0, so the same findings, the same bytes
     assert raw[8] == 4  # XFL 4: compresslevel 1, the fastest
+    members = gzip_members(raw)
+    assert len(members) == 3
+    second, last = rundir.FINDINGS_MEMBER, 2 * rundir.FINDINGS_MEMBER
+    assert members[0].startswith(b'[{"n":0},{"n":1}')
+    assert members[1].startswith(b',{"n":%d}' % second)
+    assert members[2] == b',{"n":%d}]\n' % last  # no spaces, a newline at the end of the list
     text = gzip.decompress(raw).decode()
-    assert text.startswith('[{"n":0},{"n":1}') and text.endswith("}]\n")  # no spaces, a newline
+    assert text.startswith('[{"n":0},{"n":1}') and text.endswith("}]\n")
     assert rundir.read_findings(written) == records
 
 

@@ -7,9 +7,8 @@ each finding it took deep. findings.json beside it holds every finding, not only
 from __future__ import annotations
 
 import functools
-import json
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,9 +30,11 @@ from cublas_audit.table.dispatch import json_ready
 from cublas_audit.table.env_record import EnvRecord
 from cublas_audit.table.rundir import (
     COMPACT_FINDINGS,
+    FINDINGS_MEMBER,
     FOLLOW_UP_DIR,
     PLOTS_DIR,
     REPORT_FILE,
+    findings_member,
     findings_name,
     write_compact_findings,
     write_findings,
@@ -42,7 +43,9 @@ from cublas_audit.vocabulary import Verdict
 
 FINDINGS_SHOWN = 40  # per rule; findings.json has them all
 KERNELS_SHOWN = 25
-FINDINGS_FORKS = 4  # at most: findings.json.gz's text is made in this many parts at once
+# at most: findings.json.gz's members are made in this many forks at once, each a run of them
+# (a full map's 86,000 findings: ~3-9 s of CPU, their records, cells, text and compression)
+FINDINGS_FORKS = 8
 
 
 def write_map_report(run_dir: Path, judged: MapAudit) -> Path:
@@ -50,32 +53,32 @@ def write_map_report(run_dir: Path, judged: MapAudit) -> Path:
     run_dir = Path(run_dir)
     found = judged.findings
     if len(found) >= COMPACT_FINDINGS:  # JSON made in forks while the report is rendered here
-        parts = _findings_parts(found)
+        members = _findings_members(found)
         text = render(judged, run_dir / PLOTS_DIR)
-        write_compact_findings(run_dir, "[" + ",".join(_joined(parts.results())) + "]\n")
+        write_compact_findings(run_dir, [m for made in members.results() for m in made])
     else:
         text = render(judged, run_dir / PLOTS_DIR)
         write_findings(run_dir, json_ready([finding.to_json() for finding in found]))
     return write_text_atomic(run_dir / REPORT_FILE, text)
 
 
-def _findings_parts(found: Sequence[Finding]) -> Forks[str]:
-    """The findings' compact JSON, made in parts at once, each in a fork: a full map's 86,000
-    findings are ~5 s of Python in one process, their records, cells and text."""
-    count = max(1, min(FINDINGS_FORKS, (os.cpu_count() or 1) - 2))  # (2: the pictures)
-    size = -(-len(found) // count)
-    parts = [found[start : start + size] for start in range(0, len(found), size)]
-    return Forks([functools.partial(_compact_json, part) for part in parts])
+def _findings_members(found: Sequence[Finding]) -> Forks[list[bytes]]:
+    """findings.json.gz's gzip members (rundir.findings_member), made in forks at once, each fork
+    a run of consecutive members: the file's bytes are the same however many forks made them."""
+    starts = range(0, len(found), FINDINGS_MEMBER)
+    count = max(1, min(FINDINGS_FORKS, len(starts), (os.cpu_count() or 1) - 2))  # (2: pictures)
+    size = -(-len(starts) // count)
+    runs = [starts[first : first + size] for first in range(0, len(starts), size)]
+    return Forks([functools.partial(_members, found, run) for run in runs])
 
 
-def _compact_json(found: Sequence[Finding]) -> str:
-    records = json_ready([finding.to_json() for finding in found])
-    return json.dumps(records, separators=(",", ":"))
-
-
-def _joined(lists: Sequence[str]) -> Iterator[str]:
-    """The items of JSON lists (compact text): the parts of one list, as json.dumps writes it."""
-    return (text[1:-1] for text in lists if text != "[]")
+def _members(found: Sequence[Finding], starts: Sequence[int]) -> list[bytes]:
+    made = []
+    for start in starts:
+        part = found[start : start + FINDINGS_MEMBER]
+        records = json_ready([finding.to_json() for finding in part])
+        made.append(findings_member(records, start, len(found)))
+    return made
 
 
 def render(judged: MapAudit, plots: Path | None) -> str:

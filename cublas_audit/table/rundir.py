@@ -68,6 +68,11 @@ FINDINGS_COMPACT = "findings.json.gz"  # the same, of a map with COMPACT_FINDING
 # Findings from which findings.json is written gzipped, without indentation: a full map's 89,000
 # (their messages and evidence much alike) took 71 MB as indented JSON.
 COMPACT_FINDINGS = 10_000
+# findings.json.gz is gzip members of this many findings each (one file, read as one by any gzip
+# reader): a full map's report compresses its members in forked children at once
+# (report.map_report), not its ~50 MB of text in one process after them; a fixed count, so that
+# the same findings give the same bytes on any machine.
+FINDINGS_MEMBER = 5_000
 UNITS_REPORT = "units.md"  # a replicated run's comparison of its units, and its data:
 UNITS_JSON = "units.json"
 
@@ -120,7 +125,11 @@ def write_findings(run_dir: Path, records: list[Any]) -> Path:
     file of an earlier report removed."""
     name = findings_name(len(records))
     if name == FINDINGS_COMPACT:
-        return write_compact_findings(run_dir, json.dumps(records, separators=(",", ":")) + "\n")
+        members = [
+            findings_member(records[start : start + FINDINGS_MEMBER], start, len(records))
+            for start in range(0, len(records), FINDINGS_MEMBER)
+        ]
+        return write_compact_findings(run_dir, members)
     written = write_text_atomic(Path(run_dir) / name, json.dumps(records, indent=1) + "\n")
     other = Path(run_dir) / FINDINGS_COMPACT
     if other.is_file():
@@ -128,13 +137,23 @@ def write_findings(run_dir: Path, records: list[Any]) -> Path:
     return written
 
 
-def write_compact_findings(run_dir: Path, text: str) -> Path:
-    """findings.json.gz of COMPACT_FINDINGS or more findings from their compact JSON `text`
-    (write_findings, or a map report's text made in parts), findings.json of an earlier report
-    removed."""
+def findings_member(part: Sequence[Any], start: int, total: int) -> bytes:
+    """A gzip member of findings.json.gz: the JSON-ready records of the findings from `start` on
+    (FINDINGS_MEMBER of them, fewer in the last member) of `total`, as compact JSON items of the
+    whole list: opening it where `start` is 0, closing it in the last member."""
+    text = json.dumps(part, separators=(",", ":"))[1:-1]
+    opened = "[" if start == 0 else ","
+    closed = "]\n" if start + len(part) >= total else ""
     # level 1 and no name or time in the header: a few times faster than the default, and the
     # same findings give the same bytes
-    written = write_file(Path(run_dir) / FINDINGS_COMPACT, gzip.compress(text.encode(), 1, mtime=0))
+    return gzip.compress((opened + text + closed).encode(), 1, mtime=0)
+
+
+def write_compact_findings(run_dir: Path, members: Sequence[bytes]) -> Path:
+    """findings.json.gz of COMPACT_FINDINGS or more findings from their gzip members in order
+    (findings_member: write_findings', or a map report's made in forks), findings.json of an
+    earlier report removed."""
+    written = write_file(Path(run_dir) / FINDINGS_COMPACT, b"".join(members))
     other = Path(run_dir) / FINDINGS_FILE
     if other.is_file():
         other.unlink()
