@@ -69,6 +69,10 @@ def can_fork() -> bool:
 
 
 def _child(call: Callable[[], Any], writing: Any) -> None:
+    # a child may fork calls of its own (a map rule judged in a child, its parts in children of
+    # that one): multiprocessing lets no daemonic process start one; this process is still
+    # stopped with its parent, whose record of it stays daemonic
+    multiprocessing.current_process().daemon = False
     try:
         outcome: tuple[bool, Any] = (True, call())
     except BaseException as exc:  # (sent back and raised there, KeyboardInterrupt included)

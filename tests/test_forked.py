@@ -30,6 +30,16 @@ def test_results_in_order_each_from_a_child() -> None:
     assert len({pid for _, pid in found}) == 2
 
 
+@forks_only
+def test_a_forked_call_forks_calls_of_its_own() -> None:
+    """(a map rule judged in a child, its parts in children of that child)"""
+
+    def inner() -> list[int]:
+        return Forks([lambda: 1, lambda: 2]).results()
+
+    assert Forks([inner]).results() == [[1, 2]]
+
+
 def test_not_enabled_runs_here_when_asked() -> None:
     ran: list[int] = []
     held = Forks([lambda: ran.append(os.getpid()) or "a"], enabled=False)

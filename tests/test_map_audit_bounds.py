@@ -153,6 +153,28 @@ def test_a_large_map_is_judged_at_once_in_forks_with_the_same_findings(
     assert started == [1, 3]  # the other rule's child, then size-inversion's parts
 
 
+def test_dispatch_cliffs_are_judged_in_forked_parts_with_the_same_findings(
+    judged: MapAudit, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """dispatch-cliff's cliffs in three forked parts, as size-inversion's pairs (a full grid's
+    ~30,000 cliffs were one process's, longer than size-inversion's parts): the same findings,
+    in one process's order."""
+    assert sum(f.rule == "dispatch-cliff" for f in judged.findings) == 2  # (a part of none too)
+    monkeypatch.setattr(map_audit, "FORK_ROWS", 10**9)  # (both rules here: their parts counted)
+    monkeypatch.setattr(maps, "FORK_PAIRS", 1)
+    monkeypatch.setattr(maps, "FORK_PARTS", 3)
+    monkeypatch.setattr(forked, "can_fork", lambda: True)
+    started: list[int] = []
+
+    def counted(calls: list[Any], enabled: bool = True) -> Forks[Any]:
+        started.append(len(calls) if enabled else 0)
+        return Forks(calls, enabled)
+
+    monkeypatch.setattr(maps, "Forks", counted)
+    assert map_findings(judged.dataset.frame) == judged.findings
+    assert started == [3, 3]  # size-inversion's parts, then dispatch-cliff's
+
+
 def test_a_map_judged_from_its_table_is_prepared_once(
     judged: MapAudit, monkeypatch: pytest.MonkeyPatch
 ) -> None:

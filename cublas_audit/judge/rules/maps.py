@@ -38,11 +38,12 @@ WITHIN_MAP_NOISE = (
     " measurement decides."
 )
 
-# A series with this many pairs to judge (a problem slower than a larger one beyond the margin) is
-# judged in FORK_PARTS forked children at once: a full grid's ~130,000 pairs took 4.6 s of CPU in
-# one process (reports/h100/atlas/bf16); below this a fork saves nothing. Up to 8 parts, leaving
-# a CPU to this process and one to dispatch-cliff's child (judge.map_audit): past 8 the findings
-# pickled back (~1 s for the grid's 52,000) cost more than a part saves.
+# A series with this many pairs to judge (a problem slower than a larger one beyond the margin),
+# or this many cliffs, is judged in FORK_PARTS forked children at once: a full grid's ~130,000
+# pairs took 4.6 s of CPU in one process (reports/h100/atlas/bf16), its ~30,000 cliffs 1.5 s;
+# below this a fork saves nothing. Up to 8 parts, leaving a CPU to this process and one to
+# dispatch-cliff's child (judge.map_audit): past 8 the findings pickled back (~1 s for the grid's
+# 52,000) cost more than a part saves.
 FORK_PAIRS = 20_000
 FORK_PARTS = max(2, min(8, (os.cpu_count() or 1) - 2))
 
@@ -200,8 +201,47 @@ def dispatch_cliff(ctx: RuleContext) -> list[Finding]:
         sure = (
             drop[cliff] > _noise_drop(ctx.model, kind, times[after[cliff]]) if ctx.model else None
         )
-        found += _cliffs(series, before[cliff], after[cliff], drop[cliff], on, sure)
+        found += _judged_cliffs(series, before[cliff], after[cliff], drop[cliff], on, sure)
     return found
+
+
+def _judged_cliffs(
+    series: pd.DataFrame,
+    before: np.ndarray,
+    after: np.ndarray,
+    drop: np.ndarray,
+    on: str,
+    sure: np.ndarray | None,
+) -> list[Finding]:
+    """The cliffs' findings, tier by tier; a series of FORK_PAIRS cliffs or more in FORK_PARTS
+    parts made in forked children at once, as size-inversion's pairs are (a full grid's ~30,000
+    cliffs: ~1.5 s of CPU in one process, the rule's child of judge.map_audit, longer than
+    size-inversion's parts), their tiers joined in the cliffs' order: the findings a single
+    process makes, in its order."""
+    parts = FORK_PARTS if len(after) >= FORK_PAIRS else 1
+    chunks = np.array_split(np.arange(len(after)), parts)
+    calls = [
+        functools.partial(_cliff_tiers, series, before[c], after[c], drop[c], on, sure)
+        for c, sure in ((c, None if sure is None else sure[c]) for c in chunks)
+    ]
+    tiers = Forks(calls, enabled=parts > 1).results()
+    return [f for medium, _ in tiers for f in medium] + [f for _, info in tiers for f in info]
+
+
+def _cliff_tiers(
+    series: pd.DataFrame,
+    before: np.ndarray,
+    after: np.ndarray,
+    drop: np.ndarray,
+    on: str,
+    sure: np.ndarray | None,
+) -> tuple[list[Finding], list[Finding]]:
+    """Some cliffs' findings, as `_tiered` lists them: beyond the map's own floors, then within."""
+    found = _cliffs(series, before, after, drop, on, sure)
+    return (
+        [f for f in found if f.severity != Severity.info],
+        [f for f in found if f.severity == Severity.info],
+    )
 
 
 def _noise_drop(model: NoiseModel, kind: str, times_ms: np.ndarray) -> np.ndarray:
