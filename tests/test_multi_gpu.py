@@ -32,6 +32,7 @@ from cublas_audit.judge import map_audit, units
 from cublas_audit.judge.rules import prepare
 from cublas_audit.observe import environment
 from cublas_audit.observe.environment import Gpu
+from cublas_audit.planning.shards import shard as split_plan
 from cublas_audit.planning.shards import work as estimated_work
 from cublas_audit.report import map_plots, units_report
 from cublas_audit.run import dispatch_map, multi_gpu, shard_processes
@@ -400,6 +401,31 @@ def test_a_shard_is_sent_its_cases_as_rows_and_gets_them_back_whole() -> None:
     sent = shard_processes.SentJob.of(options)
     assert sent.options.cases == [] and all(type(row) is tuple for row in sent.rows)
     assert sent.received() == options and len({c.routine for c in cases}) >= 3
+
+
+def test_a_shard_of_a_stated_plan_is_sent_as_its_part_and_makes_its_cases(tmp_path: Path) -> None:
+    """A run's shards are sent their part of the plan's statement, no rows (the parent neither
+    splits the plan nor makes rows, one shard after another, before the first starts): each
+    makes the cases `shard` gives it; a plan without its statement, and a replicated run, go as
+    rows; a shard resumed, as its record."""
+    cases = map_cases()
+    options = replace(map_options(tmp_path, tmp_path / "probe"), cases=cases)
+    plan = multi_gpu.start(options, H100S, False)
+    jobs = multi_gpu._jobs(options, plan)
+    assert [gpu for gpu, _ in jobs] == H100S
+    for (gpu, sent), expected in zip(jobs, split_plan(cases, 2), strict=True):
+        assert sent.part is not None and sent.rows == [] and sent.options.cases == []
+        got = sent.received()
+        assert got.cases == expected and got.probe_env["CUDA_VISIBLE_DEVICES"] == gpu.uuid
+    unstated = replace(plan, stated=None)
+    assert all(sent.part is None and sent.rows for _, sent in multi_gpu._jobs(options, unstated))
+    both = replace(plan, replicate=True)
+    assert all(sent.received().cases == cases for _, sent in multi_gpu._jobs(options, both))
+    (multi_gpu.shard_dir(plan.run_dir, H100S[0]) / rundir.PLAN_FILE).parent.mkdir(parents=True)
+    (multi_gpu.shard_dir(plan.run_dir, H100S[0]) / rundir.PLAN_FILE).write_text("[]")
+    resumed, fresh = (sent for _, sent in multi_gpu._jobs(options, plan))
+    assert resumed.part is None and resumed.options.resume is not None
+    assert fresh.part is not None
 
 
 def test_a_devices_run_starts_its_fork_server_before_it_plans(

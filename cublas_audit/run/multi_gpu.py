@@ -38,7 +38,7 @@ from cublas_audit.planning import plan_file
 from cublas_audit.planning.cases import Case, candidate_problems, read_plan
 from cublas_audit.planning.grid import check_label, label_from_gpu_name
 from cublas_audit.planning.plan_file import PlanFile
-from cublas_audit.planning.shards import shard
+from cublas_audit.planning.shards import PlanPart, ShardSpec, shard
 from cublas_audit.run import shard_processes
 from cublas_audit.run.sweep import Progress
 from cublas_audit.run.sweep_setup import SweepOptions, check_new_run_dir, default_run_dir
@@ -254,16 +254,7 @@ def run(
     """Every shard at once, a process each (shard_processes: their host work shares no
     interpreter lock). Ctrl-C stops them all; each keeps what it finished, and --resume of the
     run goes on."""
-    shards = (
-        [list(plan.cases) for _ in plan.devices]
-        if plan.replicate
-        else shard(plan.cases, len(plan.devices))
-    )
-    jobs = [
-        (gpu, shard_options(options, plan, gpu, cases))
-        for gpu, cases in zip(plan.devices, shards, strict=True)
-        if cases
-    ]
+    jobs = _jobs(options, plan)
     # the merge's order made while the shards run (this process only relays their progress),
     # and each shard's table read as soon as it is done (validation.read_table: parsed and
     # checked once a process; a full map's shard ~0.75 s of CPU here, the four read at once
@@ -278,7 +269,7 @@ def run(
 
     try:
         outcome = shard_processes.run_all(
-            [job for _gpu, job in jobs],
+            [job for _gpu, job in jobs],  # (each a SentJob)
             [progress_for(gpu) if progress_for else None for gpu, _job in jobs],
             finished,
         )
@@ -298,6 +289,30 @@ def run(
         kept = f"what the shards finished is kept: --resume {plan.run_dir} goes on"
         raise type(error)(f"GPU {gpu.index}: {error}; {kept}")
     return [shard_dir(plan.run_dir, gpu) for gpu, _job in jobs]
+
+
+def _jobs(options: SweepOptions, plan: Plan) -> list[tuple[Gpu, shard_processes.SentJob]]:
+    """Each GPU's job: the whole plan (replicated), else its shard. A shard of a stated plan
+    (a map's grid) goes as its part of the statement and its process makes its cases (a full
+    map's split and rows were ~0.6 s of CPU here, one shard after another, before the first
+    started); a listed plan's, as rows. A GPU with no case (more GPUs than cases) has no job."""
+    count = len(plan.devices)
+    if not plan.replicate and plan.stated is not None and len(plan.cases) >= count:
+        jobs = []
+        for index, gpu in enumerate(plan.devices):
+            sent = shard_options(options, plan, gpu, [])
+            resumed = sent.resume is not None  # (its record holds its cases)
+            part = None if resumed else PlanPart(ShardSpec(index + 1, count), plan.stated)
+            jobs.append((gpu, shard_processes.SentJob.of(sent, part)))
+        return jobs
+    shards = (
+        [list(plan.cases) for _ in plan.devices] if plan.replicate else shard(plan.cases, count)
+    )
+    return [
+        (gpu, shard_processes.SentJob.of(shard_options(options, plan, gpu, cases)))
+        for gpu, cases in zip(plan.devices, shards, strict=True)
+        if cases
+    ]
 
 
 def merged_table(plan: Plan, shards: Sequence[Path]) -> pd.DataFrame:
