@@ -34,3 +34,19 @@ def test_blank_cells_of_numbers_and_mixed_objects() -> None:
     assert blank_cells(pd.Series([1.5, None])).tolist() == [False, False]
     mixed = pd.Series([1, " ", "b", None, 2.5], dtype=object)  # not a string column to pandas
     assert blank_cells(mixed).tolist() == [False, True, False, False, False]
+
+
+def test_blank_cells_test_each_distinct_text_once() -> None:
+    """A column of one blank value in every row (a map table's `broadcast`: "") tests that value
+    once, not each of its rows (a 262,144-row table's read tested every cell of such columns)."""
+    tested: list[str] = []
+
+    class Counted(str):
+        def strip(self, chars: str | None = None) -> str:
+            tested.append(str(self))
+            return str.strip(self, chars)
+
+    blank, word = Counted(""), Counted(" a")
+    got = blank_cells(pd.Series([blank, word, blank, None, blank] * 200, dtype=object))
+    assert got.tolist() == [True, False, True, False, True] * 200
+    assert sorted(tested) == ["", " a"]

@@ -41,5 +41,8 @@ def blank_cells(values: pd.Series) -> pd.Series:
     blank_starts = [c for c in first.dropna().unique() if isinstance(c, str) and not c.strip()]
     maybe = first.isin(blank_starts).to_numpy(dtype=bool)
     blank = np.zeros(len(values), dtype=bool)
-    blank[maybe] = [isinstance(v, str) and not v.strip() for v in values[maybe]]
+    if maybe.any():  # each distinct value of those tested once (a column of "": every row)
+        codes, distinct = pd.factorize(values[maybe])
+        tested = [isinstance(v, str) and not v.strip() for v in distinct]
+        blank[maybe] = np.array([*tested, False], dtype=bool)[codes]
     return pd.Series(blank, index=values.index)
