@@ -10,6 +10,7 @@ with its shard and the plan's fingerprint. No number is made up: merge must give
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from functools import cache
 from pathlib import Path
@@ -22,6 +23,7 @@ from cublas_audit.cli import app
 from cublas_audit.jobs import merge
 from cublas_audit.planning.cases import Case, candidate_problems, read_plan, write_plan
 from cublas_audit.planning.shards import PlanPart, ShardSpec
+from cublas_audit.report import map_plots
 from cublas_audit.table import candidates_table, dispatch, rundir, shard_merge
 from cublas_audit.table.validation import read_table
 
@@ -93,6 +95,37 @@ def test_a_merged_map_is_the_map(tmp_path: Path) -> None:
     assert merged.table is not None
     pd.testing.assert_frame_equal(merged.table, recorded(MAP)[1])
     assert merged.candidates is None
+
+
+def test_a_large_merged_map_is_written_in_a_fork_while_it_is_judged(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A map of WRITE_FORK_ROWS rows or more (a Ray run's, a `merge`'s): its merged table written
+    by a fork of this process while this one judges it, then the same table, report and findings
+    as written here before judging (below the size)."""
+    paths = split(MAP, 2, tmp_path / "shards")
+    for path in paths:  # (recorded before runs said their phase: a map's, as map says it now)
+        rundir.write_env(path, {**rundir.read_env(path), "phase": "map"})
+    shards = [shard_merge.read_shard(path) for path in paths]
+    monkeypatch.setattr(map_plots, "draw", lambda *args: [])  # (seconds of matplotlib, twice)
+    apart = merge.write_merged(shards, tmp_path / "apart", False, []).run_dir
+    assert rundir.findings_file(apart).exists()  # (a map's report)
+    writer = tmp_path / "writer.pid"
+    write = rundir.write_run_table
+    monkeypatch.setattr(merge, "WRITE_FORK_ROWS", 1)
+    monkeypatch.setattr(
+        rundir,
+        "write_run_table",
+        lambda frame, run: writer.write_text(str(os.getpid())) and write(frame, run),
+    )
+    timings: dict[str, float] = {}
+    forked = merge.write_merged(shards, tmp_path / "forked", False, [], None, timings).run_dir
+    assert writer.exists() and int(writer.read_text()) != os.getpid()
+    pd.testing.assert_frame_equal(read_table(forked), read_table(apart))
+    assert (forked / rundir.REPORT_FILE).read_text() == (apart / rundir.REPORT_FILE).read_text()
+    found = rundir.findings_file(forked)
+    assert rundir.read_findings(found) == rundir.read_findings(rundir.findings_file(apart))
+    assert {"merge_s", "judge_s", "report_s"} <= set(timings)
 
 
 def test_merge_writes_one_run_directory_and_its_report(
