@@ -32,6 +32,7 @@ from cublas_audit.judge import map_audit, units
 from cublas_audit.judge.rules import prepare
 from cublas_audit.observe import environment
 from cublas_audit.observe.environment import Gpu
+from cublas_audit.planning.plan_file import PlanFile, StatedCases
 from cublas_audit.planning.shards import shard as split_plan
 from cublas_audit.planning.shards import work as estimated_work
 from cublas_audit.report import map_plots, units_report
@@ -417,6 +418,11 @@ def test_a_shard_of_a_stated_plan_is_sent_as_its_part_and_makes_its_cases(tmp_pa
         assert sent.part is not None and sent.rows == [] and sent.options.cases == []
         got = sent.received()
         assert got.cases == expected and got.probe_env["CUDA_VISIBLE_DEVICES"] == gpu.uuid
+    # a plan made as its statement (a grid map's): the parent never makes its cases
+    made = StatedCases(PlanFile.of(cases))
+    again = multi_gpu.start(replace(options, cases=made, out=tmp_path / "again"), H100S, False)
+    assert [s.received().cases for _, s in multi_gpu._jobs(options, again)] == split_plan(cases, 2)
+    assert again.cases is made and made._made is None
     unstated = replace(plan, stated=None)
     assert all(sent.part is None and sent.rows for _, sent in multi_gpu._jobs(options, unstated))
     both = replace(plan, replicate=True)

@@ -6,6 +6,7 @@ merge to the recorded merged run."""
 from __future__ import annotations
 
 import json
+import pickle
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,8 @@ from cublas_audit.planning import plan_file
 from cublas_audit.planning.cases import Case, plan_case_ids, read_plan, write_plan
 from cublas_audit.planning.grid import Variants
 from cublas_audit.planning.map_grid import Grid, grid_plan
-from cublas_audit.planning.shards import ShardSpec, fingerprint, shard
+from cublas_audit.planning.map_grid import plan as map_plan
+from cublas_audit.planning.shards import PlanPart, ShardSpec, fingerprint, shard
 
 ROOT = Path(__file__).resolve().parents[1]
 COMMITTED = sorted(
@@ -153,3 +155,66 @@ def test_a_plan_is_parsed_once_per_content_and_a_written_one_kept_as_written(
     copy.write_text("{")
     with pytest.raises(AuditError, match="not a cublas-audit plan"):
         plan_file.read(copy)
+
+
+@pytest.mark.parametrize(
+    ("axes", "batches", "modes", "apis", "variants"),
+    [
+        (("", "64:256:64", "64,128,4096", "64:320:64"), [1], ["fp32", "bf16"], ["cublas"],
+         Variants(layouts=("nn", "tn"))),
+        (("64:192:64", "64,128", "64", "64:128:64"), [1, 8], ["fp32"], ["cublas", "cublasLt"],
+         Variants(broadcast="b", beta=0.5)),
+        (("", "128,64", "64", "64"), [4], ["tf32"], ["cublasLt"],
+         Variants(bias=True, workspace_mib=8)),
+    ],
+)  # fmt: skip
+def test_a_grid_map_is_made_as_its_statement_with_the_cases_plan_makes(
+    axes: tuple[str, str, str, str],
+    batches: list[int],
+    modes: list[str],
+    apis: list[str],
+    variants: Variants,
+) -> None:
+    """A map whose problems are posed alike (squares and a product, batched with a broadcast B,
+    two APIs, cuBLASLt's settings; unsorted sizes) is its statement, no case made until one is
+    asked for: then the cases, the order and the statement `plan` makes."""
+    grid = Grid.parse(*axes)
+    made = grid_plan(grid, batches, modes, apis, variants)
+    assert isinstance(made, plan_file.StatedCases) and made._made is None
+    assert len(made) == made.stated.count and made._made is None
+    expected = map_plan(grid.problems(), batches, modes, apis, variants)
+    assert plan_file.PlanFile.of(made) is made.stated == plan_file.PlanFile.of(expected)
+    assert made._made is None
+    assert list(made) == expected and made[-1] == expected[-1] and made == expected
+
+
+def test_a_map_posed_per_problem_is_made_case_by_case() -> None:
+    """A padded leading dimension or a batched call folded (broadcast A) depends on each
+    problem: those maps' cases are made as `plan` makes them."""
+    grid = Grid.parse("", "64,128", "64", "64")
+    for variants in (Variants(ld_pad=8), Variants(broadcast="a")):
+        made = grid_plan(grid, [1, 4], ["fp32"], ["cublas"], variants)
+        assert type(made) is list
+        assert made == map_plan(grid.problems(), [1, 4], ["fp32"], ["cublas"], variants)
+
+
+def test_a_rising_grid_is_its_product_and_any_other_sorted_once() -> None:
+    """(the full grid's problems made in C)"""
+    for axes in (("", "64:256:64", "64:128:64", "64"), ("", "128,64", "64", "64,64"),
+                 ("64,128", "64:128:64", "64", "64")):  # fmt: skip
+        grid = Grid.parse(*axes)
+        every = sorted({grid.problem(i) for i in range(grid.count)})
+        assert grid.problems() == every
+
+
+def test_a_stated_plan_makes_its_cases_once_and_pickles_as_its_statement() -> None:
+    grid = Grid.parse("", "64:4096:64", "64", "64")
+    made = grid_plan(grid, [1], ["fp32"], ["cublas"])
+    assert isinstance(made, plan_file.StatedCases)
+    again = pickle.loads(pickle.dumps(made))
+    assert again._made is None and again.stated == made.stated
+    first = made[0]
+    assert made[0] is first and next(iter(made)) is first  # (made once, kept)
+    assert len(pickle.dumps(made)) < 1_000  # (its statement, not its 64 cases)
+    part = PlanPart.of(ShardSpec(1, 2), made)
+    assert part.given is None and part.cases() == shard(list(made), 2)[0]

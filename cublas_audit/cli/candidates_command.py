@@ -121,7 +121,7 @@ def candidates_command(
         )
 
     listed = Listed(shapes_file, torch_trace, modes, "cublasLt")
-    case_list = plan_cases(resume, listed, grid)
+    case_list = list(plan_cases(resume, listed, grid))  # (its grid: cases made, never stated)
     settings = {
         "candidate_limit": limit,
         "candidate_threshold": gap,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -261,7 +262,7 @@ def map_command(
             variants(layouts, ld_pad, broadcast, beta),
         )
 
-    def grid() -> list[Case]:
+    def grid() -> Sequence[Case]:
         shape, batch, mode, apis, variant = grid_options()
         return map_grid.grid_plan(shape, batch, mode, apis, variant, sample, seed)
 

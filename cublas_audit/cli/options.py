@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -231,9 +231,9 @@ class Listed:
 def plan_cases(
     resume: Path | None,
     listed: Listed,
-    grid: Callable[[], list[Case]],
+    grid: Callable[[], Sequence[Case]],
     as_listed: Callable[[list[Case]], list[Case]] = list,
-) -> list[Case]:
+) -> Sequence[Case]:
     """The cases a command line asks for: none on --resume (the run directory records them), a
     shape list's or a trace's (through `as_listed`), else the grid's (its options checked only
     then)."""
@@ -293,7 +293,7 @@ class Probe:
 
 
 def run_options(
-    cases: list[Case], out: Path | None, resume: Path | None, probe: Probe, **settings: Any
+    cases: Sequence[Case], out: Path | None, resume: Path | None, probe: Probe, **settings: Any
 ) -> SweepOptions:
     """The run's options (SweepOptions) of a command line: its cases, run directory, probe, the
     command itself (recorded in the run) and the command's own `settings`."""

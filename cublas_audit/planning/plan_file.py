@@ -24,7 +24,7 @@ import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 from cublas_audit.errors import AuditError
 from cublas_audit.files import write_text_atomic
@@ -53,7 +53,10 @@ class PlanFile:
 
     @classmethod
     def of(cls, cases: Sequence[Case]) -> PlanFile:
-        """The statement of `cases`: their product where they are one, else their columns."""
+        """The statement of `cases`: their product where they are one, else their columns (a
+        plan made as its statement, StatedCases: that one)."""
+        if isinstance(cases, StatedCases):
+            return cases.stated
         return stated({name: [getattr(case, name) for case in cases] for name in FIELDS})
 
     def column(self, name: str) -> Sequence[Any]:
@@ -145,11 +148,56 @@ class PlanFile:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
+class StatedCases(Sequence[Case]):
+    """A plan's cases as its statement, each case made only once they are asked for, then all
+    at once and kept: a full map's 262,144 cases took ~3 s of CPU here to make, which a --devices
+    or --ray run's parent never needs (its shards are sent their parts of the statement, its
+    merge orders by the statement's ids) and a `--shard` run needs only its part of."""
+
+    def __init__(self, stated: PlanFile) -> None:
+        self.stated = stated
+        self._made: list[Case] | None = None
+
+    def _cases(self) -> list[Case]:
+        if self._made is None:
+            self._made = self.stated.cases()
+        return self._made
+
+    def __len__(self) -> int:
+        return self.stated.count
+
+    @overload
+    def __getitem__(self, index: int) -> Case: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[Case]: ...
+    def __getitem__(self, index: int | slice) -> Case | list[Case]:
+        return self._cases()[index]
+
+    def __iter__(self) -> Iterator[Case]:
+        return iter(self._cases())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, StatedCases) and self.stated == other.stated:
+            return True
+        return isinstance(other, Sequence) and self._cases() == list(other)
+
+    __hash__ = None  # type: ignore[assignment]  # (a list's equality: no hash, as a list)
+
+    def __repr__(self) -> str:
+        return f"StatedCases({self.stated.count} cases)"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled as its statement (PlanFile's fields), not its cases."""
+        return (StatedCases, (self.stated,))
+
+
 def stated(columns: dict[str, list[Any]]) -> PlanFile:
     """The statement of a plan's columns (every field, plan order): constants once, the rest
     as a product where it is one, else listed."""
     count = len(columns[FIELDS[0]])
-    constant = {n: c[0] for n, c in columns.items() if c and all(v == c[0] for v in c)}
+    # (list.count and groupby compare in C: a full map's 16 columns of 262,144 values took
+    # ~1.5 s of CPU here one value at a time)
+    constant = {n: c[0] for n, c in columns.items() if c and c.count(c[0]) == len(c)}
     varying = {n: c for n, c in columns.items() if n not in constant}
     axes = _as_product(varying, count)
     if axes is not None:
@@ -164,7 +212,7 @@ def _as_product(
     least often), or None where they are no product."""
     if not varying:
         return ()
-    runs = {name: 1 + sum(a != b for a, b in itertools.pairwise(c)) for name, c in varying.items()}
+    runs = {name: sum(1 for _ in itertools.groupby(c)) for name, c in varying.items()}
     order = sorted(varying, key=lambda name: runs[name])
     axes = tuple((name, tuple(dict.fromkeys(varying[name]))) for name in order)
     size = 1
@@ -172,9 +220,9 @@ def _as_product(
         size *= len(values)
     if size != count:
         return None
-    product = itertools.product(*(values for _, values in axes))
-    given = zip(*(varying[name] for name in order), strict=True)
-    return axes if all(a == b for a, b in zip(product, given, strict=True)) else None
+    product = list(itertools.product(*(values for _, values in axes)))
+    given = list(zip(*(varying[name] for name in order), strict=True))
+    return axes if product == given else None
 
 
 def _encoded(column: Sequence[Any]) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from typing import Any
 
 from cublas_audit.errors import AuditError
 from cublas_audit.planning.cases import Case
-from cublas_audit.planning.plan_file import FIELDS, PlanFile
+from cublas_audit.planning.plan_file import FIELDS, PlanFile, StatedCases
 
 # A case's cost for balancing: its FLOPs plus what the probe spends on any case (operands, the
 # check, the record): about 6 ms on the H100's map, 5e10 FLOPs of work at its ~50 TFLOP/s x 6
@@ -114,7 +114,10 @@ class PlanPart:
                 f"--shard {spec}: the plan has {plan.count} case{'s' if plan.count != 1 else ''}, "
                 "fewer than the parts; give N of at most that"
             )
-        return cls(spec, plan, None if isinstance(whole, PlanFile) else tuple(whole))
+        # (a plan made as its statement: the part's cases made from it, not the whole plan's)
+        if isinstance(whole, PlanFile | StatedCases):
+            return cls(spec, plan)
+        return cls(spec, plan, tuple(whole))
 
     def cases(self) -> list[Case]:
         """This part of the plan, in plan order (split as `shard` splits the cases)."""

@@ -154,7 +154,7 @@ class Plan:
     devices: list[Gpu]
     replicate: bool
     mixed: bool
-    cases: list[Case]
+    cases: Sequence[Case]
     stated: PlanFile | None = field(default=None, compare=False, repr=False)  # (plan.json's)
 
     def case_ids(self) -> list[str]:
@@ -193,7 +193,8 @@ def start(options: SweepOptions, devices: Sequence[Gpu], replicate: bool) -> Pla
             "started": datetime.now(UTC).isoformat(timespec="seconds"),
         },
     )
-    return Plan(run_dir, label, list(devices), replicate, mixed, list(options.cases), stated)
+    # (a plan made as its statement keeps its cases unmade: the shards make theirs)
+    return Plan(run_dir, label, list(devices), replicate, mixed, options.cases, stated)
 
 
 def recorded(run_dir: Path) -> Plan | None:

@@ -48,7 +48,7 @@ DEFAULT_MIN_REPS = 20
 class SweepOptions:
     """What the user asked for. None means "not given": the default, or on resume the record."""
 
-    cases: list[Case] = field(default_factory=list)
+    cases: Sequence[Case] = field(default_factory=list)
     gpu_label: str | None = None
     out: Path | None = None
     resume: Path | None = None
@@ -323,7 +323,7 @@ def _config(
     # Absolute: the probe and ncu run in the package view, not in the user's directory.
     run_dir = (options.resume or options.out or default_run_dir(label)).absolute()
     return SweepConfig(
-        cases=options.cases,
+        cases=list(options.cases),  # (a plan made as its statement: its cases made now)
         run_dir=run_dir,
         gpu_label=label,
         ncu=ncu,
