@@ -68,6 +68,29 @@ def test_the_quick_check_kernels_compute_the_float64_metric(mode: str, layout: d
     assert on_gpu == pytest.approx(host_error(ops, ops.c), rel=1e-9)
 
 
+@pytest.mark.parametrize(
+    ("mode", "settings"),
+    [("bf16", {}), ("fp16", {"transa": "t", "lda": 3001}), ("fp32", {"transa": "t"})],
+    ids=str,
+)
+def test_the_quick_check_stages_whole_tiles_of_a_large_odd_problem(
+    mode: str, settings: dict
+) -> None:
+    # rows past m and K values past each block's share (K = 2999: no whole tile, split between
+    # blocks) must add nothing, and an odd lda must not misalign the transposed tile's loads
+    from cublas_audit.device import operands, quick_check
+
+    case = Case("cublas", mode, 1000, 64, 2999, 1, **settings)
+    ops = operands.make_for(case, seed=5)
+    operands.reset(ops)
+    launch, _closers = prepare(case, ops)
+    launch()
+    assert quick_check.geometry(case.m, case.k, 1).partial_grid[1] > 1  # K split over blocks
+    on_gpu = quick_check.error_now(ops, ops.c)
+    assert 0 < on_gpu <= operands.tolerance(mode)
+    assert on_gpu == pytest.approx(host_error(ops, ops.c), rel=1e-9)
+
+
 def test_the_quick_check_fails_output_never_written_and_a_transpose_ignored() -> None:
     from cublas_audit.device import launchers, operands
 

@@ -178,6 +178,6 @@ def test_the_checks_driver_launch_passes_each_kernel_parameter_as_its_c_type() -
         (PARTIAL, quick_check.PARTIAL_PARAMS),
         (FINAL, quick_check.FINAL_PARAMS),
     ):
-        signature = quick_check.SOURCE.split(f"void {name}(")[1].split(")")[0]
+        signature = quick_check.SOURCE.split(f" {name}(")[1].split(")")[0]
         declared = [" ".join(p.split()[:-1]) for p in signature.split(",")]
         assert "".join(kinds[d] for d in declared) == params, name

@@ -11,6 +11,9 @@ sums NaN or infinite: the error is then infinite, never a pass.
 
 The same arithmetic as the CuPy check it replaced (widen to float64, matmul, norms), without its
 dozen kernel launches, its NVRTC compiles on a cold cache and its two synchronisations a case.
+Each block stages a tile of A and of B's picked columns in shared memory with all its loads in
+flight at once: loading one value of A and waiting for it before the next made the first version
+latency-bound (65 us a grid problem on average, 17 s of the BF16 grid's GPU time; now 39 us).
 """
 
 from __future__ import annotations
@@ -25,7 +28,9 @@ from cublas_audit.planning.modes import mode as mode_of
 MAX_COLUMNS = 16  # columns of each checked entry (device.operands.QUICK_COLUMNS)
 ROWS = 128  # rows of C per block of the partial kernel
 K_TILE = 32  # values of K staged in shared memory at once
-FILL_BLOCKS = 264  # blocks worth launching at least (two per SM of an H100)
+# blocks worth launching at least: four per SM of an H100 (benchmarks/check_kernel.py: 10.3 s of
+# the BF16 grid's check against 11.8 s at two per SM; 792 and 1056 no faster)
+FILL_BLOCKS = 528
 FINAL_THREADS = 256
 STORAGE_CODES = {"float32": 0, "float16": 1, "uint16": 2}  # uint16: bf16 bits
 
@@ -33,6 +38,7 @@ SOURCE = r"""
 #define MAX_COLUMNS 16
 #define ROWS 128
 #define K_TILE 32
+#define B_LOADS (K_TILE * MAX_COLUMNS / ROWS)  /* B values a thread stages a tile */
 
 __device__ __forceinline__ double half_bits(unsigned short h) {
     const unsigned exponent = (h >> 10) & 0x1f, fraction = h & 0x3ff;
@@ -51,15 +57,65 @@ __device__ __forceinline__ double load(const void* p, long long i, int storage) 
     return half_bits(h);
 }
 
-extern "C" __global__ void cublas_audit_check_partial(
-        const void* a, const void* b, int storage, int m, int k, int transa, int transb,
-        long long lda, long long ldb, long long stride_a, long long stride_b,
-        const int* entries, const int* columns, int n_columns, int k_per_block,
-        double* partial) {
-    __shared__ double tile[K_TILE][MAX_COLUMNS];
+/* A stored value as a float (exact for all three storages: float32, bf16 and fp16 values are
+   all floats), so that the staged tile of A takes half the registers and shared memory. */
+template <int STORAGE>
+__device__ __forceinline__ float as_float(const void* p, long long i) {
+    if (STORAGE == 0) return ((const float*)p)[i];
+    const unsigned short h = ((const unsigned short*)p)[i];
+    if (STORAGE == 2) return __uint_as_float(((unsigned)h) << 16);
+    return (float)half_bits(h);
+}
+
+/* One K_TILE x ROWS tile of op(A) into shared memory, each thread issuing its K_TILE loads at
+   once (the first kernel loaded one value and waited for it before the next: latency-bound, ~70
+   us a grid problem on average), coalesced in both layouts: a warp reads 32 consecutive rows of
+   one column (transa = n) or 32 consecutive K values of one row (transa = t). Values outside
+   the problem are zero. */
+template <int STORAGE>
+__device__ __forceinline__ void stage_a(
+        float (*a_tile)[ROWS + 1], const void* a, long long offset, long long lda, int transa,
+        int row0, int m, int base, int p1) {
+    constexpr int HALF = K_TILE / 2;  /* 16 loads in flight a thread: fewer registers */
+    float v[HALF];
+    if (!transa) {  /* thread t: row row0 + t, K values base .. base + K_TILE */
+        const int i = row0 + threadIdx.x;
+        #pragma unroll 1
+        for (int h = 0; h < K_TILE; h += HALF) {
+            const long long at = offset + (long long)(base + h) * lda + i;
+            #pragma unroll
+            for (int q = 0; q < HALF; ++q)
+                v[q] = (i < m && base + h + q < p1) ? as_float<STORAGE>(a, at + q * lda) : 0.0f;
+            #pragma unroll
+            for (int q = 0; q < HALF; ++q) a_tile[h + q][threadIdx.x] = v[q];
+        }
+    } else {  /* thread t: K value base + t % 32 of rows row0 + t / 32 + 4 r */
+        const int q = threadIdx.x % K_TILE, first = threadIdx.x / K_TILE;
+        constexpr int STEP = ROWS / K_TILE;
+        #pragma unroll 1
+        for (int h = 0; h < K_TILE; h += HALF) {
+            const int row = first + STEP * h;
+            const long long at = offset + (long long)(row0 + row) * lda + base + q;
+            #pragma unroll
+            for (int r = 0; r < HALF; ++r)
+                v[r] = (row0 + row + STEP * r < m && base + q < p1)
+                    ? as_float<STORAGE>(a, at + (long long)(STEP * r) * lda) : 0.0f;
+            #pragma unroll
+            for (int r = 0; r < HALF; ++r) a_tile[q][row + STEP * r] = v[r];
+        }
+    }
+}
+
+template <int STORAGE>
+__device__ __forceinline__ void partial_sums(
+        double (*tile)[MAX_COLUMNS], float (*a_tile)[ROWS + 1], const void* a, const void* b,
+        int m, int k, int transa, int transb, long long lda, long long ldb, long long stride_a,
+        long long stride_b, const int* entries, const int* columns, int n_columns,
+        int k_per_block, double* partial) {
     const int slot = blockIdx.z;
     const long long e = entries[slot];
-    const int i = blockIdx.x * ROWS + threadIdx.x;
+    const int row0 = blockIdx.x * ROWS;
+    const int i = row0 + threadIdx.x;
     const int p0 = blockIdx.y * k_per_block;
     const int p1 = min(k, p0 + k_per_block);
     const int* cols = columns + slot * n_columns;
@@ -67,27 +123,33 @@ extern "C" __global__ void cublas_audit_check_partial(
     #pragma unroll
     for (int c = 0; c < MAX_COLUMNS; ++c) acc[c] = 0.0;
     for (int base = p0; base < p1; base += K_TILE) {
-        for (int t = threadIdx.x; t < K_TILE * MAX_COLUMNS; t += ROWS) {
+        /* the B tile's values loaded together (then A's), stored once all are asked for:
+           one memory latency a tile, not one a value */
+        double bv[B_LOADS];
+        #pragma unroll
+        for (int u = 0; u < B_LOADS; ++u) {
+            const int t = threadIdx.x + ROWS * u;
             const int p = base + t / MAX_COLUMNS, c = t % MAX_COLUMNS;
-            double v = 0.0;
-            if (p < p1 && c < n_columns) {
-                const long long j = cols[c];
-                v = load(b, e * stride_b + (transb ? p * ldb + j : j * ldb + p), storage);
-            }
-            tile[t / MAX_COLUMNS][c] = v;
+            const long long j = c < n_columns ? cols[c] : 0;
+            bv[u] = (p < p1 && c < n_columns)
+                ? as_float<STORAGE>(b, e * stride_b + (transb ? p * ldb + j : j * ldb + p))
+                : 0.0;
         }
-        __syncthreads();
-        if (i < m) {
-            const int span = min(K_TILE, p1 - base);
-            for (int q = 0; q < span; ++q) {
-                const long long p = base + q;
-                const double x = load(a, e * stride_a + (transa ? i * lda + p : p * lda + i),
-                                      storage);
-                #pragma unroll
-                for (int c = 0; c < MAX_COLUMNS; ++c) acc[c] += x * tile[q][c];
-            }
+        __syncthreads();  /* the last tile's values all read */
+        #pragma unroll
+        for (int u = 0; u < B_LOADS; ++u) {
+            const int t = threadIdx.x + ROWS * u;
+            tile[t / MAX_COLUMNS][t % MAX_COLUMNS] = bv[u];
         }
+        stage_a<STORAGE>(a_tile, a, e * stride_a, lda, transa, row0, m, base, p1);
         __syncthreads();
+        /* values past p1 are zero in both tiles: whole tiles summed, nothing added */
+        #pragma unroll 4
+        for (int q = 0; q < K_TILE; ++q) {
+            const double x = a_tile[q][threadIdx.x];
+            #pragma unroll
+            for (int c = 0; c < MAX_COLUMNS; ++c) acc[c] += x * tile[q][c];
+        }
     }
     if (i < m) {
         #pragma unroll
@@ -95,6 +157,24 @@ extern "C" __global__ void cublas_audit_check_partial(
             if (c < n_columns)
                 atomicAdd(&partial[((long long)slot * MAX_COLUMNS + c) * m + i], acc[c]);
     }
+}
+
+extern "C" __global__ void __launch_bounds__(ROWS) cublas_audit_check_partial(
+        const void* a, const void* b, int storage, int m, int k, int transa, int transb,
+        long long lda, long long ldb, long long stride_a, long long stride_b,
+        const int* entries, const int* columns, int n_columns, int k_per_block,
+        double* partial) {
+    __shared__ double tile[K_TILE][MAX_COLUMNS];
+    __shared__ float a_tile[K_TILE][ROWS + 1];  /* +1: the transposed stores hit 32 banks */
+    if (storage == 0)
+        partial_sums<0>(tile, a_tile, a, b, m, k, transa, transb, lda, ldb, stride_a,
+                        stride_b, entries, columns, n_columns, k_per_block, partial);
+    else if (storage == 2)
+        partial_sums<2>(tile, a_tile, a, b, m, k, transa, transb, lda, ldb, stride_a,
+                        stride_b, entries, columns, n_columns, k_per_block, partial);
+    else
+        partial_sums<1>(tile, a_tile, a, b, m, k, transa, transb, lda, ldb, stride_a,
+                        stride_b, entries, columns, n_columns, k_per_block, partial);
 }
 
 extern "C" __global__ void cublas_audit_check_final(

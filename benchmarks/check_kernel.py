@@ -1,0 +1,167 @@
+"""The map's float64 check (device.quick_check) on its own: GPU seconds a grid problem and the
+error it reports, the committed kernel against an earlier one and against other block counts.
+
+    python benchmarks/check_kernel.py JSON [--module NAME=PATH ...] [--sample N] [--fill 264,528]
+
+A uniform sample of the BF16 full grid's problems (M, N, K in 64..4096 step 64, both operands
+untransposed, as `cublas-audit map` lays them out; seed 0), plus a smaller FP32 sample and a
+transposed-A one. Each problem's GEMM runs once through cuBLAS (so C holds a real product),
+then every variant's check (the scratch memset and the two kernels, what the map queues after a
+problem's calls) is timed with CUDA events over 3 repeats, outside any profiler. `--module
+NAME=PATH` adds the module file of another quick_check (e.g. `git show 6fe99d3:cublas_audit/device/
+quick_check.py`, the kernel before staging), run with its own FILL_BLOCKS; `--fill` the
+FILL_BLOCKS values to try with the committed kernel.
+
+Printed and written: each variant's mean microseconds a problem, that times 262,144 (the grid's
+check seconds, as the sample is uniform over it), and the largest relative difference of its
+errors from the first variant's (the same float64 metric summed in another order: ~1e-12).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import random
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+GRID = list(range(64, 4097, 64))
+GRID_PROBLEMS = len(GRID) ** 3
+REPEATS = 3
+
+
+def problems(count: int, seed: int) -> list[tuple[int, int, int]]:
+    rng = random.Random(seed)
+    return [(rng.choice(GRID), rng.choice(GRID), rng.choice(GRID)) for _ in range(count)]
+
+
+def module_from(path: Path, name: str) -> Any:
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # (its dataclasses look their module up)
+    spec.loader.exec_module(module)
+    return module
+
+
+def variants(modules: list[str], fills: list[int]) -> dict[str, tuple[Any, int]]:
+    """name -> (quick_check module, FILL_BLOCKS)."""
+    from cublas_audit.device import quick_check
+
+    found: dict[str, tuple[Any, int]] = {}
+    for named in modules:
+        name, path = named.split("=", 1)
+        module = module_from(Path(path), f"{name}_quick_check")
+        found[name] = (module, module.FILL_BLOCKS)
+    for fill in fills:
+        found[f"new-{fill}"] = (quick_check, fill)
+    return found
+
+
+def timed_check(module: Any, fill: int, ops: Any, scratch: Any) -> tuple[float, float]:
+    """Microseconds of one check (mean of REPEATS, after one untimed) and its error."""
+    import cupy
+
+    module.FILL_BLOCKS = fill
+    module.geometry.cache_clear()
+    case = ops.case
+    chosen = module.picked(case.batch, case.n)
+    indices = cupy.asarray(chosen.index_values(), dtype=cupy.int32)
+    sums = cupy.zeros(2 * len(chosen.entries), dtype=cupy.float64)
+    module.enqueue(ops, ops.c, chosen, indices, sums, scratch)
+    error = module.error_from_sums(sums.get().tolist())
+    start, end = cupy.cuda.Event(), cupy.cuda.Event()
+    start.record()
+    for _ in range(REPEATS):
+        sums.fill(0)
+        module.enqueue(ops, ops.c, chosen, indices, sums, scratch)
+    end.record()
+    end.synchronize()
+    fill_us = _fill_us(sums)
+    return cupy.cuda.get_elapsed_time(start, end) * 1000 / REPEATS - fill_us, error
+
+
+def _fill_us(sums: Any) -> float:
+    """The sums' zeroing, timed alone (not part of the check: the map zeroes a chunk's at once)."""
+    import cupy
+
+    start, end = cupy.cuda.Event(), cupy.cuda.Event()
+    start.record()
+    for _ in range(REPEATS):
+        sums.fill(0)
+    end.record()
+    end.synchronize()
+    return float(cupy.cuda.get_elapsed_time(start, end)) * 1000 / REPEATS
+
+
+def sample_leg(
+    mode: str, transa: str, shapes: list[tuple[int, int, int]], found: dict[str, tuple[Any, int]]
+) -> dict[str, Any]:
+    from cublas_audit.device import launchers, operands, quick_check
+    from cublas_audit.planning.cases import Case
+
+    micro: dict[str, list[float]] = {name: [] for name in found}
+    errors: dict[str, list[float]] = {name: [] for name in found}
+    scratches = {name: module.Scratch() for name, (module, _fill) in found.items()}
+    for m, n, k in shapes:
+        case = Case("cublas", mode, m, n, k, 1, transa=transa)
+        ops = operands.make_for(case, seed=1)
+        launchers.classic(case, ops)()
+        for name, (module, fill) in found.items():
+            us, error = timed_check(module, fill, ops, scratches[name])
+            micro[name].append(us)
+            errors[name].append(error)
+    quick_check.geometry.cache_clear()
+    first = next(iter(found))
+    return {
+        "mode": mode,
+        "transa": transa,
+        "problems": len(shapes),
+        "variants": {
+            name: {
+                "mean_us": round(statistics.fmean(micro[name]), 2),
+                "grid_seconds": round(statistics.fmean(micro[name]) * GRID_PROBLEMS / 1e6, 2),
+                "max_error_rel_diff": max(
+                    abs(e / f - 1) for e, f in zip(errors[name], errors[first], strict=True)
+                ),
+                "max_error": max(errors[name]),
+            }
+            for name in found
+        },
+    }
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("json", type=Path)
+    parser.add_argument("--module", action="append", default=[])
+    parser.add_argument("--sample", type=int, default=400)
+    parser.add_argument("--fill", default="264,528")
+    args = parser.parse_args(argv)
+    sys.path.insert(0, str(REPO))
+    import cupy
+
+    found = variants(args.module, [int(x) for x in args.fill.split(",")])
+    result: dict[str, Any] = {
+        "gpu": cupy.cuda.runtime.getDeviceProperties(0)["name"].decode(),
+        "repeats": REPEATS,
+        "legs": {
+            "bf16": sample_leg("bf16", "n", problems(args.sample, 0), found),
+            "fp32": sample_leg("fp32", "n", problems(args.sample // 4, 1), found),
+            "bf16_transa": sample_leg("bf16", "t", problems(args.sample // 4, 2), found),
+        },
+    }
+    for leg, values in result["legs"].items():
+        for name, figures in values["variants"].items():
+            print(f"{leg:12} {name:10} {figures}")
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(result, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
