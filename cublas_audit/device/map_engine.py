@@ -44,6 +44,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from cublas_audit import gc_pause
 from cublas_audit.device import kernel_trace, map_records, operands, quick_check
 from cublas_audit.device.heuristic_warm import Ahead, Warmer
 from cublas_audit.device.map_chunk import Chunk, Queued, made
@@ -121,6 +122,7 @@ class MapEngine:
         chunks = [group for group, alone in groups if not alone and pooled(group[0])]
         self.ahead = Ahead(warmer, chunks, MAX_PENDING)
         self._start_native(chunks, warmer.running)
+        gc_pause.long_lived_settled()  # the plan, the pool and the chunks: made to stay
         switch = sys.getswitchinterval()
         if self.native is not None:
             sys.setswitchinterval(SWITCH_S)

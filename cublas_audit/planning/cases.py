@@ -13,7 +13,7 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from cublas_audit.errors import AuditError
 from cublas_audit.planning.modes import mode as mode_of
@@ -29,8 +29,7 @@ LOOP_ROUTINE = "sgemm-loop"
 APIS = ("cublas", "cublasLt")
 
 
-@dataclass(frozen=True)
-class OperandLayout:
+class OperandLayout(NamedTuple):
     """How one operand sits in memory, in cuBLAS's column-major terms: a `rows` x `cols` matrix
     with leading dimension `ld` (>= rows), batch entry i at offset i * `stride` elements, and
     `stored` entries really held (1 for a broadcast operand, whose stride is 0)."""

@@ -23,10 +23,11 @@ def chunk_groups(cases: Sequence[Case], careful: int) -> list[tuple[list[Case], 
     cases that are not pooled, each alone and last, as the largest are."""
     groups = [([case], True) for case in cases[:careful]]
     rest = cases[careful:]
+    in_pool = [pooled(case) for case in rest]  # once a case: ~1 s of a full grid's start-up
     for mode in dict.fromkeys(case.mode for case in rest):
-        same = [case for case in rest if case.mode == mode and pooled(case)]
+        same = [case for case, p in zip(rest, in_pool, strict=True) if p and case.mode == mode]
         groups += [(chunk, False) for chunk in dealt(same, CHUNK)]
-    groups += [([case], True) for case in rest if not pooled(case)]
+    groups += [([case], True) for case, p in zip(rest, in_pool, strict=True) if not p]
     return groups
 
 
