@@ -156,6 +156,24 @@ def test_a_run_table_holds_exactly_its_plan() -> None:
         validation.check_against_plan(pd.DataFrame({"m": [1]}), [], SOURCE)
 
 
+def test_a_run_table_of_its_plan_is_not_looked_up_row_by_row(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every planned case has a row and the table has no other case (as many distinct ones, no
+    row without one): nothing to name, so no row is looked up in the plan (a merged full map's
+    262,144 were, after its shards ended)."""
+    frame = pd.DataFrame({"case_id": ["b", "a", "b"]})  # (a case of two rows: a sweep's loop)
+
+    def looked_up(*args: object) -> None:
+        raise AssertionError("looked up")
+
+    monkeypatch.setattr(pd.Series, "isin", looked_up)
+    validation.check_against_plan(frame, ["a", "b", "a"], SOURCE)
+    with pytest.raises(AssertionError, match="looked up"):  # (a row of no case: named)
+        validation.check_against_plan(pd.concat([frame, pd.DataFrame({"case_id": [None]})]),
+                                      ["a", "b"], SOURCE)  # fmt: skip
+
+
 def test_read_table_of_a_recorded_file_and_of_none(tmp_path: Path) -> None:
     frame = validation.read_table(SMOKE_TABLE)
     assert len(frame) == 11
