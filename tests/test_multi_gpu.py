@@ -475,30 +475,43 @@ def test_the_fork_server_started_ahead_is_running_at_once() -> None:
 def test_the_merge_order_is_the_plans_statement_made_while_the_shards_run(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The merged table's order (the whole plan's case ids) is made from plan.json's statement
-    while the shards run, not from each case after them; the same ids as the cases'."""
+    """The merged table's order (the whole plan's case ids, indexed) is made from plan.json's
+    statement while the shards run, not from each case after them; the same ids as the cases';
+    each shard's table is read and looked up in it as soon as that shard is done, and the merge
+    takes it so."""
     plan = multi_gpu.start(replace(SweepOptions(cases=map_cases()), out=tmp_path), H100S, False)
     assert plan.stated is not None
     made_while_running: list[bool] = []
 
     read: list[Path] = []  # (each shard's table read as soon as that shard is done)
-    monkeypatch.setattr(multi_gpu, "read_table", read.append)
+    ids = [case.case_id for case in map_cases()]
+
+    def read_table(path: Path) -> pd.DataFrame:
+        read.append(path)
+        return pd.DataFrame({"case_id": [ids[5], ids[2], "not planned"], "row": [0, 1, 2]})
+
+    monkeypatch.setattr(multi_gpu, "read_table", read_table)
 
     def run_all(
         jobs: object, progress: object, finished: Callable[[int], None]
     ) -> shard_processes.Outcome:
         finished(1)  # (GPU 1's shard done first)
         for _ in range(500):  # (10 s at most)
-            if "_ids" in vars(plan.stated) and read:
+            if "order" in vars(plan) and plan.read:
                 break
             time.sleep(0.02)
-        made_while_running.append("_ids" in vars(plan.stated))
+        made_while_running.append("_ids" in vars(plan.stated) and "order" in vars(plan))
         assert read == [multi_gpu.shard_dir(plan.run_dir, 1)]
         return shard_processes.Outcome({}, False)
 
     monkeypatch.setattr(shard_processes, "run_all", run_all)
     multi_gpu.run(SweepOptions(), plan)
     assert made_while_running == [True]
+    shard = multi_gpu.shard_dir(plan.run_dir, 1)
+    _frame, places = plan.read[shard]
+    assert places is not None and places.tolist() == [5, 2, len(ids)]
+    monkeypatch.setattr(multi_gpu, "read_tables", lambda paths: [] if not paths else 1 / 0)
+    assert multi_gpu.merged_frame(plan, [shard])["row"].tolist() == [1, 0, 2]
     assert plan.case_ids() == [case.case_id for case in map_cases()]
     assert multi_gpu.recorded(plan.run_dir) == plan  # (a resumed run's: from its plan.json)
     resumed = multi_gpu.recorded(plan.run_dir)

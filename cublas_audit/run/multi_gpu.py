@@ -22,6 +22,7 @@ work (planning.shards: FLOPs plus a per-case cost), largest first, as `--shard I
 from __future__ import annotations
 
 import concurrent.futures
+import functools
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -30,6 +31,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from cublas_audit.errors import AuditError, InterruptedSweepError, ToolMissingError
@@ -44,7 +46,7 @@ from cublas_audit.run.sweep import Progress
 from cublas_audit.run.sweep_setup import SweepOptions, check_new_run_dir, default_run_dir
 from cublas_audit.table import candidates_table, rundir
 from cublas_audit.table.env_record import EnvRecord
-from cublas_audit.table.shard_merge import in_plan_order, read_tables
+from cublas_audit.table.shard_merge import PlanOrder, in_plan_order, read_tables
 from cublas_audit.table.trace_record import write_trace_record
 from cublas_audit.table.validation import read_table
 from cublas_audit.version import __version__
@@ -156,6 +158,16 @@ class Plan:
     mixed: bool
     cases: Sequence[Case]
     stated: PlanFile | None = field(default=None, compare=False, repr=False)  # (plan.json's)
+    # each shard's table as read while other shards still ran, and where its rows go in the
+    # plan (run's `finished`): what the merge takes instead of reading and looking it up again
+    read: dict[Path, tuple[pd.DataFrame, np.ndarray | None]] = field(
+        default_factory=dict, compare=False, repr=False
+    )
+
+    @functools.cached_property
+    def order(self) -> PlanOrder:
+        """The plan's ids as the merge orders the shards' rows by (made once, while they run)."""
+        return PlanOrder(self.case_ids())
 
     def case_ids(self) -> list[str]:
         """The cases' ids in plan order (what the merged table is ordered by): from the plan's
@@ -257,16 +269,17 @@ def run(
     run goes on."""
     jobs = _jobs(options, plan)
     # the merge's order made while the shards run (this process only relays their progress),
-    # and each shard's table read as soon as it is done (validation.read_table: parsed and
-    # checked once a process; a full map's shard ~0.75 s of CPU here, the four read at once
-    # after the last shard 1.4 s), so that the merge reads the last one alone
-    ahead = threading.Thread(target=plan.case_ids, name="plan order", daemon=True)
+    # and each shard's table read and looked up in it as soon as the shard is done
+    # (validation.read_table: parsed and checked once a process; a full map's shard ~0.75 s of
+    # CPU here, the four read at once after the last shard 1.4 s; its 65,536 ids looked up in
+    # the plan's 262,144 ~0.1 s), so that the merge reads the last one alone
+    ahead = threading.Thread(target=lambda: plan.order, name="plan order", daemon=True)
     ahead.start()
     reads = concurrent.futures.ThreadPoolExecutor(max(1, len(jobs)), "shard table")
 
     def finished(index: int) -> None:
         if options.phase is not Phase.candidates:  # (a candidates run's: candidates.csv)
-            reads.submit(read_table, shard_dir(plan.run_dir, jobs[index][0]))
+            reads.submit(_read_ahead, plan, shard_dir(plan.run_dir, jobs[index][0]))
 
     try:
         outcome = shard_processes.run_all(
@@ -323,9 +336,19 @@ def merged_table(plan: Plan, shards: Sequence[Path]) -> pd.DataFrame:
     return frame
 
 
+def _read_ahead(plan: Plan, path: Path) -> None:
+    frame = read_table(path)
+    plan.read[path] = (frame, plan.order.places(frame))
+
+
 def merged_frame(plan: Plan, shards: Sequence[Path]) -> pd.DataFrame:
-    """The shards' tables as one, in plan order (what merged_table writes)."""
-    return in_plan_order(plan.case_ids(), read_tables(shards))
+    """The shards' tables as one, in plan order (what merged_table writes): each as read while
+    the others ran, or read now."""
+    missing = [path for path in shards if path not in plan.read]
+    now = dict(zip(missing, read_tables(missing), strict=True))
+    frames = [now[path] if path in now else plan.read[path][0] for path in shards]
+    places = [None if path in now else plan.read[path][1] for path in shards]
+    return in_plan_order(plan.order, frames, places)
 
 
 def merged_candidates(plan: Plan, shards: Sequence[Path]) -> pd.DataFrame:

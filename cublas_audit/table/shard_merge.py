@@ -297,17 +297,42 @@ def read_tables(paths: Sequence[Path]) -> list[pd.DataFrame]:
         return list(pool.map(read_table, paths))
 
 
-def in_plan_order(plan: Sequence[Case | str], frames: Sequence[pd.DataFrame]) -> pd.DataFrame:
-    """Tables of parts of `plan` (its cases, or their ids) as one, its rows in plan order (a
-    case's rows as they were; rows of no case of the plan last)."""
-    ids = pd.Index([case if isinstance(case, str) else case.case_id for case in plan])
+class PlanOrder:
+    """A plan's case ids as an index, made once: where each table's rows go in the plan, looked
+    up table by table (a --devices run looks a shard's up as soon as it is read, while the other
+    shards still run: run.multi_gpu), then the tables joined in plan order (in_plan_order)."""
+
+    def __init__(self, plan: Sequence[Case | str]) -> None:
+        self.ids = pd.Index([case if isinstance(case, str) else case.case_id for case in plan])
+        self.unique = self.ids.is_unique  # (and the index's hash table made, once)
+
+    def places(self, frame: pd.DataFrame) -> np.ndarray | None:
+        """Each row's position in the plan (a row of no case of the plan: after the last);
+        None where an id is planned twice (in_plan_order then sorts by the last position)."""
+        if not self.unique:
+            return None
+        position = self.ids.get_indexer(pd.Index(frame["case_id"]))  # (hashed in C)
+        return np.where(position < 0, len(self.ids), position)
+
+
+def in_plan_order(
+    plan: Sequence[Case | str] | PlanOrder,
+    frames: Sequence[pd.DataFrame],
+    places: Sequence[np.ndarray | None] | None = None,
+) -> pd.DataFrame:
+    """Tables of parts of `plan` (its cases, or their ids, or their PlanOrder) as one, its rows
+    in plan order (a case's rows as they were; rows of no case of the plan last). `places`:
+    each table's PlanOrder.places where already looked up (None: looked up here)."""
+    order = plan if isinstance(plan, PlanOrder) else PlanOrder(plan)
     frame = pd.concat(frames, ignore_index=True)
-    if not ids.is_unique:  # (a sweep's cases and their problems: the last position of an id)
-        order = {case_id: i for i, case_id in enumerate(ids)}
-        frame = frame.sort_values("case_id", key=lambda cases: cases.map(order), kind="stable")
+    if not order.unique:  # (a sweep's cases and their problems: the last position of an id)
+        last = {case_id: i for i, case_id in enumerate(order.ids)}
+        frame = frame.sort_values("case_id", key=lambda cases: cases.map(last), kind="stable")
         return frame.reset_index(drop=True)
-    position = ids.get_indexer(pd.Index(frame["case_id"]))  # (hashed in C: 262,144 in 0.1 s)
-    position = np.where(position < 0, len(ids), position)
+    found = list(places) if places is not None else [None] * len(frames)
+    position = np.concatenate(
+        [order.places(table) if at is None else at for table, at in zip(frames, found, strict=True)]
+    )
     return frame.iloc[np.argsort(position, kind="stable")].reset_index(drop=True)
 
 
