@@ -20,7 +20,7 @@ import pytest
 from typer.testing import CliRunner
 
 from cublas_audit.cli import app
-from cublas_audit.jobs import merge
+from cublas_audit.jobs import fleet, merge
 from cublas_audit.planning.cases import Case, candidate_problems, read_plan, write_plan
 from cublas_audit.planning.shards import PlanPart, ShardSpec
 from cublas_audit.report import map_plots
@@ -126,6 +126,21 @@ def test_a_large_merged_map_is_written_in_a_fork_while_it_is_judged(
     found = rundir.findings_file(forked)
     assert rundir.read_findings(found) == rundir.read_findings(rundir.findings_file(apart))
     assert {"merge_s", "judge_s", "report_s"} <= set(timings)
+
+
+def test_a_ray_shard_back_has_its_table_read_before_the_merge(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A --ray shard that came back is read for the merge at once, its table too (the merge then
+    finds it read), while the others still run; a unit (replicated: compared) is not."""
+    paths = split(MAP, 2, tmp_path)
+    read: list[Path] = []
+    monkeypatch.setattr(fleet, "read_table", read.append)
+    early: dict[Path, shard_merge.ShardRun] = {}
+    fleet._read(early, False, 1, paths[0])
+    assert list(early) == [paths[0]] and read == [paths[0]]
+    fleet._read(early, True, 2, paths[1])
+    assert list(early) == [paths[0]] and read == [paths[0]]
 
 
 def test_merge_writes_one_run_directory_and_its_report(
