@@ -18,7 +18,9 @@ time outside its shards: start-up, merge, judging, report), run_dir_mb (the devi
 directory), each leg's shards' map seconds, setup seconds (before each probe: checks, the
 machine's survey, plan.json, env.json, the roofline) and engine seconds (device.map_engine:
 queueing, waiting, CUPTI flush, reading), the quarter's and devices-all leg's
-`after_gpu_seconds` (env.json's: merge, judge, fold_wait, report_load, report), the ray leg's
+`after_gpu_seconds` (env.json's: merge, judge, fold_wait, report_load, report), the
+devices-all leg's `shard_timeline_s` (env.json's: from the shards' start, when each shard's
+process began and said it was done, when all had exited and every table was read), the ray leg's
 `ray_timings` (env.json's: each phase of the Ray run timed apart, run.ray_fleet), and `bounds`:
 where a target is missed, what the measurements say bounds it.
 """
@@ -97,6 +99,9 @@ def run_leg(leg: str, maps: Path, axis: str, modes: str, label: str) -> dict[str
         found["ray_timings"] = env_json["ray_timings"]
     if env_json.get("after_gpu_seconds"):  # (merge, judging, folds, report: jobs.measure)
         found["after_gpu_seconds"] = env_json["after_gpu_seconds"]
+    if env_json.get("shard_timeline_s"):  # (--devices: each shard process's first and last
+        # word, all exited, every table read; seconds from the shards' start: run.multi_gpu)
+        found["shard_timeline_s"] = env_json["shard_timeline_s"]
     return found
 
 

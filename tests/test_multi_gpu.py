@@ -180,6 +180,12 @@ def test_a_sharded_map_pins_each_probe_and_merges_one_table(
     assert set(after) == {"merge", "judge", "fold_wait", "report_load", "report"}
     assert all(rundir.read_env(shard)["setup_seconds"] >= 0 for shard in shards)
     assert set(env["shard_seconds"]) == {"gpu0", "gpu1"}
+    # when each shard's process began and was done, all exited and every table was read
+    timeline = env["shard_timeline_s"]
+    assert set(timeline["shards"]) == {"gpu0", "gpu1"}
+    for said in timeline["shards"].values():
+        assert timeline["jobs_made"] <= said["began"] <= said["done"] <= timeline["exited"]
+    assert timeline["exited"] <= timeline["tables_read"] <= env["sweep_seconds"]
     for gpu in H100S:
         shard_env = rundir.read_env(multi_gpu.shard_dir(result.run_dir, gpu))
         assert shard_env["roofline"]["measured_by_pid"] == pinned[gpu.uuid]

@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from cublas_audit.errors import AuditError, InterruptedSweepError, ToolMissingError
+from cublas_audit.errors import AuditError, InterruptedSweepError
 from cublas_audit.observe.environment import Gpu, list_gpus
 from cublas_audit.planning import plan_file
 from cublas_audit.planning.cases import Case, candidate_problems, read_plan
@@ -42,6 +42,7 @@ from cublas_audit.planning.grid import check_label, label_from_gpu_name
 from cublas_audit.planning.plan_file import PlanFile
 from cublas_audit.planning.shards import PlanPart, ShardSpec, shard
 from cublas_audit.run import shard_processes
+from cublas_audit.run.devices import check_models, device_indices, parse_devices
 from cublas_audit.run.sweep import Progress
 from cublas_audit.run.sweep_setup import SweepOptions, check_new_run_dir, default_run_dir
 from cublas_audit.table import candidates_table, rundir
@@ -80,53 +81,6 @@ class MultiResult:
     frame: pd.DataFrame | None  # sharded: the merged table; replicated: None
 
 
-# ----- which GPUs -------------------------------------------------------------------------------
-
-
-def device_indices(text: str) -> list[int] | None:
-    """--devices' syntax, which needs no GPU: None for `all`, else the indices `0,1,...`
-    (nvidia-smi's numbering: non-negative integers, each once)."""
-    if text.strip() == "all":
-        return None
-    picked: list[int] = []
-    for item in (part.strip() for part in text.split(",")):
-        if not (item.isascii() and item.isdigit()):  # 'gpu0', '-1', '' (a stray comma)
-            raise AuditError(
-                f"--devices: {item!r} is not a GPU index; give all or indices 0,1,... "
-                "(nvidia-smi's numbering)"
-            )
-        if int(item) in picked:
-            raise AuditError(f"--devices: GPU {item} is named twice")
-        picked.append(int(item))
-    return picked
-
-
-def parse_devices(text: str, gpus: Sequence[Gpu]) -> list[Gpu]:
-    """`all` or indices `0,1,...` of this host's GPUs (nvidia-smi's numbering)."""
-    indices = device_indices(text)
-    if not gpus:
-        raise ToolMissingError("--devices: no NVIDIA GPU found here (nvidia-smi lists none)")
-    if indices is None:
-        return list(gpus)
-    by_index = {gpu.index: gpu for gpu in gpus}
-    for index in indices:
-        if index not in by_index:
-            known = ", ".join(str(i) for i in by_index)
-            has = f"{len(by_index)} GPU{'s' if len(by_index) > 1 else ''}, index {known}"
-            raise AuditError(f"--devices: '{index}' is not a GPU of this host (it has {has})")
-    return [by_index[index] for index in indices]
-
-
-def check_models(devices: Sequence[Gpu], allow_mixed: bool) -> None:
-    """One model unless --allow-mixed: a table of two models is two audits, not one."""
-    models = sorted({gpu.name for gpu in devices})
-    if len(models) > 1 and not allow_mixed:
-        raise AuditError(
-            f"--devices: the GPUs are of different models ({', '.join(models)}); give "
-            "--allow-mixed to run on all of them, reported per model"
-        )
-
-
 # ----- which cases where ----------------------------------------------------------------------
 
 
@@ -163,6 +117,9 @@ class Plan:
     read: dict[Path, tuple[pd.DataFrame, np.ndarray | None]] = field(
         default_factory=dict, compare=False, repr=False
     )
+    # when each shard's process began and said it was done, all had exited and every table was
+    # read (seconds from run's start): env.json's shard_timeline_s (finish)
+    timeline: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @functools.cached_property
     def order(self) -> PlanOrder:
@@ -267,6 +224,7 @@ def run(
     """Every shard at once, a process each (shard_processes: their host work shares no
     interpreter lock). Ctrl-C stops them all; each keeps what it finished, and --resume of the
     run goes on."""
+    began = time.perf_counter()
     jobs = _jobs(options, plan)
     # the merge's order made while the shards run (this process only relays their progress),
     # and each shard's table read and looked up in it as soon as the shard is done
@@ -281,6 +239,7 @@ def run(
         if options.phase is not Phase.candidates:  # (a candidates run's: candidates.csv)
             reads.submit(_read_ahead, plan, shard_dir(plan.run_dir, jobs[index][0]))
 
+    spawned = time.perf_counter() - began
     try:
         outcome = shard_processes.run_all(
             [job for _gpu, job in jobs],  # (each a SentJob)
@@ -290,6 +249,8 @@ def run(
     finally:  # (a read that failed is read again by the merge, which says why)
         reads.shutdown(wait=True, cancel_futures=True)
     ahead.join()
+    plan.timeline.update(_timeline(outcome.timeline, spawned, [gpu for gpu, _ in jobs]))
+    plan.timeline["tables_read"] = round(time.perf_counter() - began, 2)
     failures = [(jobs[index][0], error) for index, error in sorted(outcome.failures.items())]
     if outcome.interrupted or any(isinstance(e, InterruptedSweepError) for _g, e in failures):
         raise InterruptedSweepError(
@@ -336,6 +297,22 @@ def merged_table(plan: Plan, shards: Sequence[Path]) -> pd.DataFrame:
     return frame
 
 
+def _timeline(said: dict[str, Any], spawned: float, gpus: Sequence[Gpu]) -> dict[str, Any]:
+    """shard_processes' timeline of the shards (from its start) from run's start, by GPU."""
+    shards = {
+        shard_dir(Path(), gpu).name: {
+            kind: round(spawned + said[kind][index], 2)
+            for kind in ("began", "done")
+            if index in said.get(kind, {})
+        }
+        for index, gpu in enumerate(gpus)
+    }
+    exited = said.get("exited")
+    return {"jobs_made": round(spawned, 2), "shards": shards} | (
+        {"exited": round(spawned + exited, 2)} if exited is not None else {}
+    )
+
+
 def _read_ahead(plan: Plan, path: Path) -> None:
     frame = read_table(path)
     plan.read[path] = (frame, plan.order.places(frame))
@@ -372,6 +349,8 @@ def finish(plan: Plan, shards: Sequence[Path], seconds: float) -> dict[str, Any]
     for key in (*shared, "candidate_limit", "candidate_threshold", "candidate_min_reps"):
         env.setdefault(key, first.get(key))
     env.setdefault("phase_seconds", {str(Phase.of(env.get("phase"))): round(seconds, 2)})
+    if plan.timeline:  # (where the run's seconds beyond its shards' sweeps went)
+        env["shard_timeline_s"] = plan.timeline
     rundir.write_env(plan.run_dir, env)
     return env
 

@@ -29,9 +29,10 @@ import pickle
 import queue
 import signal
 import threading
+import time
 import traceback
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from types import FrameType
 from typing import Any, Final
 
@@ -54,10 +55,14 @@ CHILD_SETUP: Callable[[], None] | None = None
 
 @dataclass(frozen=True)
 class Outcome:
-    """How the shards ended: each failed one's error by job index; whether Ctrl-C came here."""
+    """How the shards ended: each failed one's error by job index; whether Ctrl-C came here;
+    `timeline`: when (seconds from run_all's start, this process's clock) each shard's process
+    began (its first word, before it made its cases), said it was done, and when every process
+    had exited ("exited"): what a --devices run's wall time holds beyond its shards' sweeps."""
 
     failures: dict[int, BaseException]
     interrupted: bool
+    timeline: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -127,12 +132,18 @@ def run_all(
     ]
     ended: dict[int, BaseException | None] = {}
     interrupted = False
+    began = time.perf_counter()
+    timeline: dict[str, Any] = {"began": {}, "done": {}}
+
+    def said(index: int, kind: str) -> None:
+        timeline[kind][index] = round(time.perf_counter() - began, 2)
+
     try:
         for process in processes:
             process.start()
         while len(ended) < len(processes):
             try:
-                _relay(events, processes, progress, ended, finished)
+                _relay(events, processes, progress, ended, finished, said)
             except KeyboardInterrupt:  # each shard keeps what it finished: wait for them to say so
                 interrupted = True
                 _forward_interrupt(processes)
@@ -142,8 +153,9 @@ def run_all(
                 process.terminate()
             if process.pid is not None:
                 process.join()
+    timeline["exited"] = round(time.perf_counter() - began, 2)
     failures = {index: error for index, error in ended.items() if error is not None}
-    return Outcome(failures, interrupted)
+    return Outcome(failures, interrupted, timeline)
 
 
 def _relay(
@@ -152,9 +164,11 @@ def _relay(
     progress: Sequence[Progress | None],
     ended: dict[int, BaseException | None],
     finished: Callable[[int], None] | None = None,
+    said: Callable[[int, str], None] | None = None,
 ) -> None:
     """Replays what the shards report until each has ended (its last word, or its exit); each
-    that ended well is handed to `finished` at once."""
+    that ended well is handed to `finished` at once; `said`: told of each shard's first word
+    ("began") and last ("done") as they come."""
     while len(ended) < len(processes):
         # snapshot first: whatever a process wrote before it died is in the pipe by now
         dead = [i for i, p in enumerate(processes) if i not in ended and not p.is_alive()]
@@ -169,8 +183,13 @@ def _relay(
             hooks = progress[index]
             for hook, value in payload if hooks is not None else ():
                 getattr(hooks, hook)(value)
+        elif kind == "began":
+            if said is not None:
+                said(index, "began")
         else:
             ended[index] = payload
+            if said is not None:
+                said(index, "done")
             if payload is None and finished is not None:
                 finished(index)
 
@@ -228,6 +247,7 @@ def shard_main(index: int, job: SentJob, events: Any, setup: Callable[[], None] 
     """A shard process's whole life: its sweep, then its last word (None or the error)."""
     signal.signal(signal.SIGINT, _interrupt_once)
     signal.signal(signal.SIGTERM, _exit_on_term)
+    events.put((index, "began", None))
     if setup is not None:
         setup()
     relay = _Relay(index, events)
