@@ -50,13 +50,6 @@ __device__ __forceinline__ double half_bits(unsigned short h) {
     return (h >> 15) ? -v : v;
 }
 
-__device__ __forceinline__ double load(const void* p, long long i, int storage) {
-    if (storage == 0) return (double)((const float*)p)[i];
-    const unsigned short h = ((const unsigned short*)p)[i];
-    if (storage == 2) return (double)__uint_as_float(((unsigned)h) << 16);
-    return half_bits(h);
-}
-
 /* A stored value as a float (exact for all three storages: float32, bf16 and fp16 values are
    all floats), so that the staged tile of A takes half the registers and shared memory. */
 template <int STORAGE>
@@ -177,6 +170,28 @@ extern "C" __global__ void __launch_bounds__(ROWS) cublas_audit_check_partial(
                         stride_b, entries, columns, n_columns, k_per_block, partial);
 }
 
+/* One row's squared error and squared norm over the checked columns, the columns' loads in
+   flight together (unrolled, the storage known: a loop waiting for each column's loads in turn
+   took ~12 us, as long as the partial sums of a mid-sized problem). */
+template <int STORAGE>
+__device__ __forceinline__ void row_sums(
+        const void* c, const void* c0, const void* bias, double beta, int m, int n, long long e,
+        const int* cols, int n_columns, const double* partial, int i, double& d2, double& r2) {
+    const double added = bias ? (double)as_float<STORAGE>(bias, i) : 0.0;
+    #pragma unroll
+    for (int col = 0; col < MAX_COLUMNS; ++col) {
+        if (col < n_columns) {
+            const long long at = e * (long long)m * n + (long long)cols[col] * m + i;
+            double exact = partial[(long long)col * m + i];
+            if (c0) exact += beta * (double)as_float<STORAGE>(c0, at);
+            if (bias) exact += added;  /* (in the first kernel's order) */
+            const double diff = (double)as_float<STORAGE>(c, at) - exact;
+            d2 += diff * diff;
+            r2 += exact * exact;
+        }
+    }
+}
+
 extern "C" __global__ void cublas_audit_check_final(
         const void* c, const void* c0, const void* bias, int storage, double beta, int m,
         int n, const int* entries, const int* columns, int n_columns, const double* partial,
@@ -184,18 +199,16 @@ extern "C" __global__ void cublas_audit_check_final(
     const int slot = blockIdx.y;
     const long long e = entries[slot];
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    const int* cols = columns + slot * n_columns;
+    const double* mine = partial + (long long)slot * MAX_COLUMNS * m;
     double d2 = 0.0, r2 = 0.0;
     if (i < m) {
-        for (int col = 0; col < n_columns; ++col) {
-            const long long j = columns[slot * n_columns + col];
-            const long long at = e * (long long)m * n + j * m + i;
-            double exact = partial[((long long)slot * MAX_COLUMNS + col) * m + i];
-            if (c0) exact += beta * load(c0, at, storage);
-            if (bias) exact += load(bias, i, storage);
-            const double diff = load(c, at, storage) - exact;
-            d2 += diff * diff;
-            r2 += exact * exact;
-        }
+        if (storage == 0)
+            row_sums<0>(c, c0, bias, beta, m, n, e, cols, n_columns, mine, i, d2, r2);
+        else if (storage == 2)
+            row_sums<2>(c, c0, bias, beta, m, n, e, cols, n_columns, mine, i, d2, r2);
+        else
+            row_sums<1>(c, c0, bias, beta, m, n, e, cols, n_columns, mine, i, d2, r2);
     }
     for (int offset = 16; offset > 0; offset >>= 1) {
         d2 += __shfl_down_sync(0xffffffffu, d2, offset);
