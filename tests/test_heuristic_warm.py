@@ -258,3 +258,27 @@ def test_the_workers_run_each_coming_call_once_inside_a_capture_within_the_windo
     assert sorted(row[1] for row in second["each"][9:]) == [125, 126, 127, 128, 129]
     assert second["outside"] == 0  # every call inside a stream capture: no kernel ran
     assert stopped["handles"] == 0  # each worker's cuBLAS handle destroyed when stopped
+
+
+def test_the_c_thread_queues_the_calls_made_for_the_workers_on_the_same_operands() -> None:
+    # each chunk's classic calls made once, when it is handed to the workers; the engine's C
+    # thread takes them (native_queue.rows_of), but never calls made on other operands
+    from cublas_audit.device import native_queue, quick_check
+
+    cases = [Case("cublas", "bf16", 64 * i, 128, 64, 1) for i in range(1, 9)]
+    chunks = [cases[:4], cases[4:]]
+    ahead = heuristic_warm.Ahead(Recording(), chunks, chunks_ahead=1)
+    pool = {"bf16": (0x1000, 0x2000, 0x3000)}
+    assert ahead.calls_for(chunks[0]) is None  # nothing made before it is queued
+    ahead.queuing(chunks[0], pool)
+    made = ahead.calls_for(chunks[1])
+    assert made is not None and [call.m for call in made] == [case.m for case in chunks[1]]
+    assert ahead.calls_for(chunks[0]) is None  # not the next chunk any more
+    picks = [quick_check.picked(case.batch, case.n) for case in chunks[1]]
+    args = (picks, range(4), (0x1000, 0x2000, 0x3000, 0), 0x5000, 0x6000)
+    taken = native_queue.rows_of(chunks[1], *args, made)
+    assert list(taken["m"]) == [case.m for case in chunks[1]]
+    moved = native_queue.rows_of(chunks[1], picks, range(4), (0x9000, 0x2000, 0x3000, 0),
+                                 0x5000, 0x6000, made)  # fmt: skip
+    assert set(moved["a"]) == {0x9000}  # the pool moved: made again on its addresses
+    assert native_queue.rows_of(chunks[1], *args).tobytes() == taken.tobytes()

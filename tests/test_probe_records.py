@@ -50,3 +50,25 @@ def test_the_map_puts_a_chunks_records_on_disk_when_they_are_settled(
         assert on_disk(path)[-1]["event"] == "engine"
     lines = capsys.readouterr().out.splitlines()
     assert lines == [f"@@start {CASE.case_id}"] * 2 + [f"@@done {CASE.case_id}"]
+
+
+def test_a_start_record_is_the_line_json_would_write_for_every_kind_of_case_id(
+    tmp_path: Path,
+) -> None:
+    # written without json (a case id is plain words): the same bytes as json.dumps for ids
+    # with every optional setting (lda, broadcast, beta, strided, bias, workspace, a loop)
+    cases = [
+        CASE,
+        Case("cublasLt", "fp16", 100, 33, 7, 3, transa="t", bias=True, workspace_mib=0),
+        Case("cublas", "fp32", 64, 64, 64, 4, lda=80, broadcast="b", beta=0.5, strided=True),
+        Case("cublas", "fp32", 64, 64, 64, 4, loop=True),
+    ]
+    path = tmp_path / "timing.jsonl"
+    with open(path, "a") as out:
+        records = ProbeRecords(out, "map")
+        for case in cases:
+            records.started(case)
+    want = [
+        json.dumps({"event": "start", "case_id": case.case_id, "phase": "map"}) for case in cases
+    ]
+    assert path.read_text().splitlines() == want

@@ -147,6 +147,9 @@ class Ahead:
         self.chunks_ahead = chunks_ahead
         self.position = 0  # the next chunk the engine queues
         self.starts: list[int] = []  # each submitted chunk's first call's place among the calls
+        # the classic calls of the chunks submitted and not yet queued, by place: the engine's
+        # C thread queues the same calls (calls_for), made once on the map's one thread
+        self.built: dict[int, list[ClassicCall | None]] = {}
 
     def queuing(
         self,
@@ -165,10 +168,19 @@ class Ahead:
         while len(self.starts) < last and self.chunks[len(self.starts)][0].mode in addresses:
             coming = self.chunks[len(self.starts)]
             a, b, c = addresses[coming[0].mode]
+            calls = self.built[len(self.starts)] = [classic_call(case, a, b, c) for case in coming]
             self.starts.append(self.warmer.submitted)
-            self.warmer.submit([warm_call(classic_call(case, a, b, c)) for case in coming])
+            self.warmer.submit([warm_call(call) for call in calls])
         progress = self.starts[self.position] if self.position < len(self.starts) else -1
         if tell and progress >= 0:
             self.warmer.progress(progress)
+        self.built.pop(self.position, None)
         self.position += 1
         return progress
+
+    def calls_for(self, chunk: Sequence[Case]) -> list[ClassicCall | None] | None:
+        """The classic calls made for `chunk` when it was submitted, where it is the next chunk
+        to queue (None: not made, or another chunk)."""
+        if self.position < len(self.chunks) and chunk is self.chunks[self.position]:
+            return self.built.get(self.position)
+        return None

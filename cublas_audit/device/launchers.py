@@ -16,8 +16,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from cublas_audit.device.operands import Operands
 from cublas_audit.planning.cases import Case
@@ -71,10 +70,10 @@ ROUTINES = (  # a ClassicCall's `routine` indexes this (also in data/heuristic_w
 )
 
 
-@dataclass(frozen=True)
-class ClassicCall:
+class ClassicCall(NamedTuple):
     """Every argument of a case's classic cuBLAS call but the handle and alpha (1): what the
-    launcher passes, and what device.heuristic_warm hands cuBLAS ahead of it."""
+    launcher passes, and what device.heuristic_warm hands cuBLAS ahead of it (a named tuple:
+    the map makes one a problem on its one thread, 262,144 a full grid)."""
 
     routine: int  # index into ROUTINES
     transa: int

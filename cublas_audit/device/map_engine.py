@@ -210,12 +210,13 @@ class MapEngine:
         addresses = self.pool.addresses()
         a, b, c = addresses[self.pool.mode]
         bias = self.pool.buffers["bias"].data.ptr
+        ahead = self.ahead
+        calls = ahead.calls_for(chunk.group) if ahead is not None else None
         try:
             rows = rows_of(chunk.group, chunk.picks, chunk.offsets, (a, b, c, bias),
-                           chunk.indices.data.ptr, chunk.sums.data.ptr)  # fmt: skip
+                           chunk.indices.data.ptr, chunk.sums.data.ptr, calls)  # fmt: skip
         except ValueError:
             return None
-        ahead = self.ahead
         warm = -1 if ahead is None else ahead.queuing(chunk.group, addresses, tell=False)
         marker = 0 if self.untraced else map_records.marker_threads(chunk.sequence)
         if marker:

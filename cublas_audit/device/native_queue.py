@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cublas_audit.device import map_records, native, quick_check
-from cublas_audit.device.launchers import classic_call
+from cublas_audit.device.launchers import ClassicCall, classic_call
 from cublas_audit.planning.cases import Case
 from cublas_audit.planning.modes import mode as mode_of
 
@@ -109,16 +109,20 @@ def rows_of(
     addresses: tuple[int, int, int, int],
     indices: int,
     sums: int,
+    calls: Sequence[ClassicCall | None] | None = None,
 ) -> Any:
     """Each problem's record: its classic call on the pooled operands (addresses: A, B, C and
-    the bias), C's bytes, its check's arguments (the chunk's `indices` and `sums` arrays at the
-    problem's offset and slot, as the Python engine passes them)."""
+    the bias; `calls`: those made already, used where they are on the same operands), C's
+    bytes, its check's arguments (the chunk's `indices` and `sums` arrays at the problem's
+    offset and slot, as the Python engine passes them)."""
     import numpy
 
     a, b, c, bias = addresses
     values = []
     for slot, (case, pick, offset) in enumerate(zip(cases, picks, offsets, strict=True)):
-        call = classic_call(case, a, b, c)
+        call = calls[slot] if calls is not None else None
+        if call is None or (call.a, call.b, call.c) != (a, b, c):
+            call = classic_call(case, a, b, c)
         if call is None:
             raise ValueError(f"{case.case_id} is not a classic cuBLAS call")
         storage = mode_of(case.mode).storage
