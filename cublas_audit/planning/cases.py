@@ -185,9 +185,14 @@ class Case:
 
     @property
     def bytes_needed(self) -> int:
-        item = mode_of(self.mode).element_bytes
-        elements = sum(self.operand(name).elements for name in "abc")
-        return item * (elements + (self.m if self.bias else 0))
+        """A, B, C and the bias, bytes; made once per case (a full map's start-up asks each of
+        its 262,144 problems twice)."""
+        found: int | None = self.__dict__.get("_bytes_needed")  # (a frozen instance's own cache)
+        if found is None:
+            item = mode_of(self.mode).element_bytes
+            elements = sum(self.operand(name).elements for name in "abc") + (self.bias and self.m)
+            found = self.__dict__["_bytes_needed"] = item * elements
+        return found
 
     def to_json(self) -> dict[str, Any]:
         # (not dataclasses.asdict, which deep-copies every field: 14 of 15 s of 100,000 cases)
