@@ -13,12 +13,15 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pytest
 
 from cublas_audit.judge.map_audit import MapAudit, audit_map, finding_key, recorded_findings
-from cublas_audit.report import map_report
+from cublas_audit.report import map_plots, map_report
+from cublas_audit.table import rundir
+from cublas_audit.table.dispatch import json_ready
 from cublas_audit.table.inputs import Dataset, load_run
 from cublas_audit.vocabulary import FollowUp
 
@@ -64,3 +67,31 @@ def test_the_key_is_the_whole_identity(judged: MapAudit) -> None:
     key = finding_key(finding)
     for change in ({"mode": "fp32"}, {"api": "cublasLt"}, {"batch": 8}, {"routine": "x"}):
         assert finding_key(replace(finding, **change)) != key  # type: ignore[arg-type]
+
+
+def test_a_large_maps_report_forks_once_every_finding_and_row_is_read(
+    judged: MapAudit, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A large map's pictures (their rows and the findings' flagged rows made first), then its
+    findings' JSON members, then its text start in forks, in that order: what this process
+    reads of every finding after a fork shares its memory is copied page by page (a full map's
+    flagged rows took ~1 s of CPU so); the same report and findings file as made in turn."""
+    started: list[str] = []
+    real = map_report.Forks
+
+    def recorded(calls: list[Any], enabled: bool = True) -> Any:
+        started.append(calls[0].func.__name__ if calls else "none")
+        return real(calls, enabled=False)  # (here, in turn)
+
+    monkeypatch.setattr(map_report, "COMPACT_FINDINGS", 1)
+    monkeypatch.setattr(map_report, "Forks", recorded)
+    monkeypatch.setattr(map_plots, "Forks", recorded)
+    monkeypatch.setattr(map_plots, "_size_axis", lambda *args: map_plots.Picture("a", "a.png"))
+    monkeypatch.setattr(map_plots, "_plane", lambda *args: map_plots.Picture("p", "p.png"))
+    (tmp_path / "a").mkdir()
+    report = map_report.write_map_report(tmp_path / "a", judged)
+    assert started == ["<lambda>", "_members", "_text"]
+    assert "![p](p.png)" in report.read_text()  # (a random map: its plane picture)
+    assert rundir.read_findings(tmp_path / "a" / rundir.FINDINGS_COMPACT) == json_ready(
+        [finding.to_json() for finding in judged.findings]
+    )

@@ -48,6 +48,18 @@ def draw(
     """Every picture of a prepared map table (rules.prepare), written under `plots`; the rows
     of `flagged` (index labels: the findings' cases) ringed in red; with `k_values`, the plane
     pictures' panels at those K (the nearest present) instead of bands of K."""
+    return drawing(rows, plots, flagged, k_values).results()
+
+
+def drawing(
+    rows: pd.DataFrame,
+    plots: Path,
+    flagged: Collection[Any] = (),
+    k_values: Sequence[int] | None = None,
+) -> Forks[Picture]:
+    """`draw`'s pictures started (each in a fork of its own where the map is large): their rows
+    made here first, so that a caller can start its other forks after them (what this process
+    touches once a fork shares its memory is copied page by page)."""
     import matplotlib
 
     matplotlib.use("Agg")  # files only: no display on CPU machines and CI
@@ -60,7 +72,7 @@ def draw(
             pictures.append(functools.partial(_size_axis, series[squares], name, plots, flagged))
         if (~squares).sum() >= 2:
             pictures.append(functools.partial(_plane, series[~squares], name, plots, k_values))
-    return Forks(pictures, enabled=len(rows) >= FORK_ROWS).results()
+    return Forks(pictures, enabled=len(rows) >= FORK_ROWS)
 
 
 def throughput(rows: pd.DataFrame) -> pd.Series:

@@ -44,20 +44,25 @@ from cublas_audit.vocabulary import Verdict
 FINDINGS_SHOWN = 40  # per rule; findings.json has them all
 KERNELS_SHOWN = 25
 # at most: findings.json.gz's members are made in this many forks at once, each a run of them
-# (a full map's 86,000 findings: ~3-9 s of CPU, their records, cells, text and compression)
-FINDINGS_FORKS = 8
+# (a full map's 86,000 findings: ~3.5 s of CPU here, their records, cells, text and compression,
+# under the plane picture's ~2 s in 4; each fork of this process, a full map's GBs, costs it
+# ~60 ms here)
+FINDINGS_FORKS = 4
 
 
 def write_map_report(run_dir: Path, judged: MapAudit) -> Path:
     """run_dir/report.md, its pictures under plots/ and every finding in findings.json."""
     run_dir = Path(run_dir)
     found = judged.findings
-    if len(found) >= COMPACT_FINDINGS:  # JSON made in forks while the report is rendered here
-        members = _findings_members(found)
-        text = render(judged, run_dir / PLOTS_DIR)
+    # a large map's pictures, its text and its findings' JSON made in forks at once, each fork
+    # started once this process has read what it reads of every finding and row (after a fork,
+    # each page this process touches is copied: a full map's flagged rows took ~1 s of CPU so)
+    pictures = _pictures(judged, run_dir / PLOTS_DIR)
+    members = _findings_members(found) if len(found) >= COMPACT_FINDINGS else None
+    text = _joined(judged, pictures)
+    if members is not None:
         write_compact_findings(run_dir, [m for made in members.results() for m in made])
     else:
-        text = render(judged, run_dir / PLOTS_DIR)
         write_findings(run_dir, json_ready([finding.to_json() for finding in found]))
     return write_text_atomic(run_dir / REPORT_FILE, text)
 
@@ -82,15 +87,28 @@ def _members(found: Sequence[Finding], starts: Sequence[int]) -> list[bytes]:
 
 
 def render(judged: MapAudit, plots: Path | None) -> str:
-    # a large map's text is made in a fork while its pictures are drawn (each in its own)
+    """The report's text, its pictures drawn under `plots` (none: no pictures)."""
+    return _joined(judged, _pictures(judged, plots))
+
+
+def _pictures(judged: MapAudit, plots: Path | None) -> Forks[map_plots.Picture] | None:
+    """The pictures started (a large map's each in its own fork), the findings' rows ringed."""
+    if plots is None:
+        return None
+    flagged = {label for f in judged.findings for label in f.rows}
+    return map_plots.drawing(judged.rows, plots, flagged)
+
+
+def _joined(judged: MapAudit, pictures: Forks[map_plots.Picture] | None) -> str:
+    """The report's text (a large map's made in a fork while the pictures are drawn) with the
+    pictures' links."""
     text = Forks([functools.partial(_text, judged)], len(judged.rows) >= map_plots.FORK_ROWS)
-    pictures = []
-    if plots is not None:
-        flagged = {label for f in judged.findings for label in f.rows}
-        drawn = map_plots.draw(judged.rows, plots, flagged)
-        pictures = ["## Pictures", *(f"![{md_text(p.caption)}]({p.path})" for p in drawn)]
+    shown = []
+    if pictures is not None:
+        drawn = pictures.results()
+        shown = ["## Pictures", *(f"![{md_text(p.caption)}]({p.path})" for p in drawn)]
     ((parts, listed),) = text.results()
-    return "\n\n".join(part for part in [*parts, *pictures, *listed] if part) + "\n"
+    return "\n\n".join(part for part in [*parts, *shown, *listed] if part) + "\n"
 
 
 def _text(judged: MapAudit) -> tuple[list[str], list[str]]:
