@@ -36,12 +36,9 @@ from typing import TYPE_CHECKING, Any
 from cublas_audit.device import loaded
 from cublas_audit.device.nvtx import Range
 from cublas_audit.errors import ToolMissingError
-from cublas_audit.judge.candidates import DEFAULT_THRESHOLD, ScreenJudge
 from cublas_audit.observe.ncu_export import CALL_RANGE_PREFIX, REFERENCE_RANGE_PREFIX
 from cublas_audit.planning.cases import DEFAULT_WORKSPACE_BYTES, Case, read_plan
 from cublas_audit.run.probe_process import DONE_LINE, NO_CUPTI_ENV, START_LINE
-from cublas_audit.table.candidates_table import DEFAULT_LIMIT
-from cublas_audit.table.candidates_table import DEFAULT_MIN_REPS as CANDIDATE_MIN_REPS
 from cublas_audit.table.rundir import CANDIDATE_RESULTS
 
 from .probe_records import ProbeRecords
@@ -96,9 +93,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--only", help="file with the case ids to run, one per line")
     parser.add_argument("--reference", action="store_true", help="also run the reference kernel")
     parser.add_argument("--min-reps", type=int, default=20)
-    parser.add_argument("--limit", type=int, default=DEFAULT_LIMIT, help="candidates per problem")
-    parser.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD, help="gap to confirm")
-    parser.add_argument("--candidate-min-reps", type=int, default=CANDIDATE_MIN_REPS)
+    # the candidate audit's settings: their defaults are read where it runs (they live beside
+    # pandas, which the other phases' start-up never imports: ~0.7 s of every map shard's)
+    parser.add_argument("--limit", type=int, help="candidates per problem")
+    parser.add_argument("--threshold", type=float, help="gap to confirm")
+    parser.add_argument("--candidate-min-reps", type=int)
     parser.add_argument("--workspace-bytes", type=int, default=DEFAULT_WORKSPACE_BYTES)
     parser.add_argument("--gpu-label", default="")
     parser.add_argument("--warm", action="store_true", help="no L2 flush before timed calls")
@@ -111,13 +110,18 @@ def candidates(cases: list[Case], run_dir: Path, args: argparse.Namespace) -> in
     """The cuBLASLt candidate audit of every problem, into run_dir/candidates.csv; the problems
     candidates.jsonl already holds (an interrupted audit's) are not measured again."""
     from cublas_audit.device.candidate_audit import run_candidates
+    from cublas_audit.judge.candidates import DEFAULT_THRESHOLD, ScreenJudge
+    from cublas_audit.table.candidates_table import DEFAULT_LIMIT, DEFAULT_MIN_REPS
+
+    def given(value: Any, default: Any) -> Any:
+        return default if value is None else value
 
     run_candidates(
         cases,
         run_dir,
-        args.limit,
-        screen=ScreenJudge(args.threshold),
-        min_reps=args.candidate_min_reps,
+        given(args.limit, DEFAULT_LIMIT),
+        screen=ScreenJudge(given(args.threshold, DEFAULT_THRESHOLD)),
+        min_reps=given(args.candidate_min_reps, DEFAULT_MIN_REPS),
         workspace_bytes=args.workspace_bytes,
         gpu_label=args.gpu_label,
         progress=lambda line: print(line, flush=True),

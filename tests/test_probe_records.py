@@ -72,3 +72,18 @@ def test_a_start_record_is_the_line_json_would_write_for_every_kind_of_case_id(
         json.dumps({"event": "start", "case_id": case.case_id, "phase": "map"}) for case in cases
     ]
     assert path.read_text().splitlines() == want
+
+
+def test_the_probes_start_up_imports_no_pandas() -> None:
+    # every map shard's probe starts with these imports: pandas (~0.7 s) came in through the
+    # candidate audit's defaults and the timing's column names
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, probes.gemm_probe, cublas_audit.device.map_engine; "
+        "print(sorted(m for m in ('pandas', 'scipy', 'matplotlib') if m in sys.modules))"
+    )
+    found = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert found.returncode == 0, found.stderr
+    assert found.stdout.strip() == "[]"

@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from cublas_audit.device import clocks, l2
-from cublas_audit.table.dispatch import distribution_columns
+from cublas_audit.table.distribution import distribution_columns
 
 MIN_REPS = 20
 MAX_REPS = 200

@@ -17,6 +17,7 @@ from cublas_audit.observe.kernels import normalize
 from cublas_audit.observe.ncu_export import METRIC_COLUMNS, Launch
 from cublas_audit.planning.cases import Case
 from cublas_audit.table import dispatch
+from cublas_audit.table.distribution import distribution_columns
 
 ProbeResults = Mapping[str, Mapping[str, Any]]
 
@@ -90,14 +91,14 @@ def _result_columns(
 # The timing evidence the probe records beside each median: the call's distribution, its kernel-only
 # time (CUPTI) and what was traced, the GPU's clocks and power around it; the reference's likewise.
 CALL_EVIDENCE = (
-    *dispatch.distribution_columns("time"),
+    *distribution_columns("time"),
     "kernel_time_ms",
-    *dispatch.distribution_columns("kernel_time"),
+    *distribution_columns("kernel_time"),
     "kernel_time_status",
     "batched_time_ms",
-    *dispatch.distribution_columns("batched_time"),
+    *distribution_columns("batched_time"),
     "batched_kernel_time_ms",
-    *dispatch.distribution_columns("batched_kernel_time"),
+    *distribution_columns("batched_kernel_time"),
     "traced_kernels",
     "traced_launches",
     "traced_ctas",
@@ -110,9 +111,9 @@ CALL_EVIDENCE = (
 )
 REFERENCE_EVIDENCE = (
     "ref_time_ms",
-    *dispatch.distribution_columns("ref_time"),
+    *distribution_columns("ref_time"),
     "ref_kernel_time_ms",
-    *dispatch.distribution_columns("ref_kernel_time"),
+    *distribution_columns("ref_kernel_time"),
 )
 
 

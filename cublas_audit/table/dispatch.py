@@ -21,6 +21,7 @@ from cublas_audit.errors import AuditError
 from cublas_audit.files import write_csv_atomic
 from cublas_audit.observe.ncu_export import STALL_REASONS
 from cublas_audit.planning.modes import MODE_NAMES as MODES
+from cublas_audit.table.distribution import DISTRIBUTION, distribution_columns
 from cublas_audit.table.text import PER_ROW_TEXT, blank_cells, shared_text
 
 if TYPE_CHECKING:
@@ -86,13 +87,6 @@ OPTIONAL_COLUMNS: dict[str, str] = {
 
 # A timed quantity's distribution beside its median (`time_ms`, `ref_time_ms`): the evidence a
 # timing verdict is judged on (cublas_audit.judge.verdicts).
-DISTRIBUTION = {
-    "n": "int",
-    "min_ms": "float",
-    "q1_ms": "float",
-    "q3_ms": "float",
-    "max_ms": "float",
-}
 # time: the call, CUDA events; kernel_time: the kernels it dispatched, CUPTI activity records.
 # batched_*: the batched call re-measured interleaved inside its loop companion's case (the
 # sweep's recheck of an unsure batched-slower-than-loop).
@@ -104,11 +98,6 @@ TIMED = (
     "batched_time",
     "batched_kernel_time",
 )
-
-
-def distribution_columns(prefix: str) -> list[str]:
-    """`time` -> time_n, time_min_ms, time_q1_ms, time_q3_ms, time_max_ms."""
-    return [f"{prefix}_{field}" for field in DISTRIBUTION]
 
 
 OPTIONAL_COLUMNS.update(

@@ -30,12 +30,12 @@ from cublas_audit.table.dispatch import (
     TIMED,
     TableSource,
     check_values,
-    distribution_columns,
     plain,
     row_number,
     unshared,
     validate,
 )
+from cublas_audit.table.distribution import distribution_columns
 from cublas_audit.table.rundir import table_file
 from cublas_audit.table.text import PER_ROW_TEXT
 
