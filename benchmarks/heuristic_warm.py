@@ -64,8 +64,12 @@ def mapped(
     if done.returncode != 0:
         return {"exit": done.returncode, "wall_s": wall, "tail": done.stderr[-2000:]}
     records = map_speed.records(out)
-    warm_records = [r.get("warm") for r in records if r.get("event") == "engine"]
-    return {"exit": 0, "wall_s": wall, "warm": warm_records, **map_speed.summarize(out)}
+    engine = [r for r in records if r.get("event") == "engine"]
+    warm_records = [r.get("warm") for r in engine]
+    # when the engine began and ended in its probe's life: the phase's time outside the engine
+    timelines = [r.get("timeline") for r in engine]
+    found = map_speed.summarize(out)
+    return {"exit": 0, "wall_s": wall, "warm": warm_records, "timeline": timelines, **found}
 
 
 def kernels(records: list[dict[str, Any]]) -> dict[str, Any]:

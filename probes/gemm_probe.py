@@ -38,10 +38,10 @@ from cublas_audit.device.nvtx import Range
 from cublas_audit.errors import ToolMissingError
 from cublas_audit.observe.ncu_export import CALL_RANGE_PREFIX, REFERENCE_RANGE_PREFIX
 from cublas_audit.planning.cases import DEFAULT_WORKSPACE_BYTES, Case, read_plan
-from cublas_audit.run.probe_process import DONE_LINE, NO_CUPTI_ENV, START_LINE
-from cublas_audit.table.rundir import CANDIDATE_RESULTS
+from cublas_audit.run.probe_process import NO_CUPTI_ENV
 
-from .probe_records import ProbeRecords
+from .probe_candidates import candidates
+from .probe_records import ProbeRecords, process_age_s
 
 if TYPE_CHECKING:
     from cublas_audit.device.operands import Operands
@@ -70,7 +70,7 @@ def main(argv: list[str]) -> int:
         records = ProbeRecords(out, args.phase)
         records.emit({"event": "probe", **loaded.versions(cupy)})
         if args.phase == "candidates":
-            return candidates(cases, Path(args.results).parent, args)
+            return candidates(cases, Path(args.results).parent, args)  # (probe_candidates)
         runner = Runner(args.phase, args.reference, args.min_reps, cold=not args.warm)
         runner.precompile_reference(cases)
         if args.phase == "map":
@@ -104,34 +104,6 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     careful = "map: the first N cases one at a time (after a crash, to name the culprit)"
     parser.add_argument("--careful", type=int, default=0, help=careful)
     return parser.parse_args(argv)
-
-
-def candidates(cases: list[Case], run_dir: Path, args: argparse.Namespace) -> int:
-    """The cuBLASLt candidate audit of every problem, into run_dir/candidates.csv; the problems
-    candidates.jsonl already holds (an interrupted audit's) are not measured again."""
-    from cublas_audit.device.candidate_audit import run_candidates
-    from cublas_audit.judge.candidates import DEFAULT_THRESHOLD, ScreenJudge
-    from cublas_audit.table.candidates_table import DEFAULT_LIMIT, DEFAULT_MIN_REPS
-
-    def given(value: Any, default: Any) -> Any:
-        return default if value is None else value
-
-    run_candidates(
-        cases,
-        run_dir,
-        given(args.limit, DEFAULT_LIMIT),
-        screen=ScreenJudge(given(args.threshold, DEFAULT_THRESHOLD)),
-        min_reps=given(args.candidate_min_reps, DEFAULT_MIN_REPS),
-        workspace_bytes=args.workspace_bytes,
-        gpu_label=args.gpu_label,
-        progress=lambda line: print(line, flush=True),
-        journal=run_dir / CANDIDATE_RESULTS,
-        started=lambda case_id: print(START_LINE + case_id, flush=True),
-        finished=lambda case_id: print(DONE_LINE + case_id, flush=True),
-        trace=not os.environ.get(NO_CUPTI_ENV),  # --observer events: event times alone
-        cold=not args.warm,
-    )
-    return 0
 
 
 class Runner:
@@ -202,7 +174,7 @@ class Runner:
         started: Callable[[Case], None],
         finished: Callable[[Case, dict[str, Any]], None],
         careful: int,
-        spent: Callable[[dict[str, float], dict[str, Any]], None],
+        spent: Callable[[dict[str, float], dict[str, Any], dict[str, float]], None],
         settled: Callable[[], None] = lambda: None,
     ) -> None:
         """The map phase through device.map_engine: pooled operands, many cases queued per
@@ -217,11 +189,13 @@ class Runner:
             untraced=self._cupti_missing(), warm_threads=thread_count(),
             native=native_queue.wanted(),
         )  # fmt: skip
+        timeline = {"engine_start_s": process_age_s()}
         try:
             engine.run(cases, started, finished, careful, settled)
         finally:
             seconds = {name: round(value, 3) for name, value in engine.seconds.items()}
-            spent(seconds, engine.warm)
+            timeline["engine_end_s"] = process_age_s()
+            spent(seconds, engine.warm, timeline)
 
     def pooled_launcher(
         self, case: Case, ops: Operands

@@ -11,6 +11,7 @@ results once they are read; two flushes and two pipe writes a record were host t
 from __future__ import annotations
 
 import json
+import os
 import sys
 from typing import IO, Any
 
@@ -49,6 +50,22 @@ class ProbeRecords:
         self.out.flush()
         sys.stdout.flush()
 
-    def spent(self, seconds: dict[str, float], warm: dict[str, Any]) -> None:
-        """Where the map engine's time went, and its kernel choices made ahead."""
-        self.emit({"event": "engine", "seconds": seconds, "warm": warm})
+    def spent(
+        self, seconds: dict[str, float], warm: dict[str, Any], timeline: dict[str, float]
+    ) -> None:
+        """Where the map engine's time went, its kernel choices made ahead, and when it began
+        and ended in the probe's life (`timeline`: process_age_s): the map phase's time outside
+        the engine is the probe's start-up before, and its exit and the parent's work after."""
+        self.emit({"event": "engine", "seconds": seconds, "warm": warm, "timeline": timeline})
+
+
+def process_age_s() -> float:
+    """Seconds since this process started (Linux's /proc, to its clock tick; -1 elsewhere):
+    the probe's start-up counted from exec, its interpreter and imports included."""
+    try:
+        with open("/proc/self/stat") as stat, open("/proc/uptime") as uptime:
+            started = int(stat.read().rsplit(")", 1)[1].split()[19])  # field 22: starttime
+            now = float(uptime.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return -1.0
+    return round(now - started / os.sysconf("SC_CLK_TCK"), 2)

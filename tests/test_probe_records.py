@@ -46,8 +46,10 @@ def test_the_map_puts_a_chunks_records_on_disk_when_they_are_settled(
         assert on_disk(path)[-1] == {
             "event": "done", "case_id": CASE.case_id, "phase": "map", "status": "ok"
         }  # fmt: skip
-        records.spent({"queue": 1.0}, {"queue": "c thread"})  # the engine's record, at once
+        timeline = {"engine_start_s": 2.5, "engine_end_s": 9.0}
+        records.spent({"queue": 1.0}, {"queue": "c thread"}, timeline)  # at once
         assert on_disk(path)[-1]["event"] == "engine"
+        assert on_disk(path)[-1]["timeline"] == timeline
     lines = capsys.readouterr().out.splitlines()
     assert lines == [f"@@start {CASE.case_id}"] * 2 + [f"@@done {CASE.case_id}"]
 
@@ -87,3 +89,15 @@ def test_the_probes_start_up_imports_no_pandas() -> None:
     found = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert found.returncode == 0, found.stderr
     assert found.stdout.strip() == "[]"
+
+
+def test_a_process_age_counts_from_the_process_start_not_from_the_call() -> None:
+    # a child that sleeps 0.3 s before asking: its age includes the sleep and its start-up
+    import subprocess
+    import sys
+
+    code = "import time; time.sleep(0.3); from probes.probe_records import process_age_s; " \
+        "print(process_age_s())"  # fmt: skip
+    found = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    age = float(found.stdout)
+    assert 0.3 <= age < 5.0, found.stderr
