@@ -139,6 +139,9 @@ def test_a_ray_shard_back_has_its_table_read_before_the_merge(
     early: dict[Path, shard_merge.ShardRun] = {}
     fleet._read(early, False, 1, paths[0])
     assert list(early) == [paths[0]] and read == [paths[0]]
+    ((plan, order),) = shard_merge._ORDERS  # the merge's order of the whole plan made too
+    assert plan is early[paths[0]].whole_plan and shard_merge.plan_order(plan) is order
+    assert list(order.ids) == [case.case_id for case in recorded(MAP)[0]]
     fleet._read(early, True, 2, paths[1])
     assert list(early) == [paths[0]] and read == [paths[0]]
 

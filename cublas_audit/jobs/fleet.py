@@ -76,16 +76,17 @@ def _read(
     early: dict[Path, shard_merge.ShardRun], replicate: bool, _index: int, path: Path
 ) -> None:
     """A shard read for the merge as soon as it is back, while the others still run (the first
-    one read makes what all share: the whole plan's fingerprint, split and case ids), its table
-    too (validation.read_table: parsed and checked once a process, which the merge's read then
-    finds; a full map's shard ~0.75 s of CPU here, four after the last shard on the H100 x4
-    host most of a merge of 2.75 s); one that does not read is read again, and refused, where
-    the merge reads the shards."""
+    one read makes what all share: the whole plan's fingerprint, split, case ids and their
+    order, shard_merge.plan_order), its table too (validation.read_table: parsed and checked
+    once a process, which the merge's read then finds; a full map's shard ~0.75 s of CPU here,
+    four after the last shard on the H100 x4 host most of a merge of 2.75 s); one that does not
+    read is read again, and refused, where the merge reads the shards."""
     if not replicate:  # (units are compared, not merged)
         with contextlib.suppress(AuditError):
             early[path] = shard_merge.read_shard(path)
             if early[path].has_table:
                 read_table(path)
+                shard_merge.plan_order(early[path].whole_plan)  # (the merge's order, once)
 
 
 def _add_timings(run_dir: Path, timings: dict[str, float]) -> None:

@@ -284,7 +284,7 @@ def merge(shards: Sequence[ShardRun], command: list[str]) -> Merged:
     whole = ordered[0].whole_plan
     tables = read_tables([s.path for s in ordered if s.has_table])
     found = [candidates_table.read_candidates(s.path) for s in ordered if s.has_candidates]
-    table = in_plan_order(whole.case_ids(), tables) if tables else None
+    table = in_plan_order(plan_order(whole), tables) if tables else None
     candidates = _merged_candidates(ordered[0].whole, found) if found else None
     return Merged(whole, table, candidates, merged_env(ordered, command))
 
@@ -313,6 +313,20 @@ class PlanOrder:
             return None
         position = self.ids.get_indexer(pd.Index(frame["case_id"]))  # (hashed in C)
         return np.where(position < 0, len(self.ids), position)
+
+
+_ORDERS: list[tuple[PlanFile, PlanOrder]] = []  # the last whole plan's (one run's merge)
+
+
+def plan_order(plan: PlanFile) -> PlanOrder:
+    """The PlanOrder of a whole plan, made once for that plan (a --ray run's as its first shard
+    comes back, while the others still run: jobs.fleet; a full map's ~0.3 s of CPU here)."""
+    for known, order in _ORDERS:
+        if known is plan:
+            return order
+    order = PlanOrder(plan.case_ids())
+    _ORDERS[:] = [(plan, order)]
+    return order
 
 
 def in_plan_order(
