@@ -57,8 +57,11 @@ class Skip(Exception):
 
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
+    # when each step of the start-up ended, from the process's exec (the map's engine record)
+    timeline = {"main_s": process_age_s()}
     import cupy
 
+    timeline["cupy_s"] = process_age_s()
     if args.phase == "map":  # its start-up's objects live to the end (gc_pause)
         gc.disable()
     cases = read_plan(Path(args.plan))
@@ -66,16 +69,20 @@ def main(argv: list[str]) -> int:
         by_id = {case.case_id: case for case in cases}
         listed = dict.fromkeys(Path(args.only).read_text().split())
         cases = [by_id[case_id] for case_id in listed if case_id in by_id]
+    timeline["plan_s"] = process_age_s()
     with open(args.results, "a") as out:
         records = ProbeRecords(out, args.phase)
         records.emit({"event": "probe", **loaded.versions(cupy)})
+        timeline["versions_s"] = process_age_s()
         if args.phase == "candidates":
             return candidates(cases, Path(args.results).parent, args)  # (probe_candidates)
         runner = Runner(args.phase, args.reference, args.min_reps, cold=not args.warm)
         runner.precompile_reference(cases)
         if args.phase == "map":
             started, finished = records.started, records.finished
-            runner.map_all(cases, started, finished, args.careful, records.spent, records.settled)
+            runner.map_all(
+                cases, started, finished, args.careful, records.spent, records.settled, timeline
+            )
             return 0
         for case in cases:
             records.started(case)
@@ -176,10 +183,13 @@ class Runner:
         careful: int,
         spent: Callable[[dict[str, float], dict[str, Any], dict[str, float]], None],
         settled: Callable[[], None] = lambda: None,
+        timeline: dict[str, float] | None = None,
     ) -> None:
         """The map phase through device.map_engine: pooled operands, many cases queued per
         synchronisation; a case it does not pool runs alone (timed_run). Where the engine's time
-        went goes to `spent` at the end, also of an interrupted run."""
+        went goes to `spent` at the end, also of an interrupted run, with `timeline` (the
+        start-up's steps) and the engine's own: made (its pool sized), its set-up (chunks, warm
+        workers, C thread) done, its end."""
         from cublas_audit.device import native_queue
         from cublas_audit.device.heuristic_warm import thread_count
         from cublas_audit.device.map_engine import MapEngine
@@ -189,12 +199,13 @@ class Runner:
             untraced=self._cupti_missing(), warm_threads=thread_count(),
             native=native_queue.wanted(),
         )  # fmt: skip
-        timeline = {"engine_start_s": process_age_s()}
+        timeline = {**(timeline or {}), "engine_start_s": process_age_s()}
         try:
             engine.run(cases, started, finished, careful, settled)
         finally:
             seconds = {name: round(value, 3) for name, value in engine.seconds.items()}
             timeline["engine_end_s"] = process_age_s()
+            timeline["set_up_s"] = round(engine.set_up_s, 2)
             spent(seconds, engine.warm, timeline)
 
     def pooled_launcher(

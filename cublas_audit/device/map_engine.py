@@ -105,6 +105,7 @@ class MapEngine:
         self.use_native = native
         self.native: NativeQueue | None = None
         self.queue_reason = "" if native else "off"
+        self.set_up_s = 0.0  # run's seconds before its first chunk: groups, workers, C thread
 
     def run(
         self,
@@ -117,12 +118,14 @@ class MapEngine:
         """`settled` is called once a chunk's start records are made (before its GPU work is
         queued) and once its results are: the caller flushes its records a chunk at a time."""
         self.reader.settled = settled
+        began = time.perf_counter()
         groups = chunk_groups(cases, careful)
         warmer = Warmer(self.warm_threads)
         chunks = [group for group, alone in groups if not alone and pooled(group[0])]
         self.ahead = Ahead(warmer, chunks, MAX_PENDING)
         self._start_native(chunks, warmer.running)
         gc_pause.long_lived_settled()  # the plan, the pool and the chunks: made to stay
+        self.set_up_s = time.perf_counter() - began
         switch = sys.getswitchinterval()
         if self.native is not None:
             sys.setswitchinterval(SWITCH_S)
