@@ -262,6 +262,14 @@ def without_pictures(*_: object, **__: object) -> list[Any]:
     return []
 
 
+def without_map_pictures(*_: object, **__: object) -> Any:
+    """report.map_plots.drawing (a map report's pictures, started) for tests of its tables and
+    text: it starts none."""
+    from cublas_audit.forked import Forks
+
+    return Forks([])
+
+
 @pytest.fixture(scope="session")
 def fp32_atlas(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The atlas of the recorded H100 FP32 map of 3,000 random problems, made by the command once

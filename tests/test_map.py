@@ -34,6 +34,7 @@ from cublas_audit.run.sweep_setup import SweepOptions
 from cublas_audit.table import rundir
 from cublas_audit.table.inputs import load_one_gpu
 from cublas_audit.table.rundir import FINDINGS_FILE, FOLLOW_UP_DIR
+from tests.conftest import without_map_pictures
 from tests.fakeprobe import H100_RUN, deadline, fake_probe, seen
 from tests.test_resume import stand_in_machine
 
@@ -223,7 +224,7 @@ def test_an_interrupted_map_resumes_only_the_missing_cases(
     (run_dir / rundir.TIME_RESULTS).write_text("\n".join(kept) + '\n{"event": "do')
     done = set(rundir.read_results(run_dir / rundir.TIME_RESULTS))
     stand_in_machine(monkeypatch)
-    monkeypatch.setattr(map_plots, "draw", lambda rows, plots, flagged=(): [])  # drawn above
+    monkeypatch.setattr(map_plots, "drawing", without_map_pictures)  # drawn above
     monkeypatch.setattr(rundir, "COLUMNAR_ROWS", 100)  # a large run, as a full map is
     parsed: list[Path] = []  # the probe's records read whole again (not as it wrote them)
     parse = rundir._parsed

@@ -26,6 +26,7 @@ from cublas_audit.planning.shards import PlanPart, ShardSpec
 from cublas_audit.report import map_plots
 from cublas_audit.table import candidates_table, dispatch, rundir, shard_merge
 from cublas_audit.table.validation import read_table
+from tests.conftest import without_map_pictures
 
 REPORTS = Path(__file__).resolve().parents[1] / "reports/h100"
 SWEEP = REPORTS / "20261123-145452-batched"
@@ -107,7 +108,7 @@ def test_a_large_merged_map_is_written_in_a_fork_while_it_is_judged(
     for path in paths:  # (recorded before runs said their phase: a map's, as map says it now)
         rundir.write_env(path, {**rundir.read_env(path), "phase": "map"})
     shards = [shard_merge.read_shard(path) for path in paths]
-    monkeypatch.setattr(map_plots, "draw", lambda *args: [])  # (seconds of matplotlib, twice)
+    monkeypatch.setattr(map_plots, "drawing", without_map_pictures)  # (matplotlib's seconds)
     apart = merge.write_merged(shards, tmp_path / "apart", False, []).run_dir
     assert rundir.findings_file(apart).exists()  # (a map's report)
     writer = tmp_path / "writer.pid"

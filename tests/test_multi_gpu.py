@@ -43,7 +43,7 @@ from cublas_audit.table import inputs, rundir
 from cublas_audit.table.inputs import load_run
 from cublas_audit.table.validation import read_table
 from cublas_audit.vocabulary import Phase
-from tests.conftest import REPORTS, planning_noted, stop_here
+from tests.conftest import REPORTS, planning_noted, stop_here, without_map_pictures
 from tests.fakeprobe import as_h100s, deadline, fake_probe, h100_environment, seen
 from tests.test_map import MAP, map_cases
 from tests.test_resume import stand_in_machine
@@ -99,7 +99,7 @@ def two_gpus(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setattr(shard_processes, "CHILD_SETUP", functools.partial(as_h100s, uuids))
     monkeypatch.setattr(dram_bandwidth, "measure_dram", no_gpu_work_here)
     # the pictures are tests/test_map.py's; here they would only cost seconds
-    monkeypatch.setattr(map_plots, "draw", lambda rows, plots, flagged=(): [])
+    monkeypatch.setattr(map_plots, "drawing", without_map_pictures)
     probe, _calls = fake_probe(tmp_path, replay=MAP, env_keys=("CUDA_VISIBLE_DEVICES",))
     return Path(probe.python)
 

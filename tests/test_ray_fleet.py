@@ -32,6 +32,7 @@ from cublas_audit.run import ray_connect, ray_fleet, ray_task, run_archive
 from cublas_audit.run.sweep_setup import SweepOptions, sweep
 from cublas_audit.table import rundir
 from cublas_audit.table.inputs import load_run
+from tests.conftest import without_map_pictures
 from tests.fakeprobe import fake_probe, h100_environment, seen
 from tests.test_map import MAP, map_cases
 
@@ -91,7 +92,7 @@ def cluster() -> object:
 
 @pytest.fixture
 def probe(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setattr(map_plots, "draw", lambda rows, plots, flagged=(): [])  # seconds saved
+    monkeypatch.setattr(map_plots, "drawing", without_map_pictures)  # seconds saved
     script, _calls = fake_probe(tmp_path, replay=MAP, env_keys=("CUDA_VISIBLE_DEVICES",))
     return Path(script.python)
 
