@@ -272,3 +272,38 @@ def test_ray_is_left_once_the_shards_are_back_only_where_joined_here(
     ray_connect.connect("auto")
     ray_connect.release()
     assert stopped.wait(0 if callers else 5) is not callers  # (in a thread of its own)
+
+
+def test_a_local_instance_started_here_is_sized_to_the_gpus_not_every_core(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Ray prestarts a Python worker per logical CPU as the driver joins: 64 on a 64-core host
+    # for 4 shards; a cluster joined (`ray start`'s, or by address) is never sized here
+    calls: list[dict[str, object]] = []
+    started: list[bool] = [False]
+    ray = types.ModuleType("ray")
+
+    def init(**options: object) -> None:
+        calls.append(options)
+        if started[0] and options.get("num_cpus") is not None:
+            raise ValueError("When connecting to an existing cluster, num_cpus and num_gpus ...")
+
+    ray.init = init  # type: ignore[attr-defined]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2,3")
+    monkeypatch.setattr(ray_connect.os, "cpu_count", lambda: 64)
+    ray_connect._connect_now(ray, "auto")
+    assert [c["num_cpus"] for c in calls] == [4 + ray_connect.SPARE_CPUS]
+    calls.clear()
+    started[0] = True  # a cluster `ray start` began on this machine: joined as it is
+    ray_connect._connect_now(ray, "auto")
+    assert [c.get("num_cpus") for c in calls] == [6, None] and calls[1]["address"] is None
+    calls.clear()
+    ray_connect._connect_now(ray, "10.0.0.9:6379")
+    assert calls == [
+        {"address": "10.0.0.9:6379", "include_dashboard": False, "log_to_driver": False}
+    ]
+    monkeypatch.setattr(ray_connect.os, "cpu_count", lambda: 2)  # (never fewer than the GPUs)
+    assert ray_connect.local_cpus() == 4
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    monkeypatch.setattr(ray_connect, "NVIDIA_GPUS", "/nonexistent/gpus")
+    assert ray_connect.local_cpus() is None  # (Ray's default)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import atexit
 import importlib
 import importlib.util
+import os
 import sys
 import threading
 import time
@@ -28,6 +29,10 @@ JOIN_SWITCH_S = 0.0002
 # How long a worker's warm-up holds its GPU: the warm-ups of a cluster's GPUs run at once, each
 # in a worker of its own (warm_workers).
 WARM_HOLD_S = 0.5
+# A local instance's logical CPUs beyond one a GPU (a shard's task, and a GPU's warm-up, ask one
+# each: Ray's default for a task) (local_cpus).
+SPARE_CPUS = 2
+NVIDIA_GPUS = "/proc/driver/nvidia/gpus"  # a folder an NVIDIA GPU of this machine
 
 
 def installed() -> None:
@@ -152,13 +157,37 @@ def warm_workers(ray: ModuleType) -> None:
         warm.remote(WARM_HOLD_S)
 
 
+def local_cpus() -> int | None:
+    """The logical CPUs of a Ray instance started here: one a GPU Ray will see (each shard's
+    task asks one, Ray's default) and SPARE_CPUS, at most this machine's cores (fewer GPUs than
+    that: the GPUs). Ray's own default is every core, and its raylet prestarts a Python worker
+    per logical CPU as the driver joins (ray/_private/services.py passes
+    --num_prestart_python_workers=num_cpus, as many starting at once): 64 workers importing Ray
+    on the H100 x4 host while the driver plans and the GPUs' warm-ups start, then 64 to stop
+    beside the judging. None where the GPUs cannot be counted here (Ray's default then)."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:  # (what Ray counts too)
+        gpus = len([item for item in visible.split(",") if item.strip()])
+    else:
+        try:
+            gpus = len(os.listdir(NVIDIA_GPUS))
+        except OSError:
+            return None
+    return max(gpus, min(os.cpu_count() or 1, gpus + SPARE_CPUS))
+
+
 def _connect_now(ray: ModuleType, address: str) -> None:
+    options: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
     try:
-        ray.init(
-            address=None if address == "auto" else address,
-            include_dashboard=False,
-            log_to_driver=False,
-        )
+        if address != "auto":
+            ray.init(address=address, **options)
+            return
+        try:  # (a new local instance, sized, unless one was started on this machine)
+            ray.init(address=None, num_cpus=local_cpus(), **options)
+        except ValueError as exc:
+            if "existing cluster" not in str(exc):
+                raise
+            ray.init(address=None, **options)  # (`ray start`'s: it sized itself)
     except (ConnectionError, RuntimeError, ValueError) as exc:
         raise AuditError(f"--ray {address}: no Ray cluster joined ({exc})") from exc
 
