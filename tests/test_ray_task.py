@@ -157,13 +157,44 @@ def test_ray_is_joined_in_the_background_and_waited_for_once(
 
     ray_connect.connect_soon("auto")
     assert started.wait(5)  # joining while this thread goes on (plans)
+    joining = ray_connect._joining
+    assert joining is not None
     release.set()
+    assert joining.ready.wait(5)  # (Ray up before the plan is made: its workers readied)
     assert ray_connect.connect("auto") is ray
     assert calls == [(None, "cublas-audit ray.init")] and warmed == [ray]  # its workers readied
     # the interpreter lock passed on often while Ray was joined, as before once it was
     assert intervals == [pytest.approx(ray_connect.JOIN_SWITCH_S)]
     assert sys.getswitchinterval() == before
     assert set(ray_connect.clock_record()) == {"clock", "connect_s", "connect_waited_s"}
+
+
+def test_no_worker_is_readied_where_the_driver_already_waits_for_ray(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # the plan made before Ray is up: the shards are submitted at once, and a warm-up would
+    # only hold each GPU from its shard's task
+    started, release = threading.Event(), threading.Event()
+    ray = types.ModuleType("ray")
+    ray.is_initialized = lambda: False  # type: ignore[attr-defined]
+
+    def init(**_options: object) -> None:
+        started.set()
+        release.wait(5)
+
+    ray.init = init  # type: ignore[attr-defined]
+    warmed: list[object] = []
+    monkeypatch.setattr(ray_connect, "warm_workers", warmed.append)
+    monkeypatch.setattr(ray_connect, "require_ray", lambda: ray)
+    monkeypatch.setattr(ray_connect, "_joining", None)
+    monkeypatch.setattr(ray_connect, "_clock", {})
+    monkeypatch.setattr(ray_connect.atexit, "register", lambda *_args: None)
+
+    ray_connect.connect_soon("auto")
+    assert started.wait(5)
+    threading.Timer(0.2, release.set).start()  # (Ray up while connect waits)
+    assert ray_connect.connect("auto") is ray
+    assert warmed == []
 
 
 def test_a_cluster_not_joined_in_the_background_is_one_line_where_waited_for(

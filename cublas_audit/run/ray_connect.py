@@ -13,7 +13,7 @@ import os
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
@@ -57,6 +57,8 @@ class _Joining:
 
     began: float
     ready: threading.Event
+    # set by `connect` as the driver starts waiting for Ray (its plan made before Ray was up)
+    waited: threading.Event = field(default_factory=threading.Event)
     took: float | None = None
     error: BaseException | None = None
 
@@ -87,7 +89,13 @@ def connect_soon(address: str) -> None:
             ray = require_ray()  # (importing Ray, ~0.6 s, is the thread's too)
             if not ray.is_initialized():
                 _connect_now(ray, address)
-                warm_workers(ray)
+                # Workers readied only while the driver still plans: one already waiting
+                # submits the shards now, whose tasks then start their workers themselves; a
+                # warm-up would hold each GPU from them (WARM_HOLD_S, after its worker's start;
+                # on the H100 x4 host the driver had waited 6.7 s, and the shards started
+                # 1.1-1.5 s after they were submitted).
+                if not joining.waited.is_set():
+                    warm_workers(ray)
         except BaseException as exc:  # (raised again where it is waited for)
             joining.error = exc
         finally:
@@ -115,6 +123,7 @@ def connect(address: str) -> ModuleType:
     _ours.clear()
     if joining is not None:
         waited = time.time()
+        joining.waited.set()
         joining.ready.wait()
         _clock.update(began=joining.began, connect_s=joining.took or 0.0)
         _clock["connect_waited_s"] = time.time() - waited
