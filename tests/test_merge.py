@@ -137,7 +137,7 @@ def test_a_ray_shard_back_has_its_table_read_before_the_merge(
     finds it read), while the others still run; a unit (replicated: compared) is not."""
     paths = split(MAP, 2, tmp_path)
     read: list[Path] = []
-    monkeypatch.setattr(fleet, "read_table", read.append)
+    monkeypatch.setattr(fleet, "read_table", lambda path: read.append(path) or read_table(path))
     early: dict[Path, shard_merge.ShardRun] = {}
     fleet._read(early, False, 1, paths[0])
     assert list(early) == [paths[0]] and read == [paths[0]]
@@ -146,6 +146,31 @@ def test_a_ray_shard_back_has_its_table_read_before_the_merge(
     assert list(order.ids) == [case.case_id for case in recorded(MAP)[0]]
     fleet._read(early, True, 2, paths[1])
     assert list(early) == [paths[0]] and read == [paths[0]]
+
+
+def test_a_ray_shards_rows_are_placed_in_the_plan_as_it_comes_back_not_in_the_merge(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where each row of a --ray shard goes in the plan is looked up as the shard comes back
+    (PlanOrder.places; a full map's four took ~1 s of CPU here in the merge after the last
+    shard), and the merge that uses it is the merge of the shards read afresh."""
+    paths = split(MAP, 2, tmp_path)
+    fresh = shard_merge.merge([shard_merge.read_shard(path) for path in paths], [])
+    early: dict[Path, shard_merge.ShardRun] = {}
+    for index, path in enumerate(paths, 1):
+        fleet._read(early, False, index, path)
+    looked: list[int] = []
+    places = shard_merge.PlanOrder.places
+    monkeypatch.setattr(
+        shard_merge.PlanOrder,
+        "places",
+        lambda order, frame: looked.append(len(frame)) or places(order, frame),
+    )
+    merged = shard_merge.merge([early[path] for path in paths], [])
+    assert looked == []  # (each shard's found as it came back)
+    assert fresh.table is not None and merged.table is not None
+    pd.testing.assert_frame_equal(merged.table, fresh.table)
+    assert merged.table["case_id"].tolist() == [c.case_id for c in recorded(MAP)[0]]
 
 
 def test_merge_writes_one_run_directory_and_its_report(

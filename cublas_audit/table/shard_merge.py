@@ -73,6 +73,8 @@ class ShardRun:
     env: dict[str, Any]
     plan: PlanFile
     whole_plan: PlanFile
+    # its table's rows' places in the whole plan (PlanOrder.places), where found as it came back
+    places: np.ndarray | None = field(default=None, compare=False, repr=False)
 
     @functools.cached_property
     def cases(self) -> list[Case]:
@@ -284,7 +286,8 @@ def merge(shards: Sequence[ShardRun], command: list[str]) -> Merged:
     whole = ordered[0].whole_plan
     tables = read_tables([s.path for s in ordered if s.has_table])
     found = [candidates_table.read_candidates(s.path) for s in ordered if s.has_candidates]
-    table = in_plan_order(plan_order(whole), tables) if tables else None
+    places = [s.places for s in ordered if s.has_table]
+    table = in_plan_order(plan_order(whole), tables, places) if tables else None
     candidates = _merged_candidates(ordered[0].whole, found) if found else None
     return Merged(whole, table, candidates, merged_env(ordered, command))
 
