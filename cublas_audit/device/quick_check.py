@@ -62,9 +62,9 @@ __device__ __forceinline__ float as_float(const void* p, long long i) {
 
 /* One K_TILE x ROWS tile of op(A) into shared memory, each thread issuing its loads 16 at a
    time (the first kernel loaded one value and waited for it before the next: latency-bound, ~65
-   us a grid problem on average; all 32 at once took ~250 registers), coalesced in both layouts: a warp reads 32 consecutive rows of
-   one column (transa = n) or 32 consecutive K values of one row (transa = t). Values outside
-   the problem are zero. */
+   us a grid problem on average; all 32 at once took ~250 registers), coalesced in both
+   layouts: a warp reads 32 consecutive rows of one column (transa = n) or 32 consecutive K
+   values of one row (transa = t). Values outside the problem are zero. */
 template <int STORAGE>
 __device__ __forceinline__ void stage_a(
         float (*a_tile)[ROWS + 1], const void* a, long long offset, long long lda, int transa,
