@@ -138,17 +138,7 @@ def test_a_large_map_is_judged_at_once_in_forks_with_the_same_findings(
     assert {("size-inversion", "medium"), ("size-inversion", "info")} <= kinds
     assert {f.rule for f in judged.findings} == {"size-inversion", "dispatch-cliff"}
     monkeypatch.setattr(map_audit, "FORK_ROWS", 1)
-    monkeypatch.setattr(maps, "FORK_PAIRS", 1)
-    monkeypatch.setattr(maps, "FORK_PARTS", 3)
-    monkeypatch.setattr(forked, "can_fork", lambda: True)
-    started: list[int] = []
-
-    def counted(calls: list[Any], enabled: bool = True) -> Forks[Any]:
-        started.append(len(calls) if enabled else 0)
-        return Forks(calls, enabled)
-
-    monkeypatch.setattr(map_audit, "Forks", counted)
-    monkeypatch.setattr(maps, "Forks", counted)
+    started = forks_counted(monkeypatch, map_audit, maps)
     assert map_findings(judged.dataset.frame) == judged.findings
     assert started == [1, 3]  # the other rule's child, then size-inversion's parts
 
@@ -161,16 +151,7 @@ def test_dispatch_cliffs_are_judged_in_forked_parts_with_the_same_findings(
     in one process's order."""
     assert sum(f.rule == "dispatch-cliff" for f in judged.findings) == 2  # (a part of none too)
     monkeypatch.setattr(map_audit, "FORK_ROWS", 10**9)  # (both rules here: their parts counted)
-    monkeypatch.setattr(maps, "FORK_PAIRS", 1)
-    monkeypatch.setattr(maps, "FORK_PARTS", 3)
-    monkeypatch.setattr(forked, "can_fork", lambda: True)
-    started: list[int] = []
-
-    def counted(calls: list[Any], enabled: bool = True) -> Forks[Any]:
-        started.append(len(calls) if enabled else 0)
-        return Forks(calls, enabled)
-
-    monkeypatch.setattr(maps, "Forks", counted)
+    started = forks_counted(monkeypatch, maps)
     assert map_findings(judged.dataset.frame) == judged.findings
     assert started == [3, 3]  # size-inversion's parts, then dispatch-cliff's
 
@@ -185,3 +166,20 @@ def test_a_map_judged_from_its_table_is_prepared_once(
     monkeypatch.setattr(map_audit, "prepare", lambda frame: calls.append(len(frame)) or real(frame))
     again = audit_map(judged.dataset)
     assert calls == [len(judged.dataset.frame)] and again.findings == judged.findings
+
+
+def forks_counted(monkeypatch: pytest.MonkeyPatch, *modules: Any) -> list[int]:
+    """The rules' forked parts in three (any series large enough), forking allowed, and each
+    Forks the `modules` start counted: the list of their sizes (0: run here, not forked)."""
+    monkeypatch.setattr(maps, "FORK_PAIRS", 1)
+    monkeypatch.setattr(maps, "FORK_PARTS", 3)
+    monkeypatch.setattr(forked, "can_fork", lambda: True)
+    started: list[int] = []
+
+    def counted(calls: list[Any], enabled: bool = True) -> Forks[Any]:
+        started.append(len(calls) if enabled else 0)
+        return Forks(calls, enabled)
+
+    for module in modules:
+        monkeypatch.setattr(module, "Forks", counted)
+    return started

@@ -10,6 +10,7 @@ import pickle
 import sys
 import threading
 import types
+from collections.abc import Callable
 from functools import cache
 from pathlib import Path
 
@@ -131,22 +132,14 @@ def test_elsewhere_a_task_returns_its_shard_as_a_tar(
     assert (tmp_path / "unpacked" / "timing.jsonl.gz").is_file()
 
 
-def test_ray_is_joined_in_the_background_and_waited_for_once(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    started, release = threading.Event(), threading.Event()
-    calls: list[tuple[str | None, str]] = []
-    intervals: list[float] = []
-    before = sys.getswitchinterval()
+def joining_a_fake_ray(
+    monkeypatch: pytest.MonkeyPatch, init: Callable[..., None]
+) -> tuple[types.ModuleType, list[object]]:
+    """A stand-in `ray` whose ray.init is `init`, joined through ray_connect from a clean state
+    (no join under way, no clock, no exit handler registered): the module, and the list of the
+    Rays whose workers were readied."""
     ray = types.ModuleType("ray")
     ray.is_initialized = lambda: False  # type: ignore[attr-defined]
-
-    def init(address: str | None, **_options: object) -> None:
-        calls.append((address, threading.current_thread().name))
-        intervals.append(sys.getswitchinterval())
-        started.set()
-        release.wait(5)
-
     ray.init = init  # type: ignore[attr-defined]
     warmed: list[object] = []
     monkeypatch.setattr(ray_connect, "warm_workers", warmed.append)
@@ -154,6 +147,24 @@ def test_ray_is_joined_in_the_background_and_waited_for_once(
     monkeypatch.setattr(ray_connect, "_joining", None)
     monkeypatch.setattr(ray_connect, "_clock", {})
     monkeypatch.setattr(ray_connect.atexit, "register", lambda *_args: None)
+    return ray, warmed
+
+
+def test_ray_is_joined_in_the_background_and_waited_for_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    started, release = threading.Event(), threading.Event()
+    calls: list[tuple[str | None, str]] = []
+    intervals: list[float] = []
+    before = sys.getswitchinterval()
+
+    def init(address: str | None, **_options: object) -> None:
+        calls.append((address, threading.current_thread().name))
+        intervals.append(sys.getswitchinterval())
+        started.set()
+        release.wait(5)
+
+    ray, warmed = joining_a_fake_ray(monkeypatch, init)
 
     ray_connect.connect_soon("auto")
     assert started.wait(5)  # joining while this thread goes on (plans)
@@ -175,20 +186,12 @@ def test_no_worker_is_readied_where_the_driver_already_waits_for_ray(
     # the plan made before Ray is up: the shards are submitted at once, and a warm-up would
     # only hold each GPU from its shard's task
     started, release = threading.Event(), threading.Event()
-    ray = types.ModuleType("ray")
-    ray.is_initialized = lambda: False  # type: ignore[attr-defined]
 
     def init(**_options: object) -> None:
         started.set()
         release.wait(5)
 
-    ray.init = init  # type: ignore[attr-defined]
-    warmed: list[object] = []
-    monkeypatch.setattr(ray_connect, "warm_workers", warmed.append)
-    monkeypatch.setattr(ray_connect, "require_ray", lambda: ray)
-    monkeypatch.setattr(ray_connect, "_joining", None)
-    monkeypatch.setattr(ray_connect, "_clock", {})
-    monkeypatch.setattr(ray_connect.atexit, "register", lambda *_args: None)
+    ray, warmed = joining_a_fake_ray(monkeypatch, init)
 
     ray_connect.connect_soon("auto")
     assert started.wait(5)

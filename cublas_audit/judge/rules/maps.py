@@ -8,7 +8,7 @@ from __future__ import annotations
 import functools
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -201,43 +201,43 @@ def dispatch_cliff(ctx: RuleContext) -> list[Finding]:
         sure = (
             drop[cliff] > _noise_drop(ctx.model, kind, times[after[cliff]]) if ctx.model else None
         )
-        found += _judged_cliffs(series, before[cliff], after[cliff], drop[cliff], on, sure)
+        found += _judged_cliffs(series, Cliffs(before[cliff], after[cliff], drop[cliff], sure), on)
     return found
 
 
-def _judged_cliffs(
-    series: pd.DataFrame,
-    before: np.ndarray,
-    after: np.ndarray,
-    drop: np.ndarray,
-    on: str,
-    sure: np.ndarray | None,
-) -> list[Finding]:
+class Cliffs(NamedTuple):
+    """A series' cliffs: positions of the neighbour before and the one after, the share of
+    throughput lost between them, and whether each is beyond the map's own floors (None: no
+    floors to judge against)."""
+
+    before: np.ndarray
+    after: np.ndarray
+    drop: np.ndarray
+    sure: np.ndarray | None
+
+    def part(self, chosen: np.ndarray) -> Cliffs:
+        sure = None if self.sure is None else self.sure[chosen]
+        return Cliffs(self.before[chosen], self.after[chosen], self.drop[chosen], sure)
+
+
+def _judged_cliffs(series: pd.DataFrame, cliffs: Cliffs, on: str) -> list[Finding]:
     """The cliffs' findings, tier by tier; a series of FORK_PAIRS cliffs or more in FORK_PARTS
     parts made in forked children at once, as size-inversion's pairs are (a full grid's ~30,000
     cliffs: ~1.5 s of CPU in one process, the rule's child of judge.map_audit, longer than
     size-inversion's parts), their tiers joined in the cliffs' order: the findings a single
     process makes, in its order."""
-    parts = FORK_PARTS if len(after) >= FORK_PAIRS else 1
-    chunks = np.array_split(np.arange(len(after)), parts)
-    calls = [
-        functools.partial(_cliff_tiers, series, before[c], after[c], drop[c], on, sure)
-        for c, sure in ((c, None if sure is None else sure[c]) for c in chunks)
-    ]
+    parts = FORK_PARTS if len(cliffs.after) >= FORK_PAIRS else 1
+    chunks = np.array_split(np.arange(len(cliffs.after)), parts)
+    calls = [functools.partial(_cliff_tiers, series, cliffs.part(c), on) for c in chunks]
     tiers = Forks(calls, enabled=parts > 1).results()
     return [f for medium, _ in tiers for f in medium] + [f for _, info in tiers for f in info]
 
 
 def _cliff_tiers(
-    series: pd.DataFrame,
-    before: np.ndarray,
-    after: np.ndarray,
-    drop: np.ndarray,
-    on: str,
-    sure: np.ndarray | None,
+    series: pd.DataFrame, cliffs: Cliffs, on: str
 ) -> tuple[list[Finding], list[Finding]]:
     """Some cliffs' findings, as `_tiered` lists them: beyond the map's own floors, then within."""
-    found = _cliffs(series, before, after, drop, on, sure)
+    found = _cliffs(series, cliffs, on)
     return (
         [f for f in found if f.severity != Severity.info],
         [f for f in found if f.severity == Severity.info],
@@ -252,16 +252,9 @@ def _noise_drop(model: NoiseModel, kind: str, times_ms: np.ndarray) -> np.ndarra
     return drops
 
 
-def _cliffs(
-    series: pd.DataFrame,
-    before: np.ndarray,
-    after: np.ndarray,
-    drop: np.ndarray,
-    on: str,
-    sure: np.ndarray | None,
-) -> list[Finding]:
-    """The findings of the cliffs (positions in the series: the neighbour before, the one
-    after, and the share of throughput lost between them)."""
+def _cliffs(series: pd.DataFrame, cliffs: Cliffs, on: str) -> list[Finding]:
+    """The findings of the cliffs."""
+    before, after, drop, sure = cliffs
     at = np.union1d(before, after)
     shape, kernel = _column_list(series, "shape", at), _column_list(series, "kernel_short", at)
     messages, works = [], []
