@@ -55,7 +55,7 @@ def made(sequence: int, group: Sequence[Case], events: list[Any], reps: int) -> 
         values.extend(pick.index_values())
     chunk.host_indices = _pinned(values, "int32")
     chunk.indices = cupy.empty(len(values), dtype=cupy.int32)
-    chunk.host_sums = _pinned([0.0] * 4 * len(group), "float64")  # 4 float64 slots a problem
+    chunk.host_sums = _pinned([0.0] * quick_check.SUMS_PER_CASE * len(group), "float64")
     chunk.sums = cupy.empty(len(chunk.host_sums), dtype=cupy.float64)
     chunk.end = cupy.cuda.Event()
     per_case = reps + 1

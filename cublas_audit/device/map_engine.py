@@ -149,7 +149,8 @@ class MapEngine:
             return
         largest = max(case.m for chunk in chunks for case in chunk)
         try:
-            values = 2 * quick_check.MAX_COLUMNS * largest  # at most 2 checked entries
+            # the largest problem's scratch with 2 entries checked (the most; K does not size it)
+            values = quick_check.geometry(largest, 1, 2).scratch_values
             queue = NativeQueue(self.reps, self.scratch, values, warming)
             self.native = self.reader.native = queue
         except Exception as exc:  # no compiler, no GPU: every chunk is queued from Python
@@ -274,8 +275,8 @@ class MapEngine:
         for rep in range(self.reps):
             launch()
             record(events[rep + 1], stream)
-        indices = chunk.indices.data.ptr + 4 * offset  # int32 each
-        sums = chunk.sums.data.ptr + 8 * 4 * slot  # 4 float64 slots a case
+        indices = quick_check.index_address(chunk.indices.data.ptr, offset)
+        sums = quick_check.sums_address(chunk.sums.data.ptr, slot)
         quick_check.enqueue_at(ops, ops.c, pick, indices, sums, self.scratch)
         item.slot = slot
 

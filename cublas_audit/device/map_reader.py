@@ -191,7 +191,8 @@ class ChunkReader:
         import cupy
 
         slots = 2 * len(quick_check.picked(item.case.batch, item.case.n).entries)
-        error = quick_check.error_from_sums(sums[4 * item.slot : 4 * item.slot + slots])
+        first = quick_check.SUMS_PER_CASE * item.slot
+        error = quick_check.error_from_sums(sums[first : first + slots])
         if not error <= operands.tolerance(item.case.mode):
             return map_result(item.case.mode, error)
         elapsed = cupy.cuda.runtime.eventElapsedTime

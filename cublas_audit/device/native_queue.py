@@ -134,8 +134,9 @@ def rows_of(
             call.ldc, call.batch, call.data_type, call.compute_type, call.stride_a,
             call.stride_b, call.stride_c, call.a, call.b, call.c, call.beta,
             case.operand("c").elements * item, quick_check.STORAGE_CODES[storage],
-            bias if case.bias else 0, slots, pick.n_columns, indices + 4 * offset,
-            sums + 8 * 4 * slot, shape.per_block, 8 * shape.scratch_values,
+            bias if case.bias else 0, slots, pick.n_columns,
+            quick_check.index_address(indices, offset), quick_check.sums_address(sums, slot),
+            shape.per_block, 8 * shape.scratch_values,
             shape.partial_grid[0], shape.partial_grid[1], shape.final_grid[0],
         ))  # fmt: skip
     return numpy.array(values, dtype=case_dtype())

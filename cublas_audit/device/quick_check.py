@@ -34,6 +34,21 @@ K_TILE = 32  # values of K staged in shared memory at once
 FILL_BLOCKS = 528
 FINAL_THREADS = 256
 STORAGE_CODES = {"float32": 0, "float16": 1, "uint16": 2}  # uint16: bf16 bits
+# float64 sums a problem's check adds into (the map's chunks hold this many a problem): a squared
+# error and a squared norm for each of at most two checked batch entries
+SUMS_PER_CASE = 4
+
+
+def index_address(indices: int, offset: int) -> int:
+    """The device address of a problem's picked entries and columns, at `offset` (int32 values)
+    in a chunk's index array at `indices`."""
+    return indices + 4 * offset
+
+
+def sums_address(sums: int, slot: int) -> int:
+    """The device address of the problem in `slot`'s sums in a chunk's float64 array at `sums`."""
+    return sums + 8 * SUMS_PER_CASE * slot
+
 
 # the kernels' CUDA source (compiled with NVRTC through CuPy on first use)
 SOURCE = (Path(__file__).resolve().parent.parent / "data" / "quick_check.cu").read_text()
