@@ -36,8 +36,9 @@ from typing import TYPE_CHECKING, Any
 from cublas_audit.device import loaded
 from cublas_audit.device.nvtx import Range
 from cublas_audit.errors import ToolMissingError
+from cublas_audit.fast_exit import run_and_end
 from cublas_audit.observe.ncu_export import CALL_RANGE_PREFIX, REFERENCE_RANGE_PREFIX
-from cublas_audit.planning.cases import DEFAULT_WORKSPACE_BYTES, Case, read_plan
+from cublas_audit.planning.cases import DEFAULT_WORKSPACE_BYTES, Case, plan_case_ids, read_plan
 from cublas_audit.run.probe_process import NO_CUPTI_ENV
 
 from .probe_candidates import candidates
@@ -66,9 +67,9 @@ def main(argv: list[str]) -> int:
         gc.disable()
     cases = read_plan(Path(args.plan))
     if args.only:  # in the file's order: after a crash the sweep lists the cases in flight first
-        by_id = {case.case_id: case for case in cases}
+        place = {case_id: i for i, case_id in enumerate(plan_case_ids(Path(args.plan)))}
         listed = dict.fromkeys(Path(args.only).read_text().split())
-        cases = [by_id[case_id] for case_id in listed if case_id in by_id]
+        cases = [cases[place[case_id]] for case_id in listed if case_id in place]
     timeline["plan_s"] = process_age_s()
     with open(args.results, "a") as out:
         records = ProbeRecords(out, args.phase)
@@ -401,4 +402,6 @@ class _Reference:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    # ended without Python's teardown of the plan's objects (a full map's 262,144 cases and
+    # their layouts), once the atexit handlers ran: the sweep's phase waits for this exit
+    run_and_end(lambda: sys.exit(main(sys.argv[1:])))

@@ -30,6 +30,25 @@ def test_transposed_and_padded_operands() -> None:
     assert (b.rows, b.cols, b.ld) == (100000, 100, 100000)
     assert case.case_id == "cublasLt.bf16.7x100x100000.b1.tn.lda100003"
     assert case.bytes_needed == 2 * (7 * 100003 + 100 * 100000 + 7 * 100)
+    # the elements counted without the layouts (the map's pool sizing): the same numbers
+    assert [case.elements(name) for name in "abc"] == [7 * 100003, 100 * 100000, 7 * 100]
+
+
+def test_elements_without_a_layout_match_the_layouts_in_every_variant() -> None:
+    variants = Variants(layouts=("nn", "tn", "nt", "tt"), ld_pad=8)
+    planned = [
+        *variants.cases("cublas", "bf16", 64, 96, 160, 3),
+        *(
+            Case("cublas", "fp16", 48, 80, 112, 4, t, "t", broadcast=side)
+            for t in "nt"
+            for side in "ab"
+        ),
+    ]
+    for case in planned:
+        fresh = dataclasses.replace(case)  # (no cached layout: elements made on their own)
+        assert [fresh.elements(name) for name in "abc"] == [
+            case.operand(name).elements for name in "abc"
+        ], case.case_id
 
 
 def test_broadcast_operand_has_stride_zero_and_one_stored_entry() -> None:

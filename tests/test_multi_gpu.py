@@ -160,7 +160,9 @@ def test_a_sharded_map_pins_each_probe_and_merges_one_table(
         assert not (shard / rundir.TIME_RESULTS).exists()
         assert rundir.read_results(shard / rundir.TIME_RESULTS)  # (from timing.jsonl.gz)
 
-    starts = [s for s in seen(tmp_path) if "--only" in s["argv"]]
+    starts = [s for s in seen(tmp_path) if "--phase" in s["argv"]]
+    # a fresh shard's probe runs its whole plan: no list of its case ids to write and look up
+    assert starts and not any("--only" in s["argv"] for s in starts)
     pinned = {s["env"]["CUDA_VISIBLE_DEVICES"]: s["ppid"] for s in starts}
     assert set(pinned) == {"GPU-aaaa-0", "GPU-bbbb-1"}  # one probe per GPU, each pinned to its own
     # each shard in a process of its own (not this one): its probe's parent, its roofline's

@@ -19,13 +19,13 @@ class OperandPool:
 
     def __init__(self, cases: Sequence[Case]) -> None:
         self.sizes: dict[str, dict[str, int]] = {}
-        for case in cases:
-            if pooled(case):
-                wanted = self.sizes.setdefault(case.mode, {})
-                for name in "abc":
-                    elements = case.operand(name).elements
-                    wanted[name] = max(wanted.get(name, 0), elements)
-                wanted["bias"] = max(wanted.get("bias", 0), case.m if case.bias else 0)
+        in_pool = [case for case in cases if pooled(case)]
+        for mode in dict.fromkeys(case.mode for case in in_pool):
+            same = [case for case in in_pool if case.mode == mode]
+            # (each operand's largest in one pass of max: no layout made, see Case.elements)
+            wanted = {name: max(case.elements(name) for case in same) for name in "abc"}
+            wanted["bias"] = max(case.m if case.bias else 0 for case in same)
+            self.sizes[mode] = wanted
         self.mode: str | None = None
         self.buffers: dict[str, Any] = {}
         self.views: dict[tuple[str, Any], Any] = {}  # one view per operand layout, made once
