@@ -378,6 +378,8 @@ def stood_in(
     (tmp_path / "done" / "marker").write_text(marker)
     ray = kind(run_archive.pack(tmp_path / "done"), [])
     monkeypatch.setattr(ray_connect, "require_ray", lambda: ray)
+    monkeypatch.setattr(ray_connect, "_local_head", lambda _address: None)  # (its own Ray)
+    monkeypatch.setattr(ray_connect.atexit, "register", lambda *_args: None)
     return ray, SweepOptions(cases=map_cases(), gpu_label="h100", out=tmp_path / "run")
 
 

@@ -147,6 +147,9 @@ def joining_a_fake_ray(
     monkeypatch.setattr(ray_connect, "_joining", None)
     monkeypatch.setattr(ray_connect, "_clock", {})
     monkeypatch.setattr(ray_connect.atexit, "register", lambda *_args: None)
+    # no head of its own: a cluster on this machine, joined as it is (tests/test_ray_head.py
+    # joins a head)
+    monkeypatch.setattr(ray_connect, "_local_head", lambda _address: None)
     return ray, warmed
 
 
@@ -301,6 +304,7 @@ def test_ray_is_left_once_the_shards_are_back_only_where_joined_here(
     monkeypatch.setattr(ray_connect, "require_ray", lambda: ray)
     monkeypatch.setattr(ray_connect, "_joining", None)
     monkeypatch.setattr(ray_connect, "_ours", [])
+    monkeypatch.setattr(ray_connect, "_local_head", lambda _address: None)
     monkeypatch.setattr(ray_connect.atexit, "register", lambda *_args: None)
 
     ray_connect.connect("auto")

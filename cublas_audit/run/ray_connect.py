@@ -1,8 +1,9 @@
 """Ray joined for a `--ray` run (run.ray_fleet): Ray imported only here and only when asked
 (an optional extra: its absence is a ToolMissingError naming the install command), the cluster
-joined, possibly in a background thread while the command line plans the run (`connect_soon`:
-starting a local Ray instance takes ~5 s, most of it waiting on Ray's own processes), and the
-run's clock: seconds from the start of joining Ray, what env.json's `ray_timings` count in."""
+joined, possibly in a background thread while the command line plans the run (`connect_soon`;
+`auto` where this machine is part of no cluster: a local head started in a process of its own,
+run.ray_head, ~5 s of Ray's own start-up beside the planning), and the run's clock: seconds from
+the start of joining Ray, what env.json's `ray_timings` count in."""
 
 from __future__ import annotations
 
@@ -18,9 +19,10 @@ from types import ModuleType
 from typing import Any
 
 from cublas_audit.errors import AuditError, ToolMissingError
+from cublas_audit.run import ray_head
 
 INSTALL_HINT = "pip install 'cublas-audit[ray]'"
-# How long an exit waits for a Ray instance still starting in the background, to stop it.
+# How long an exit waits for Ray still being joined in the background, to stop it.
 STARTING_S = 120.0
 # How long an exit waits for Ray left in the background (release) to be stopped.
 STOPPING_S = 60.0
@@ -53,34 +55,44 @@ def require_ray() -> ModuleType:
 
 @dataclass
 class _Joining:
-    """Ray being joined in a background thread: when it began, and how it ended."""
+    """Ray being joined in a background thread: when it began, the local head started for it
+    (None: a cluster joined as it is), and how it ended."""
 
     began: float
     ready: threading.Event
+    head: ray_head.Head | None = None
     # set by `connect` as the driver starts waiting for Ray (its plan made before Ray was up)
     waited: threading.Event = field(default_factory=threading.Event)
     took: float | None = None
     error: BaseException | None = None
+    joined: bool = False  # Ray joined by this thread (not a caller's own ray.init)
+    # The exit and the thread's ray.init, one at a time: an exit before the head is joined
+    # stops it at once (the thread then ends with it), after that it waits for the join.
+    turn: threading.Lock = field(default_factory=threading.Lock)
+    leaving: bool = False
+    connecting: bool = False
 
 
 _joining: _Joining | None = None
 # the driver's clock of a run: when joining Ray began (epoch seconds), how long it took
 _clock: dict[str, float] = {}
-CLOCK_KEYS = ("connect_s", "connect_waited_s")
-# The Ray this process joined (connect), which release leaves; empty: none, or a caller's own.
-_ours: list[ModuleType] = []
+CLOCK_KEYS = ("connect_s", "connect_waited_s", "head_ready_s")
+# The Ray this process joined (connect) and the head it started, which release leaves; empty:
+# none, or a caller's own.
+_ours: list[tuple[ModuleType, ray_head.Head | None]] = []
 
 
 def connect_soon(address: str) -> None:
     """Joins Ray (`connect`) in a background thread while this one goes on (the command line
-    plans the run meanwhile); `connect` waits for it. The thread lives on once Ray is joined:
-    Ray's processes of a local instance die with the thread that started them (Linux's
-    parent-death signal belongs to a thread). An exit before it is done waits for it, then
-    stops what it started."""
+    plans the run meanwhile); `connect` waits for it. For `auto` on a machine part of no
+    cluster, the local head's process is started from this thread (it must outlive the head:
+    its parent-death signal is this thread's) and the background one waits for it, then joins
+    it. An exit before it is done stops the head, or waits for the join, then stops what it
+    started."""
     global _joining
     if _joining is not None:
         return
-    joining = _Joining(time.time(), threading.Event())
+    joining = _Joining(time.time(), threading.Event(), _local_head(address))
 
     previous = sys.getswitchinterval()
 
@@ -88,7 +100,7 @@ def connect_soon(address: str) -> None:
         try:
             ray = require_ray()  # (importing Ray, ~0.6 s, is the thread's too)
             if not ray.is_initialized():
-                _connect_now(ray, address)
+                _join(ray, address, joining)
                 # Workers readied only while the driver still plans: one already waiting
                 # submits the shards now, whose tasks then start their workers themselves; a
                 # warm-up would hold each GPU from them (WARM_HOLD_S, after its worker's start;
@@ -102,7 +114,9 @@ def connect_soon(address: str) -> None:
             sys.setswitchinterval(previous)
         joining.took = time.time() - joining.began
         joining.ready.set()
-        threading.Event().wait()  # (lives on with the process: see above)
+        # (lives on with the process: where Ray was imported before, ray.init starts a local
+        # instance itself, whose processes die with the thread that started them)
+        threading.Event().wait()
 
     _joining = joining
     atexit.register(_stop_started, joining)
@@ -115,41 +129,55 @@ def connect_soon(address: str) -> None:
 
 def connect(address: str) -> ModuleType:
     """Ray joined: `auto` is the cluster this machine is part of (`ray start`), else a new one
-    on this machine; an address is that cluster's. Already joined (a caller's ray.init, or
-    connect_soon's): kept."""
+    on this machine (a head of its own); an address is that cluster's. Already joined (a
+    caller's ray.init, or connect_soon's): kept. Not under way: joined now (connect_soon, then
+    waited for at once)."""
     global _joining
-    ray = require_ray()
-    joining, _joining = _joining, None
+    present = sys.modules.get("ray")
     _ours.clear()
-    if joining is not None:
-        waited = time.time()
-        joining.waited.set()
-        joining.ready.wait()
-        _clock.update(began=joining.began, connect_s=joining.took or 0.0)
-        _clock["connect_waited_s"] = time.time() - waited
-        if joining.error is not None:
-            raise joining.error
-        _ours.append(ray)
-    elif not ray.is_initialized():
-        _clock.update(began=time.time())
-        _connect_now(ray, address)
-        _clock.update(connect_s=time.time() - _clock["began"], connect_waited_s=0.0)
-        _ours.append(ray)
-    else:
+    if _joining is None and present is not None and present.is_initialized():
         _clock.clear()
         _clock.update(began=time.time(), connect_s=0.0, connect_waited_s=0.0)
+        return present  # (a caller's own)
+    if _joining is None:
+        connect_soon(address)
+    joining, _joining = _joining, None
+    assert joining is not None
+    waited = time.time()
+    joining.waited.set()
+    joining.ready.wait()
+    _clock.clear()
+    _clock.update(began=joining.began, connect_s=joining.took or 0.0)
+    _clock["connect_waited_s"] = time.time() - waited
+    head = joining.head
+    if head is not None and head.ready_at is not None:
+        _clock["head_ready_s"] = head.ready_at - joining.began
+    if joining.error is not None:
+        raise joining.error
+    ray = require_ray()
+    if joining.joined:
+        _ours.append((ray, head))
     return ray
 
 
 def release() -> None:
     """Ray left in a background thread, once the shards are back (the merge, judging and the
-    report need it no more): stopping a local instance takes ~1.5 s, which then passes beside
-    the merge instead of at the exit, and its workers' memory is freed. Only a Ray this process
-    joined (`connect`), never a caller's own ray.init."""
+    report need it no more): this process disconnects, then its local head, if it started one,
+    is stopped (~2 s here), which passes beside the merge instead of at the exit, and its
+    workers' memory is freed. Only a Ray this process joined (`connect`), never a caller's own
+    ray.init."""
     if not _ours:
         return
-    ray = _ours.pop()
-    leaving = threading.Thread(target=ray.shutdown, name="cublas-audit ray.shutdown", daemon=True)
+    ray, head = _ours.pop()
+
+    def leave() -> None:
+        try:
+            ray.shutdown()
+        finally:
+            if head is not None:
+                head.stop()
+
+    leaving = threading.Thread(target=leave, name="cublas-audit ray.shutdown", daemon=True)
     leaving.start()
     atexit.register(leaving.join, STOPPING_S)  # (an exit waits for it: nothing left running)
 
@@ -185,6 +213,28 @@ def local_cpus() -> int | None:
     return max(gpus, min(os.cpu_count() or 1, gpus + SPARE_CPUS))
 
 
+def _local_head(address: str) -> ray_head.Head | None:
+    """The head started for `auto` where ray.init would start a local instance: no cluster on
+    this machine (ray_head.existing_cluster), and Ray not yet imported here (where it was, its
+    token authentication was read as it was imported: ray.init starts the instance itself, in
+    the joining thread, as before)."""
+    if address != "auto" or "ray" in sys.modules or ray_head.existing_cluster():
+        return None
+    return ray_head.start(local_cpus())
+
+
+def _join(ray: ModuleType, address: str, joining: _Joining) -> None:
+    """ray.init at `address`, or at the head's once it is up (never once the exit began)."""
+    if joining.head is not None:
+        address = joining.head.address_when_ready()
+    with joining.turn:
+        if joining.leaving:
+            raise AuditError("--ray: the command ended before Ray was joined")
+        joining.connecting = True
+    _connect_now(ray, address)
+    joining.joined = True
+
+
 def _connect_now(ray: ModuleType, address: str) -> None:
     options: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
     try:
@@ -202,12 +252,21 @@ def _connect_now(ray: ModuleType, address: str) -> None:
 
 
 def _stop_started(joining: _Joining) -> None:
-    """At exit: a Ray instance still starting is waited for, then stopped (Ray's own exit
-    handler, registered by ray.init, is not run when ray.init ends after the exit began)."""
+    """At exit (Ctrl-C and errors too): a head not yet joined is stopped at once; Ray being
+    joined is waited for, then left (Ray's own exit handler, registered by ray.init, is not run
+    when ray.init ends after the exit began), then the head stopped. Each only once: release
+    may have done it."""
+    with joining.turn:
+        joining.leaving = True
+        connecting = joining.connecting
+    if joining.head is not None and not connecting:
+        joining.head.stop()
     joining.ready.wait(STARTING_S)
     ray = sys.modules.get("ray")
     if ray is not None and ray.is_initialized():
         ray.shutdown()
+    if joining.head is not None:
+        joining.head.stop()
 
 
 def since_start(epoch: float) -> float:
