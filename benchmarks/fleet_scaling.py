@@ -187,8 +187,11 @@ def ray_phases(timings: dict[str, Any], wall: float) -> str:
         for name in ("sweep_s", "fold_s", "pack_s", "unpack_s")
     }
     done = float(timings.get("reported_at_s") or 0)
+    # a local head of the run's own (run.ray_head): its ready line, what bounds the join
+    ready = timings.get("head_ready_s")
+    head = f"the local head up at {ready} s, " if ready is not None else ""
     return (
-        f"Timed apart (ray_timings, from the start of joining Ray): joining Ray "
+        f"Timed apart (ray_timings, from the start of joining Ray): {head}joining Ray "
         f"{timings.get('connect_s')} s, of which the driver waited "
         f"{timings.get('connect_waited_s')} s; tasks submitted at "
         f"{timings.get('submitted_at_s')} s, started at "
