@@ -6,15 +6,17 @@ error it reports, the committed kernel against an earlier one and against other 
 A uniform sample of the BF16 full grid's problems (M, N, K in 64..4096 step 64, both operands
 untransposed, as `cublas-audit map` lays them out; seed 0), plus a smaller FP32 sample and a
 transposed-A one. Each problem's GEMM runs once through cuBLAS (so C holds a real product),
-then every variant's check (the scratch memset and the two kernels, what the map queues after a
-problem's calls) is timed with CUDA events over 3 repeats, outside any profiler. `--module
+then every variant's check (what the map queues after a problem's calls: the committed kernel's
+one launch; before, the scratch's memset and two kernels) is timed with CUDA events over 3
+repeats, outside any profiler. `--module
 NAME=PATH` adds the module file of another quick_check (e.g. `git show 6fe99d3:cublas_audit/device/
 quick_check.py`, the kernel before staging), run with its own FILL_BLOCKS; `--fill` the
 FILL_BLOCKS values to try with the committed kernel.
 
 Printed and written: each variant's mean microseconds a problem, that times 262,144 (the grid's
 check seconds, as the sample is uniform over it), and the largest relative difference of its
-errors from the first variant's (the same float64 metric summed in another order: ~1e-12).
+errors from the first variant's (the same float64 metric summed in another order: ~1e-12), and of
+each variant's last repeat from its first check (a scratch left dirty by a check would show).
 """
 
 from __future__ import annotations
@@ -62,8 +64,9 @@ def variants(modules: list[str], fills: list[int]) -> dict[str, tuple[Any, int]]
     return found
 
 
-def timed_check(module: Any, fill: int, ops: Any, scratch: Any) -> tuple[float, float]:
-    """Microseconds of one check (mean of REPEATS, after one untimed) and its error."""
+def timed_check(module: Any, fill: int, ops: Any, scratch: Any) -> tuple[float, float, float]:
+    """Microseconds of one check (mean of REPEATS, after one untimed), its error and the last
+    repeat's."""
     import cupy
 
     module.FILL_BLOCKS = fill
@@ -81,8 +84,9 @@ def timed_check(module: Any, fill: int, ops: Any, scratch: Any) -> tuple[float, 
         module.enqueue(ops, ops.c, chosen, indices, sums, scratch)
     end.record()
     end.synchronize()
+    again = module.error_from_sums(sums.get().tolist())
     fill_us = _fill_us(sums)
-    return cupy.cuda.get_elapsed_time(start, end) * 1000 / REPEATS - fill_us, error
+    return cupy.cuda.get_elapsed_time(start, end) * 1000 / REPEATS - fill_us, error, again
 
 
 def _fill_us(sums: Any) -> float:
@@ -106,15 +110,17 @@ def sample_leg(
 
     micro: dict[str, list[float]] = {name: [] for name in found}
     errors: dict[str, list[float]] = {name: [] for name in found}
+    repeats: dict[str, list[float]] = {name: [] for name in found}
     scratches = {name: module.Scratch() for name, (module, _fill) in found.items()}
     for m, n, k in shapes:
         case = Case("cublas", mode, m, n, k, 1, transa=transa)
         ops = operands.make_for(case, seed=1)
         launchers.classic(case, ops)()
         for name, (module, fill) in found.items():
-            us, error = timed_check(module, fill, ops, scratches[name])
+            us, error, again = timed_check(module, fill, ops, scratches[name])
             micro[name].append(us)
             errors[name].append(error)
+            repeats[name].append(again)
     quick_check.geometry.cache_clear()
     first = next(iter(found))
     return {
@@ -129,6 +135,9 @@ def sample_leg(
                     abs(e / f - 1) for e, f in zip(errors[name], errors[first], strict=True)
                 ),
                 "max_error": max(errors[name]),
+                "max_repeat_rel_diff": max(
+                    abs(a / e - 1) for a, e in zip(repeats[name], errors[name], strict=True)
+                ),
             }
             for name in found
         },

@@ -85,7 +85,7 @@ def test_the_quick_check_stages_whole_tiles_of_a_large_odd_problem(
     operands.reset(ops)
     launch, _closers = prepare(case, ops)
     launch()
-    assert quick_check.geometry(case.m, case.k, 1).partial_grid[1] > 1  # K split over blocks
+    assert quick_check.geometry(case.m, case.k, 1).grid[1] > 1  # K split over blocks
     on_gpu = quick_check.error_now(ops, ops.c)
     assert 0 < on_gpu <= operands.tolerance(mode)
     assert on_gpu == pytest.approx(host_error(ops, ops.c), rel=1e-9)

@@ -15,7 +15,7 @@ from cublas_audit.device.operand_pool import OperandPool
 from cublas_audit.planning.cases import Case
 from cublas_audit.planning.chunks import CHUNK, POOLED_BYTES, chunk_groups, dealt
 
-PARTIAL, FINAL = CHECK_KERNELS
+(CHECK,) = CHECK_KERNELS
 
 
 def launch(name: str, start: int) -> KernelLaunch:
@@ -38,7 +38,7 @@ def test_a_chunk_is_read_once_the_next_chunks_marker_has_arrived() -> None:
     records = [
         marker(6, 0), launch("old_gemm", 1),
         marker(7, 10), launch("gemm_a", 11), launch("reduce", 12), launch("gemm_a", 13),
-        launch("reduce", 14), launch(PARTIAL, 15), launch(FINAL, 16),
+        launch("reduce", 14), launch(CHECK, 15),
         launch("gemm_b", 20), launch(map_records.CASE_END, 21),
         marker(8, 30), launch("gemm_c", 31),
     ][::-1]  # fmt: skip
@@ -49,7 +49,7 @@ def test_a_chunk_is_read_once_the_next_chunks_marker_has_arrived() -> None:
     assert [k.name for k in after] == [map_records.CHUNK_MARKER, "gemm_c"]
     cases = map_records.case_records(mine)
     assert [[k.name for k in c] for c in cases] == [["gemm_a", "reduce"] * 2, ["gemm_b"]]
-    assert map_records.check_seconds(mine) == 10e-9  # the check's two kernels, 5 ns each
+    assert map_records.check_seconds(mine) == 5e-9  # the check's kernel, 5 ns
     calls = map_records.split_calls(cases[0], 2)
     assert not isinstance(calls, str)
     assert names(list(calls)) == [["gemm_a", "reduce"], ["gemm_a", "reduce"]]
@@ -170,14 +170,11 @@ def test_out_of_memory_in_the_pool_is_a_skipped_case_not_an_error() -> None:
 
 
 def test_the_checks_driver_launch_passes_each_kernel_parameter_as_its_c_type() -> None:
-    # the ctypes parameters of the two check kernels (quick_check._DriverLaunch) read off the
-    # CUDA source's signatures: a pointer passed as an int (or the reverse) faults on the GPU
+    # the ctypes parameters of the check's kernel (quick_check._DriverLaunch) read off the
+    # CUDA source's signature: a pointer passed as an int (or the reverse) faults on the GPU
     kinds = {"const void*": "p", "void*": "p", "const int*": "p", "const double*": "p",
              "double*": "p", "int": "i", "long long": "q", "double": "d"}  # fmt: skip
-    for name, params in (
-        (PARTIAL, quick_check.PARTIAL_PARAMS),
-        (FINAL, quick_check.FINAL_PARAMS),
-    ):
-        signature = quick_check.SOURCE.split(f" {name}(")[1].split(")")[0]
-        declared = [" ".join(p.split()[:-1]) for p in signature.split(",")]
-        assert "".join(kinds[d] for d in declared) == params, name
+    assert quick_check.KERNEL == CHECK  # what the map's reader closes each case's records at
+    signature = quick_check.SOURCE.split(f" {CHECK}(")[1].split(")")[0]
+    declared = [" ".join(p.split()[:-1]) for p in signature.split(",")]
+    assert "".join(kinds[d] for d in declared) == quick_check.PARAMS

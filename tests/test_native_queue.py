@@ -1,11 +1,11 @@
 """device.native_queue without a GPU: the C thread (data/map_queue.c) against a stand-in for
 libcuda and libcublas (tests/fake_cuda) makes, for a chunk of recorded BF16 problems, the very
 stream operations the Python engine made, in its order: the chunk's indices up, its sums zeroed,
-its marker; per problem C poisoned, the calls between events, the check's scratch zeroed and
-its two kernels with the problem's own arguments; a problem cuBLAS refuses closed by the case-end
-marker and reported; the sums down and the end event last. The records Python hands over match
-the C structs byte for byte. The GPU half (the same kernels and results as the Python engine) is
-tests/test_gpu_map_engine.py's."""
+its marker; per problem C poisoned, the calls between events and the check's one kernel with the
+problem's own arguments (no memset: each check leaves its scratch zeroed); a problem cuBLAS
+refuses closed by the case-end marker and reported; the sums down and the end event last. The
+records Python hands over match the C structs byte for byte. The GPU half (the same kernels and
+results as the Python engine) is tests/test_gpu_map_engine.py's."""
 
 from __future__ import annotations
 
@@ -25,8 +25,8 @@ from cublas_audit.planning.cases import Case, read_plan
 
 PLAN = Path(__file__).resolve().parent.parent / "reports/h100/maps/20261125-092546-bf16-random"
 needs_cc = pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler (cc) here")
-MEMSET, EVENT, GEMM, LAUNCH, COPY_UP, COPY_DOWN = 1, 2, 3, 4, 5, 6  # fake_cuda.c's operations
-PARTIAL, FINAL, CASE_END, MARKER = 0x100, 0x200, 0x300, 0x400  # the kernels' stand-in handles
+MEMSET, EVENT, GEMM, LAUNCH, COPY_UP, COPY_DOWN, ARGS = 1, 2, 3, 4, 5, 6, 7  # fake_cuda.c's
+CHECK, CASE_END, MARKER = 0x100, 0x300, 0x400  # the kernels' stand-in handles
 A, B, C, BIAS = 0x10000, 0x20000, 0x30000, 0x40000  # the pooled operands' stand-in addresses
 INDICES, SUMS, SCRATCH = 0x50000, 0x60000, 0x70000
 
@@ -50,8 +50,10 @@ def test_a_recorded_problem_is_described_with_its_call_and_its_check() -> None:
     # its check's slots: the second problem's indices after the first's 17, sums 4 float64 on
     assert rows[1]["indices"] == INDICES + 4 * 17 and rows[1]["sums"] == SUMS + 32
     shape = quick_check.geometry(64, 2816, 1)
-    assert first["per_block"] == shape.per_block and first["scratch_bytes"] == 8 * 16 * 64
-    assert (first["partial_blocks_x"], first["partial_blocks_y"]) == shape.partial_grid[:2]
+    assert first["per_block"] == shape.per_block
+    assert (first["blocks_x"], first["blocks_y"]) == shape.grid[:2]
+    # 64 rows: one block of rows, its K split in 528 / 1 = 88 tiles of 32 (2816 = 88 x 32)
+    assert shape.grid == (1, 88, 1) and shape.per_block == 32
     assert first["bias"] == 0  # no bias asked: the check adds none
     lt = Case("cublasLt", "bf16", 64, 64, 64, 1)
     with pytest.raises(ValueError, match="not a classic"):
@@ -93,7 +95,7 @@ lib.map_queue_start.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int64, ctypes.c
                                                         ctypes.c_void_p, ctypes.c_int]
 lib.map_queue_submit.argtypes = [ctypes.POINTER(native_queue.QueuedChunk)]
 lib.map_queue_finished.restype = ctypes.c_int64
-functions = (ctypes.c_void_p * 4)(PARTIAL, FINAL, CASE_END, MARKER)
+functions = (ctypes.c_void_p * 3)(CHECK, CASE_END, MARKER)
 assert lib.map_queue_start(None, 3, 1, 2, SCRATCH, functions, 0) == 0
 cases = recorded_cases()
 picks = [quick_check.picked(case.batch, case.n) for case in cases]
@@ -137,9 +139,8 @@ def test_the_c_thread_queues_what_the_python_engine_queued(tmp_path: Path) -> No
             (EVENT, events[1], 0, 0, 0),
             (GEMM, 2, case.m, 0, 0),
             (EVENT, events[2], 0, 0, 0),
-            (MEMSET, SCRATCH, 0, 8 * shape.scratch_values, 0),
-            (LAUNCH, PARTIAL, case.m, case.k, shape.per_block),
-            (LAUNCH, FINAL, case.m, case.n, SUMS + 32 * row),
+            (LAUNCH, CHECK, case.m, case.k, shape.grid[1] * 100000 + shape.per_block),
+            (ARGS, CHECK, case.n, SCRATCH, SUMS + 32 * row),
         ]
 
     second = recorded_cases()[1]

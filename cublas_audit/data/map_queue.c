@@ -8,8 +8,9 @@
    Python reads earlier chunks back. A chunk: its check indices copied up and its sums zeroed,
    the chunk's marker kernel (device.map_records), then for each problem C poisoned (every byte
    0xFF, a NaN in each storage), the classic call `reps` times between `reps` + 1 events, the
-   check's scratch zeroed and its two kernels (device.quick_check) adding the problem's sums
-   into its slots; last the sums copied down and the chunk's end event recorded.
+   check's one kernel (device.quick_check) adding the problem's sums into its slots (its scratch
+   left zeroed by the last problem's check); last the sums copied down and the chunk's end event
+   recorded.
 
    A problem whose call or launch fails gets the case-end marker kernel instead of its check (its
    records end there, as map_records.close_case does from Python), and its status says which
@@ -30,12 +31,12 @@ typedef struct {
     /* C's bytes, poisoned first */
     int64_t c_bytes;
     /* the quick check (device.quick_check.enqueue_at's arguments and grids) */
-    int64_t storage, bias, slots, n_columns, indices, sums, per_block, scratch_bytes;
-    int64_t partial_blocks_x, partial_blocks_y, final_blocks_x;
+    int64_t storage, bias, slots, n_columns, indices, sums, per_block;
+    int64_t blocks_x, blocks_y;
 } queued_case;
 
 enum { OK = 0, REFUSED_BY_CUBLAS = 1, REFUSED_BY_CUDA = 2 };
-enum { CHECK_ROWS = 128, FINAL_THREADS = 256 }; /* device.quick_check's ROWS and FINAL_THREADS */
+enum { CHECK_ROWS = 128 }; /* device.quick_check's ROWS */
 
 static warm_call call_of(const queued_case *q) {
     warm_call w = {(int32_t)q->routine, (int32_t)q->transa, (int32_t)q->transb, (int32_t)q->m,
@@ -46,10 +47,8 @@ static warm_call call_of(const queued_case *q) {
     return w;
 }
 
-/* The two check kernels of one problem, after zeroing the scratch they sum into. */
+/* The check of one problem: one kernel (its scratch all zeros, as each check leaves it). */
 static int check(const queued_case *q, void *stream, uint64_t scratch, void *const *kernels) {
-    int status = api.memset_d8(scratch, 0, (size_t)q->scratch_bytes, stream);
-    if (status) return status;
     void *a = (void *)q->a, *b = (void *)q->b, *c = (void *)q->c, *c0 = 0;
     void *bias = (void *)q->bias, *partial = (void *)scratch, *sums = (void *)q->sums;
     void *entries = (void *)q->indices, *columns = (void *)(q->indices + 4 * q->slots);
@@ -58,16 +57,12 @@ static int check(const queued_case *q, void *stream, uint64_t scratch, void *con
     int per_block = (int)q->per_block;
     long long lda = q->lda, ldb = q->ldb, stride_a = q->stride_a, stride_b = q->stride_b;
     double beta = q->beta;
-    void *partial_args[] = {&a, &b, &storage, &m, &k, &transa, &transb, &lda, &ldb, &stride_a,
-                            &stride_b, &entries, &columns, &n_columns, &per_block, &partial};
-    status = api.launch_kernel(kernels[0], (unsigned)q->partial_blocks_x,
-                               (unsigned)q->partial_blocks_y, (unsigned)q->slots, CHECK_ROWS, 1, 1,
-                               0, stream, partial_args, 0);
-    if (status) return status;
-    void *final_args[] = {&c, &c0, &bias, &storage, &beta, &m, &n, &entries, &columns,
-                          &n_columns, &partial, &sums};
-    return api.launch_kernel(kernels[1], (unsigned)q->final_blocks_x, (unsigned)q->slots, 1,
-                             FINAL_THREADS, 1, 1, 0, stream, final_args, 0);
+    void *args[] = {&a,        &b,        &c,       &c0,      &bias,     &storage,
+                    &beta,     &m,        &n,       &k,       &transa,   &transb,
+                    &lda,      &ldb,      &stride_a, &stride_b, &entries, &columns,
+                    &n_columns, &per_block, &partial, &sums};
+    return api.launch_kernel(kernels[0], (unsigned)q->blocks_x, (unsigned)q->blocks_y,
+                             (unsigned)q->slots, CHECK_ROWS, 1, 1, 0, stream, args, 0);
 }
 
 /* One problem: poison, the timed calls between events, the check. 0, or the refusal (*where). */
@@ -116,7 +111,7 @@ static int64_t submitted, finished; /* chunks handed over, and queued on the GPU
 static int stopping, warming;
 static int working; /* the thread has taken chunk `finished` and is queueing it */
 static pthread_t thread;
-static void *context, *blas, *stream, *kernels[4]; /* partial, final, case end, chunk marker */
+static void *context, *blas, *stream, *kernels[3]; /* the check, case end, chunk marker */
 static uint64_t scratch;
 static int64_t reps;
 static int64_t busy_ns; /* the thread's time queueing chunks (not waiting for them) */
@@ -135,7 +130,7 @@ static void queue_cases(const queued_chunk *chunk) {
         chunk->status[2 * i] = refused ? where : OK;
         chunk->status[2 * i + 1] = refused;
         if (refused) /* its records end here */
-            api.launch_kernel(kernels[2], 1, 1, 1, 1, 1, 1, 0, stream, 0, 0);
+            api.launch_kernel(kernels[1], 1, 1, 1, 1, 1, 1, 0, stream, 0, 0);
     }
 }
 
@@ -148,7 +143,7 @@ static int queue_chunk(queued_chunk *chunk) {
                                   (size_t)chunk->indices_bytes, stream);
     if (!status) status = api.memset_d8(chunk->sums, 0, (size_t)chunk->sums_bytes, stream);
     if (!status && chunk->marker_threads > 0)
-        status = api.launch_kernel(kernels[3], 1, 1, 1, (unsigned)chunk->marker_threads, 1, 1, 0,
+        status = api.launch_kernel(kernels[2], 1, 1, 1, (unsigned)chunk->marker_threads, 1, 1, 0,
                                    stream, 0, 0);
     if (status) return status;
     if (warming && chunk->warm_progress >= 0) warm_progress(chunk->warm_progress);
@@ -186,8 +181,8 @@ static void *serve(void *unused) {
 
 /* Starts the thread on `ctx` with cuBLAS's `handle` (the map's: set here to `stream`, host
    pointer mode and default math, as the launchers set it), `calls` calls a problem, the check's
-   `scratch` (large enough for any problem's), and `functions`: the check's partial and final
-   kernels, the case-end and the chunk markers. `warm`: tell the heuristic warmer the progress.
+   `scratch` (large enough for any problem's, all zeros), and `functions`: the check's kernel,
+   the case-end and the chunk markers. `warm`: tell the heuristic warmer the progress.
    0: started (native_resolve must have found the entry points). */
 int map_queue_start(void *ctx, void *handle, void *on_stream, int64_t calls,
                     uint64_t check_scratch, void *const *functions, int warm) {
@@ -197,7 +192,7 @@ int map_queue_start(void *ctx, void *handle, void *on_stream, int64_t calls,
     stream = on_stream;
     reps = calls;
     scratch = check_scratch;
-    for (int i = 0; i < 4; i++) kernels[i] = functions[i];
+    for (int i = 0; i < 3; i++) kernels[i] = functions[i];
     warming = warm;
     submitted = finished = busy_ns = 0;
     stopping = working = 0;

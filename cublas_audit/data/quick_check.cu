@@ -1,5 +1,5 @@
-/* The map's quick float64 check: its two kernels (device.quick_check says what they compute and
-   how they are launched; its ROWS, K_TILE and MAX_COLUMNS are the defines below). */
+/* The map's quick float64 check: one kernel a problem (device.quick_check says what it computes
+   and how it is launched; its ROWS, K_TILE and MAX_COLUMNS are the defines below). */
 #define MAX_COLUMNS 16
 #define ROWS 128
 #define K_TILE 32
@@ -117,39 +117,23 @@ __device__ __forceinline__ void partial_sums(
     }
 }
 
-extern "C" __global__ void __launch_bounds__(ROWS) cublas_audit_check_partial(
-        const void* a, const void* b, int storage, int m, int k, int transa, int transb,
-        long long lda, long long ldb, long long stride_a, long long stride_b,
-        const int* entries, const int* columns, int n_columns, int k_per_block,
-        double* partial) {
-    __shared__ double tile[K_TILE][MAX_COLUMNS];
-    __shared__ float a_tile[K_TILE][ROWS + 1];  /* +1: the transposed stores hit 32 banks */
-    if (storage == 0)
-        partial_sums<0>(tile, a_tile, a, b, m, k, transa, transb, lda, ldb, stride_a,
-                        stride_b, entries, columns, n_columns, k_per_block, partial);
-    else if (storage == 2)
-        partial_sums<2>(tile, a_tile, a, b, m, k, transa, transb, lda, ldb, stride_a,
-                        stride_b, entries, columns, n_columns, k_per_block, partial);
-    else
-        partial_sums<1>(tile, a_tile, a, b, m, k, transa, transb, lda, ldb, stride_a,
-                        stride_b, entries, columns, n_columns, k_per_block, partial);
-}
-
-/* One row's squared error and squared norm over the checked columns, the columns' loads in
-   flight together (unrolled, the storage known: a loop waiting for each column's loads in turn
-   took ~12 us, as long as the partial sums of a mid-sized problem). */
+/* One row's squared error and squared norm over the checked columns, from the float64 sums the
+   problem's blocks added up (read from L2: other blocks' atomics), each sum then zeroed for the
+   next problem; the columns' loads in flight together (unrolled, the storage known). */
 template <int STORAGE>
 __device__ __forceinline__ void row_sums(
         const void* c, const void* c0, const void* bias, double beta, int m, int n, long long e,
-        const int* cols, int n_columns, const double* partial, int i, double& d2, double& r2) {
+        const int* cols, int n_columns, double* partial, int i, double& d2, double& r2) {
     const double added = bias ? (double)as_float<STORAGE>(bias, i) : 0.0;
     #pragma unroll
     for (int col = 0; col < MAX_COLUMNS; ++col) {
         if (col < n_columns) {
             const long long at = e * (long long)m * n + (long long)cols[col] * m + i;
-            double exact = partial[(long long)col * m + i];
+            double* sum = partial + (long long)col * m + i;
+            double exact = __ldcg(sum);
+            *sum = 0.0;
             if (c0) exact += beta * (double)as_float<STORAGE>(c0, at);
-            if (bias) exact += added;  /* (in the first kernel's order) */
+            if (bias) exact += added;
             const double diff = (double)as_float<STORAGE>(c, at) - exact;
             d2 += diff * diff;
             r2 += exact * exact;
@@ -157,40 +141,78 @@ __device__ __forceinline__ void row_sums(
     }
 }
 
-extern "C" __global__ void cublas_audit_check_final(
-        const void* c, const void* c0, const void* bias, int storage, double beta, int m,
-        int n, const int* entries, const int* columns, int n_columns, const double* partial,
-        double* sums) {
-    const int slot = blockIdx.y;
-    const long long e = entries[slot];
-    const int i = blockIdx.x * blockDim.x + threadIdx.x;
-    const int* cols = columns + slot * n_columns;
-    const double* mine = partial + (long long)slot * MAX_COLUMNS * m;
-    double d2 = 0.0, r2 = 0.0;
-    if (i < m) {
-        if (storage == 0)
-            row_sums<0>(c, c0, bias, beta, m, n, e, cols, n_columns, mine, i, d2, r2);
-        else if (storage == 2)
-            row_sums<2>(c, c0, bias, beta, m, n, e, cols, n_columns, mine, i, d2, r2);
-        else
-            row_sums<1>(c, c0, bias, beta, m, n, e, cols, n_columns, mine, i, d2, r2);
-    }
+/* The block's two sums added up (ROWS threads: 4 warps), then into the problem's slots. */
+__device__ __forceinline__ void block_sums(double d2, double r2, double* sums, int slot) {
+    __shared__ double warp_sums[2][ROWS / 32];
     for (int offset = 16; offset > 0; offset >>= 1) {
         d2 += __shfl_down_sync(0xffffffffu, d2, offset);
         r2 += __shfl_down_sync(0xffffffffu, r2, offset);
     }
-    __shared__ double warp_sums[2][32];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     if (lane == 0) { warp_sums[0][warp] = d2; warp_sums[1][warp] = r2; }
     __syncthreads();
-    if (warp == 0) {
-        const int warps = blockDim.x >> 5;
-        d2 = lane < warps ? warp_sums[0][lane] : 0.0;
-        r2 = lane < warps ? warp_sums[1][lane] : 0.0;
-        for (int offset = 16; offset > 0; offset >>= 1) {
-            d2 += __shfl_down_sync(0xffffffffu, d2, offset);
-            r2 += __shfl_down_sync(0xffffffffu, r2, offset);
-        }
-        if (lane == 0) { atomicAdd(&sums[2 * slot], d2); atomicAdd(&sums[2 * slot + 1], r2); }
+    if (threadIdx.x == 0) {
+        d2 = r2 = 0.0;
+        #pragma unroll
+        for (int w = 0; w < ROWS / 32; ++w) { d2 += warp_sums[0][w]; r2 += warp_sums[1][w]; }
+        atomicAdd(&sums[2 * slot], d2);
+        atomicAdd(&sums[2 * slot + 1], r2);
     }
+}
+
+/* The whole check of one problem in one launch (grid: row blocks x K splits x checked entries).
+   Each block adds its rows' partial sums over its share of K into the scratch (float64 atomics),
+   then takes a ticket of its rows; the block that takes the last (every K split of those rows
+   is in) compares them with C, adds the squared error and norm into `sums` and zeroes what it
+   read and the ticket, so the scratch is all zeros again for the next problem. Before, the
+   scratch's memset, the partial sums and a final kernel were three launches a problem, ~30 us
+   of the H100's time together on the BF16 grid for ~8 us of work. The ticket follows CUDA's
+   threadFenceReduction sample: each block's atomics made visible (__threadfence) before its
+   ticket, the last block's reads from L2 (__ldcg). */
+template <int STORAGE>
+__device__ __forceinline__ void check(
+        double (*tile)[MAX_COLUMNS], float (*a_tile)[ROWS + 1], const void* a, const void* b,
+        const void* c, const void* c0, const void* bias, double beta, int m, int n, int k,
+        int transa, int transb, long long lda, long long ldb, long long stride_a,
+        long long stride_b, const int* entries, const int* columns, int n_columns,
+        int k_per_block, double* scratch, double* sums) {
+    __shared__ int last;
+    const int slot = blockIdx.z;
+    double* partial = scratch + (long long)slot * MAX_COLUMNS * m;
+    partial_sums<STORAGE>(tile, a_tile, a, b, m, k, transa, transb, lda, ldb, stride_a, stride_b,
+                          entries, columns, n_columns, k_per_block, scratch);
+    __threadfence();
+    __syncthreads();
+    unsigned long long* ticket = (unsigned long long*)(scratch + (long long)gridDim.z
+                                                       * MAX_COLUMNS * m)
+                                 + slot * gridDim.x + blockIdx.x;
+    if (threadIdx.x == 0) last = atomicAdd(ticket, 1ULL) == gridDim.y - 1;
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    const int i = blockIdx.x * ROWS + threadIdx.x;
+    double d2 = 0.0, r2 = 0.0;
+    if (i < m)
+        row_sums<STORAGE>(c, c0, bias, beta, m, n, entries[slot], columns + slot * n_columns,
+                          n_columns, partial, i, d2, r2);
+    block_sums(d2, r2, sums, slot);
+    if (threadIdx.x == 0) *ticket = 0ULL;
+}
+
+extern "C" __global__ void __launch_bounds__(ROWS) cublas_audit_check(
+        const void* a, const void* b, const void* c, const void* c0, const void* bias,
+        int storage, double beta, int m, int n, int k, int transa, int transb, long long lda,
+        long long ldb, long long stride_a, long long stride_b, const int* entries,
+        const int* columns, int n_columns, int k_per_block, double* scratch, double* sums) {
+    __shared__ double tile[K_TILE][MAX_COLUMNS];
+    __shared__ float a_tile[K_TILE][ROWS + 1];  /* +1: the transposed stores hit 32 banks */
+    if (storage == 0)
+        check<0>(tile, a_tile, a, b, c, c0, bias, beta, m, n, k, transa, transb, lda, ldb,
+                 stride_a, stride_b, entries, columns, n_columns, k_per_block, scratch, sums);
+    else if (storage == 2)
+        check<2>(tile, a_tile, a, b, c, c0, bias, beta, m, n, k, transa, transb, lda, ldb,
+                 stride_a, stride_b, entries, columns, n_columns, k_per_block, scratch, sums);
+    else
+        check<1>(tile, a_tile, a, b, c, c0, bias, beta, m, n, k, transa, transb, lda, ldb,
+                 stride_a, stride_b, entries, columns, n_columns, k_per_block, scratch, sums);
 }

@@ -12,7 +12,7 @@ a problem was the map's speed. Here:
   (device.map_records), then for each problem C is poisoned (a memset), its calls run back to
   back between CUDA events (reps + 1 events: each call's stop is the next one's start; the
   events are made once and reused), then the quick float64 check of the last call's output
-  (device.quick_check) adds its sums into the chunk's slots; its kernels close the problem's
+  (device.quick_check) adds its sums into the chunk's slots; its kernel closes the problem's
   records. The first call warms up and is timed too: a median of 5 ignores it, and the check
   reads the output all 5 calls wrote alike (beta = 0).
 - A chunk of classic cuBLAS calls is queued by a C thread (device.native_queue: the same driver

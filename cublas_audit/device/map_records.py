@@ -9,7 +9,7 @@ Python (29 s of the BF16 grid's 300 s). Now:
 - A chunk opens with one marker kernel whose block size names the chunk (its sequence number
   modulo MARKED_CHUNKS, plus one): any record of it tells which chunk it opens, so the records of
   several chunks in flight are told apart without a synchronisation.
-- A case's records end at its check's final kernel (device.quick_check), or at CASE_END where the
+- A case's records end at its check's kernel (device.quick_check), or at CASE_END where the
   case could not be queued whole (an error after some launches): every queued case closes.
 - The calls of one case are made by one launcher on the same operands, so cuBLAS dispatches the
   same kernels for each: the case's kernels split into `reps` groups of equal length, and the
@@ -29,8 +29,8 @@ from collections.abc import Sequence
 from cublas_audit.device.kernel_trace import MARKERS, KernelLaunch
 
 CHUNK_MARKER, CASE_END = MARKERS  # a chunk's opening marker; a case closed without its check
-CHECK_PARTIAL, CHECK_FINAL = "cublas_audit_check_partial", "cublas_audit_check_final"
-CHECK_KERNELS = (CHECK_PARTIAL, CHECK_FINAL)
+CHECK = "cublas_audit_check"  # (device.quick_check.KERNEL: not imported, it reads its source)
+CHECK_KERNELS = (CHECK,)
 MARKED_CHUNKS = 1024  # chunks told apart by their marker's block size (at most 1024 threads)
 # CUPTI's buffers while the map traces: a non-forced flush hands over only buffers whose records
 # are all complete, so a small buffer (some 600 records, ~85 problems) keeps the records of a
@@ -95,15 +95,15 @@ def chunk_records(
 
 
 def case_records(records: Sequence[KernelLaunch]) -> list[list[KernelLaunch]]:
-    """A chunk's records (in GPU order) cut into its cases': each ends at a CHECK_FINAL or a
-    CASE_END; the check kernels are no call's."""
+    """A chunk's records (in GPU order) cut into its cases': each ends at its CHECK or a
+    CASE_END; the check's kernel is no call's."""
     cases: list[list[KernelLaunch]] = []
     current: list[KernelLaunch] = []
     for record in records:
-        if record.name in (CHECK_FINAL, CASE_END):
+        if record.name in (CHECK, CASE_END):
             cases.append(current)
             current = []
-        elif record.name != CHECK_PARTIAL:
+        else:
             current.append(record)
     return cases
 

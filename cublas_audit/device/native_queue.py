@@ -33,7 +33,7 @@ _CALL = (
 )  # fmt: skip
 _CHECK = (
     "c_bytes", "storage", "bias", "slots", "n_columns", "indices", "sums", "per_block",
-    "scratch_bytes", "partial_blocks_x", "partial_blocks_y", "final_blocks_x",
+    "blocks_x", "blocks_y",
 )  # fmt: skip
 # map_queue.c's queued_case: every field 64 bits wide (no padding to get wrong)
 CASE_FIELDS = (*_CALL, "beta", *_CHECK)
@@ -136,8 +136,7 @@ def rows_of(
             case.operand("c").elements * item, quick_check.STORAGE_CODES[storage],
             bias if case.bias else 0, slots, pick.n_columns,
             quick_check.index_address(indices, offset), quick_check.sums_address(sums, slot),
-            shape.per_block, 8 * shape.scratch_values,
-            shape.partial_grid[0], shape.partial_grid[1], shape.final_grid[0],
+            shape.per_block, shape.grid[0], shape.grid[1],
         ))  # fmt: skip
     return numpy.array(values, dtype=case_dtype())
 
@@ -171,9 +170,8 @@ class NativeQueue:
         # the check's scratch (the Python path's too), as large as any problem's: the C thread
         # zeroes it for each; the array held here, so that it outlives the thread
         self.scratch = scratch.reserve(scratch_values)
-        partial, final = quick_check._kernels()
-        functions = [partial.kernel.ptr, final.kernel.ptr, *map_records.kernel_addresses()]
-        self.functions = (ctypes.c_void_p * 4)(*functions)
+        functions = [quick_check.kernel().kernel.ptr, *map_records.kernel_addresses()]
+        self.functions = (ctypes.c_void_p * 3)(*functions)
         status = lib.map_queue_start(
             cupy.cuda.driver.ctxGetCurrent(), cupy.cuda.device.get_cublas_handle(), self.stream,
             reps, self.scratch.data.ptr, self.functions, int(warm),

@@ -1,19 +1,22 @@
-"""The quick float64 check as two CUDA kernels: the map's check of every problem, made without a
-synchronisation or a CuPy temporary, so that it queues behind the calls it checks.
+"""The quick float64 check as one CUDA kernel a problem: the map's check of every problem, made
+without a synchronisation or a CuPy temporary, so that it queues behind the calls it checks.
 
 It computes the check's metric (device.operands: ||C_i - R_i||_F / ||R_i||_F, R the float64
 product of the same stored inputs) over QUICK_COLUMNS columns of the first and last batch entries:
-`cublas_audit_check_partial` accumulates R's picked columns in float64, split over K between
-blocks (atomics into a scratch array) so that a 4096-row problem still fills the GPU;
-`cublas_audit_check_final` adds beta C0 and the bias, compares with C and adds each entry's
-squared error and squared norm into its two slots of `sums`. A NaN or infinity in C makes the
-sums NaN or infinite: the error is then infinite, never a pass.
+`cublas_audit_check` accumulates R's picked columns in float64, split over K between blocks
+(atomics into a scratch array) so that a 4096-row problem still fills the GPU; the last block of
+each group of rows (a ticket in the scratch) adds beta C0 and the bias, compares with C, adds
+each entry's squared error and squared norm into its two slots of `sums` and zeroes what it used
+of the scratch, which every check leaves all zeros (Scratch: made zeroed once). A NaN or
+infinity in C makes the sums NaN or infinite: the error is then infinite, never a pass.
 
 The same arithmetic as the CuPy check it replaced (widen to float64, matmul, norms), without its
 dozen kernel launches, its NVRTC compiles on a cold cache and its two synchronisations a case.
 Each block stages a tile of A and of B's picked columns in shared memory with all its loads in
 flight at once: loading one value of A and waiting for it before the next made the first version
-latency-bound (65 us a grid problem on average, 17 s of the BF16 grid's GPU time; now 39 us).
+latency-bound (65 us a grid problem on average, 17 s of the BF16 grid's GPU time; then 39 us).
+The scratch's memset, the partial sums and a final kernel were three launches a problem (~30 us
+of the H100's time a BF16 grid problem by CUPTI, 7.9 s of the grid): one now.
 """
 
 from __future__ import annotations
@@ -32,7 +35,6 @@ K_TILE = 32  # values of K staged in shared memory at once
 # blocks worth launching at least: four per SM of an H100 (benchmarks/check_kernel.py: 10.3 s of
 # the BF16 grid's check against 11.8 s at two per SM; 792 and 1056 no faster)
 FILL_BLOCKS = 528
-FINAL_THREADS = 256
 STORAGE_CODES = {"float32": 0, "float16": 1, "uint16": 2}  # uint16: bf16 bits
 # float64 sums a problem's check adds into (the map's chunks hold this many a problem): a squared
 # error and a squared norm for each of at most two checked batch entries
@@ -50,8 +52,9 @@ def sums_address(sums: int, slot: int) -> int:
     return sums + 8 * SUMS_PER_CASE * slot
 
 
-# the kernels' CUDA source (compiled with NVRTC through CuPy on first use)
+# the kernel's CUDA source (compiled with NVRTC through CuPy on first use)
 SOURCE = (Path(__file__).resolve().parent.parent / "data" / "quick_check.cu").read_text()
+KERNEL = "cublas_audit_check"
 
 
 @dataclass(frozen=True)
@@ -96,14 +99,11 @@ def error_from_sums(sums: Any) -> float:
 
 
 @functools.lru_cache(maxsize=1)
-def _kernels() -> tuple[Any, Any]:
+def kernel() -> Any:
     import cupy
 
     module = cupy.RawModule(code=SOURCE, options=("-std=c++17",))
-    return (
-        module.get_function("cublas_audit_check_partial"),
-        module.get_function("cublas_audit_check_final"),
-    )
+    return module.get_function(KERNEL)
 
 
 def k_per_block(m: int, k: int, entries: int) -> int:
@@ -117,12 +117,12 @@ def k_per_block(m: int, k: int, entries: int) -> int:
 
 @dataclass(frozen=True)
 class Geometry:
-    """How one problem's check is launched: its K split, both kernels' grids, and the float64
-    scratch values the partial kernel sums into."""
+    """How one problem's check is launched: its K split, its grid (row blocks, K splits,
+    entries), and the float64 scratch values it uses: the partial sums, then a ticket for each
+    entry's row block."""
 
     per_block: int
-    partial_grid: tuple[int, int, int]
-    final_grid: tuple[int, int, int]
+    grid: tuple[int, int, int]
     scratch_values: int
 
 
@@ -131,34 +131,24 @@ def geometry(m: int, k: int, slots: int) -> Geometry:
     """The check's launch geometry for an m x k problem checking `slots` batch entries (also
     what data/map_queue.c launches with)."""
     per_block = k_per_block(m, k, slots)
-    return Geometry(
-        per_block,
-        (-(-m // ROWS), -(-k // per_block), slots),
-        (-(-m // FINAL_THREADS), slots, 1),
-        slots * MAX_COLUMNS * m,
-    )
+    row_blocks = -(-m // ROWS)
+    grid = (row_blocks, -(-k // per_block), slots)
+    return Geometry(per_block, grid, slots * MAX_COLUMNS * m + slots * row_blocks)
 
 
 class Scratch:
-    """The partial kernel's float64 accumulator, grown as needed and reused by every case on
-    the stream (each case zeroes it before use, in stream order)."""
+    """The check's float64 sums and tickets, grown as needed and reused by every case on the
+    stream: made zeroed, and each check leaves it all zeros (no memset a case)."""
 
     def __init__(self) -> None:
         self.array: Any = None
 
     def reserve(self, values: int) -> Any:
-        """The array, at least `values` long (made anew where it was shorter)."""
+        """The array, at least `values` long (made anew, zeroed, where it was shorter)."""
         import cupy
 
         if self.array is None or self.array.size < values:
-            self.array = cupy.empty(max(values, 1), dtype=cupy.float64)
-        return self.array
-
-    def zeroed(self, values: int, stream: Any) -> Any:
-        import cupy
-
-        self.reserve(values)
-        cupy.cuda.runtime.memsetAsync(self.array.data.ptr, 0, values * 8, stream.ptr)
+            self.array = cupy.zeros(max(values, 1), dtype=cupy.float64)
         return self.array
 
 
@@ -173,42 +163,33 @@ def enqueue_at(
     ops: Any, out: Any, chosen: Picked, indices: int, sums: int, scratch: Scratch
 ) -> None:
     """enqueue with `indices` and `sums` given as device addresses (the map engine's slots of its
-    chunk's arrays: no CuPy view made per case), the kernels launched through the driver
-    (_DriverLaunch: CuPy's launch of 16 arguments cost ~40 us of host time each)."""
+    chunk's arrays: no CuPy view made per case), the kernel launched through the driver
+    (_DriverLaunch: CuPy's launch of 22 arguments cost ~40 us of host time each)."""
     import cupy
 
     case = ops.case
-    if not DRIVER_LAUNCH:
-        partial_kernel, final_kernel = _cupy_launchers()
-    else:
-        partial_kernel, final_kernel = _launchers()
+    launch = _launcher() if DRIVER_LAUNCH else _cupy_launcher()
     stream = cupy.cuda.get_current_stream().ptr
     storage = STORAGE_CODES[mode_of(case.mode).storage]
     la, lb = case.operand("a"), case.operand("b")
     slots = len(chosen.entries)
     columns = indices + 4 * slots  # int32 entries first
     shape = geometry(case.m, case.k, slots)
-    partial = scratch.zeroed(shape.scratch_values, cupy.cuda.get_current_stream())
-    per_block = shape.per_block
-    partial_kernel(
-        shape.partial_grid, (ROWS, 1, 1), stream,
-        (ops.a.data.ptr, ops.b.data.ptr, storage, case.m, case.k, int(case.transa == "t"),
-         int(case.transb == "t"), la.ld, lb.ld, la.stride, lb.stride, indices, columns,
-         chosen.n_columns, per_block, partial.data.ptr),
-    )  # fmt: skip
+    partial = scratch.reserve(shape.scratch_values)
     c0 = ops.c0.data.ptr if ops.c0 is not None else 0
     bias = ops.bias.data.ptr if ops.bias is not None else 0
-    final_kernel(
-        shape.final_grid, (FINAL_THREADS, 1, 1), stream,
-        (out.data.ptr, c0, bias, storage, float(case.beta), case.m, case.n, indices, columns,
-         chosen.n_columns, partial.data.ptr, sums),
+    launch(
+        shape.grid, (ROWS, 1, 1), stream,
+        (ops.a.data.ptr, ops.b.data.ptr, out.data.ptr, c0, bias, storage, float(case.beta),
+         case.m, case.n, case.k, int(case.transa == "t"), int(case.transb == "t"), la.ld, lb.ld,
+         la.stride, lb.stride, indices, columns, chosen.n_columns, shape.per_block,
+         partial.data.ptr, sums),
     )  # fmt: skip
 
 
-# The kernels' parameters in order, as ctypes types (SOURCE's signatures)
+# The kernel's parameters in order, as ctypes types (SOURCE's signature)
 _PTR, _INT, _LONG, _DOUBLE = "p", "i", "q", "d"
-PARTIAL_PARAMS = "ppiiiiiqqqqppiip"
-FINAL_PARAMS = "pppidiippipp"
+PARAMS = "pppppidiiiiiqqqqppiipp"
 
 
 class _DriverLaunch:
@@ -242,24 +223,21 @@ DRIVER_LAUNCH = True
 
 
 @functools.lru_cache(maxsize=1)
-def _cupy_launchers() -> tuple[Any, Any]:
+def _cupy_launcher() -> Any:
     import numpy
 
     kinds = {_PTR: numpy.uintp, _INT: numpy.int32, _LONG: numpy.int64, _DOUBLE: numpy.float64}
+    function = kernel()
 
-    def through_cupy(kernel: Any, params: str) -> Any:
-        def launch(grid: Any, block: Any, stream: int, values: Any) -> None:
-            del stream  # CuPy launches on the current stream
-            kernel(grid, block, tuple(kinds[k](v) for k, v in zip(params, values, strict=True)))
+    def launch(grid: Any, block: Any, stream: int, values: Any) -> None:
+        del stream  # CuPy launches on the current stream
+        function(grid, block, tuple(kinds[k](v) for k, v in zip(PARAMS, values, strict=True)))
 
-        return launch
-
-    partial, final = _kernels()
-    return through_cupy(partial, PARTIAL_PARAMS), through_cupy(final, FINAL_PARAMS)
+    return launch
 
 
 @functools.lru_cache(maxsize=1)
-def _launchers() -> tuple[_DriverLaunch, _DriverLaunch]:
+def _launcher() -> _DriverLaunch:
     import ctypes
 
     libcuda = ctypes.CDLL("libcuda.so.1")
@@ -269,11 +247,7 @@ def _launchers() -> tuple[_DriverLaunch, _DriverLaunch]:
         ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
     ]  # fmt: skip
     libcuda.cuLaunchKernel.restype = ctypes.c_int
-    partial, final = _kernels()
-    return (
-        _DriverLaunch(libcuda, partial.kernel.ptr, PARTIAL_PARAMS),
-        _DriverLaunch(libcuda, final.kernel.ptr, FINAL_PARAMS),
-    )
+    return _DriverLaunch(libcuda, kernel().kernel.ptr, PARAMS)
 
 
 def error_now(ops: Any, out: Any) -> float:

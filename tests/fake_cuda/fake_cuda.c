@@ -29,7 +29,7 @@ int cublasSetPointerMode_v2(void *handle, int mode) { (void)handle; return mode;
 int cublasSetMathMode(void *handle, int mode) { (void)handle; return mode; }
 
 /* Every stream operation in order: what, then four of its arguments. */
-enum { MEMSET = 1, EVENT = 2, GEMM = 3, LAUNCH = 4, COPY_UP = 5, COPY_DOWN = 6 };
+enum { MEMSET = 1, EVENT = 2, GEMM = 3, LAUNCH = 4, COPY_UP = 5, COPY_DOWN = 6, ARGS = 7 };
 static int64_t ops[8192][5];
 static int64_t op_count;
 static void op(int64_t what, int64_t a, int64_t b, int64_t c, int64_t d) {
@@ -68,17 +68,19 @@ int cuMemcpyHtoDAsync_v2(uint64_t dst, const void *src, size_t bytes, void *stre
 int cuMemcpyDtoHAsync_v2(void *dst, uint64_t src, size_t bytes, void *stream) {
     (void)dst; (void)stream; op(COPY_DOWN, (int64_t)src, (int64_t)bytes, 0, 0); return 0;
 }
-/* Functions 0x100 and 0x200 stand for the check's partial and final kernels: the arguments a
-   misordered parameter list would move are recorded (partial: m, k, per_block; final: m, n,
-   and its sums address); any other: its grid and block size. */
+/* Function 0x100 stands for the check's kernel: the arguments a misordered parameter list would
+   move are recorded (m, k, per_block with its grid's K splits; then as ARGS: n, its scratch and
+   its sums addresses); any other: its grid and block size. */
 int cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                    unsigned bz, unsigned shared, void *stream, void **params, void **extra) {
     (void)by; (void)bz; (void)shared; (void)stream; (void)extra;
     int64_t function = (int64_t)f;
-    if (function == 0x100)
-        op(LAUNCH, function, *(int *)params[3], *(int *)params[4], *(int *)params[14]);
-    else if (function == 0x200)
-        op(LAUNCH, function, *(int *)params[5], *(int *)params[6], (int64_t)*(void **)params[11]);
+    if (function == 0x100) {
+        op(LAUNCH, function, *(int *)params[7], *(int *)params[9],
+           (int64_t)gy * 100000 + *(int *)params[19]);
+        op(ARGS, function, *(int *)params[8], (int64_t)*(void **)params[20],
+           (int64_t)*(void **)params[21]);
+    }
     else
         op(LAUNCH, function, gx * 1000000 + gy * 1000 + gz, bx, 0);
     return 0;
