@@ -65,7 +65,7 @@ def main(argv: list[str]) -> int:
     timeline["cupy_s"] = process_age_s()
     if args.phase == "map":  # its start-up's objects live to the end (gc_pause)
         gc.disable()
-    cases = read_plan(Path(args.plan))
+    cases = read_plan(Path(args.plan), checked=True)  # (by the sweep, which wrote and read it)
     if args.only:  # in the file's order: after a crash the sweep lists the cases in flight first
         place = {case_id: i for i, case_id in enumerate(plan_case_ids(Path(args.plan)))}
         listed = dict.fromkeys(Path(args.only).read_text().split())
@@ -128,6 +128,8 @@ class Runner:
     def precompile_reference(self, cases: list[Case]) -> None:
         """Compiles the reference for every problem up front, in parallel. A failure here is
         only logged: the case that needs the kernel meets it again and records the reason."""
+        if not self.reference:  # (a map's 262,144 cases not walked for nothing)
+            return
         wanted = [(c.m, c.n, c.k, c.batch) for c in cases if self._wants_reference(c)]
         if not wanted:
             return

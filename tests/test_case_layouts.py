@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import pickle
+from pathlib import Path
 
 import pytest
 
@@ -281,3 +282,29 @@ def test_a_cases_id_is_made_once_and_is_no_field(monkeypatch: pytest.MonkeyPatch
     assert twin == case and hash(twin) == hash(case)  # (the id kept is no field)
     assert dataclasses.replace(case, m=128).case_id == "cublas.bf16.128x128x256.b1.nn"
     assert pickle.loads(pickle.dumps(case)).case_id == case.case_id
+
+
+def test_a_case_checked_before_is_the_case_made_and_checked() -> None:
+    # the probe's copy of a recorded plan (the H100 map of 2026-11-25, varied layouts planned
+    # beside it): made without the checks, equal to the checked cases in every respect
+    from cublas_audit.planning.cases import read_plan
+
+    plan = Path(__file__).resolve().parent.parent / "reports/h100/maps/20261125-092546-bf16-random"
+    recorded = read_plan(plan / "plan.json")
+    assert read_plan(plan / "plan.json", checked=True) == recorded
+    varied = Variants(layouts=("nn", "tn", "nt", "tt"), ld_pad=8).cases(
+        "cublas", "fp16", 8, 24, 40, 3
+    )
+    for case in [
+        *recorded[:50],
+        *varied,
+        Case("cublasLt", "bf16", 64, 64, 64, 2, bias=True, beta=0.5),
+    ]:
+        again = Case.checked_before(case.fields())
+        assert again == case and hash(again) == hash(case) and not again < case
+        assert (again.case_id, again.routine, again.bytes_needed) == (
+            case.case_id,
+            case.routine,
+            case.bytes_needed,
+        )
+        assert [again.operand(name) for name in "abc"] == [case.operand(name) for name in "abc"]

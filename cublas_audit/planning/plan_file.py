@@ -101,7 +101,10 @@ class PlanFile:
         dims = zip(*(self.column(n) for n in ("m", "n", "k", "batch")), strict=True)
         return [2.0 * m * n * k * batch for m, n, k, batch in dims]
 
-    def cases(self) -> list[Case]:
+    def cases(self, checked: bool = False) -> list[Case]:
+        """Every case, made and checked (`checked`: checked before, Case.checked_before)."""
+        if checked:
+            return [Case.checked_before(row) for row in self.rows()]
         return [Case(*row) for row in self.rows()]
 
     def fingerprint(self) -> str:
