@@ -42,7 +42,12 @@ TARGET_GRID_S = 60.0
 
 
 def mapped(
-    out: Path, extra: list[str], warm: bool, native: bool = True, threads: int | None = None
+    out: Path,
+    extra: list[str],
+    warm: bool,
+    native: bool = True,
+    threads: int | None = None,
+    mode: str = "bf16",
 ) -> dict[str, Any]:
     """One `cublas-audit map` over the axis cube, timed; its summary (map_speed) and warm record
     (`warm`: kernel choices made ahead, by `threads` workers where given; `native`: chunks queued
@@ -56,7 +61,7 @@ def mapped(
         env["CUBLAS_AUDIT_NATIVE_QUEUE"] = "0"
     shutil.rmtree(out, ignore_errors=True)
     command = [sys.executable, "-m", "cublas_audit", "map", "--m", AXIS, "--n", AXIS, "--k", AXIS]
-    command += [*extra, "--modes", "bf16", "--gpu-label", "h100", "--out", str(out)]
+    command += [*extra, "--modes", mode, "--gpu-label", "h100", "--out", str(out)]
     began = time.perf_counter()
     done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
     wall = round(time.perf_counter() - began, 1)
@@ -96,8 +101,8 @@ def sample_leg(maps: Path, keep: Path | None) -> dict[str, Any]:
 def compared(
     maps: Path,
     keep: Path | None,
-    new: tuple[str, dict[str, bool]],
-    old: tuple[str, dict[str, bool]],
+    new: tuple[str, dict[str, Any]],
+    old: tuple[str, dict[str, Any]],
 ) -> dict[str, Any]:
     """The recorded 10,000-problem sample mapped the `new` way and the `old` way (mapped's
     settings), back to back: each against the recorded runs and against each other; --keep

@@ -18,6 +18,10 @@ from typing import IO, Any
 from cublas_audit.planning.cases import Case
 from cublas_audit.run.probe_process import DONE_LINE, START_LINE
 
+# Modules a map probe's start-up and engine never need, each ~0.5 s or more to import: the
+# engine record names those loaded anyway (tests/test_gpu_map.py asserts none)
+HEAVY_MODULES = ("cupyx", "scipy", "pandas", "matplotlib")
+
 
 class ProbeRecords:
     def __init__(self, out: IO[str], phase: str) -> None:
@@ -56,7 +60,9 @@ class ProbeRecords:
         """Where the map engine's time went, its kernel choices made ahead, and when it began
         and ended in the probe's life (`timeline`: process_age_s): the map phase's time outside
         the engine is the probe's start-up before, and its exit and the parent's work after."""
-        self.emit({"event": "engine", "seconds": seconds, "warm": warm, "timeline": timeline})
+        heavy = [name for name in HEAVY_MODULES if name in sys.modules]
+        self.emit({"event": "engine", "seconds": seconds, "warm": warm, "timeline": timeline,
+                   "heavy_modules": heavy})  # fmt: skip
 
 
 def process_age_s() -> float:

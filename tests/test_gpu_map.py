@@ -20,11 +20,11 @@ def test_a_small_map_traces_every_case(tmp_path: Path) -> None:
     pytest.importorskip("cupti")
     out = tmp_path / "map"
     argv = [sys.executable, "-m", "cublas_audit", "map", "--sizes", "64:512:64"]
-    argv += ["--batches", "1,4", "--gpu-label", "gpu", "--out", str(out)]
+    argv += ["--batches", "1,4", "--modes", "fp32,bf16", "--gpu-label", "gpu", "--out", str(out)]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
     frame = load_one_gpu(out).frame
-    assert len(frame) == 16 and frame["status"].eq("ok").all()
+    assert len(frame) == 32 and frame["status"].eq("ok").all()
     assert frame["traced_kernels"].notna().all()
     assert (frame["time_n"] == 5).all() and (frame["kernel_time_n"] == 5).all()
     # a kernel never lasts longer than the call that launched it
@@ -34,3 +34,6 @@ def test_a_small_map_traces_every_case(tmp_path: Path) -> None:
     assert list((out / rundir.PLOTS_DIR).glob("*size-axis.png"))
     records = rundir.read_results(out / rundir.TIME_RESULTS).values()
     assert all(r["phase"] == "map" and r["case_s"] > 0 for r in records)
+    # the probe's start-up and engine stayed light: no cupyx (and SciPy with it), no pandas
+    engine = [r for r in rundir.records(out / rundir.TIME_RESULTS) if r.get("event") == "engine"]
+    assert engine and all(r["heavy_modules"] == [] for r in engine)
