@@ -115,7 +115,7 @@ def test_each_shard_is_a_task_on_its_gpu_and_the_merge_is_the_unsharded_run(
 ) -> None:
     result = fleet.on_ray(options(tmp_path, probe), None, "map", StandIn())
 
-    starts = [s for s in seen(tmp_path) if "--only" in s["argv"]]
+    starts = [s for s in seen(tmp_path) if "--phase" in s["argv"]]
     assert sorted(s["env"]["CUDA_VISIBLE_DEVICES"] for s in starts) == ["0", "1", "2"]
     env = rundir.read_env(result.run_dir)
     assert env["engine"] == "ray" and env["shard_count"] == GPUS
@@ -168,7 +168,7 @@ def test_a_lost_worker_leaves_its_shard_missing_and_resume_runs_only_it(
     resumed = SweepOptions(resume=run_dir, command=["cublas-audit", "map", "--resume"])
     result = fleet.on_ray(resumed, None, None, StandIn(crash))
 
-    again = [s for s in seen(tmp_path)[before:] if "--only" in s["argv"]]
+    again = [s for s in seen(tmp_path)[before:] if "--phase" in s["argv"]]
     assert len(again) == 1  # one probe: shard 2's, the finished shards kept
     assert result.frame is not None and len(result.frame) == len(map_cases())
     assert set(rundir.read_env(run_dir)["ray_shards"]) == {"1/3", "2/3", "3/3"}
@@ -325,7 +325,7 @@ def test_a_lost_unit_is_missing_and_resume_runs_only_it(
     resumed = SweepOptions(resume=run_dir, command=["cublas-audit", "map", "--resume"])
     result = fleet.on_ray(resumed, None, None, StandIn(crash, crash_gpu=2))
 
-    assert len([s for s in seen(tmp_path)[before:] if "--only" in s["argv"]]) == 1
+    assert len([s for s in seen(tmp_path)[before:] if "--phase" in s["argv"]]) == 1
     assert [p.name for p in result.shards] == ["unit-1", "unit-2", "unit-3"]
     units = json.loads((run_dir / "units.json").read_text())
     assert len(units["spread"]) == GPUS and units["findings"] == []  # three alike units
