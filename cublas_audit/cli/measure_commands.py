@@ -242,8 +242,6 @@ def map_command(
 ) -> None:
     """Map which kernel cuBLAS dispatches over a dense grid of shapes (CUPTI, no counters needed):
     kernel switches, dispatch cliffs and size inversions, pictures; --follow-up goes deep."""
-    from cublas_audit.jobs import measure
-    from cublas_audit.judge.map_audit import MAP_RULES
     from cublas_audit.judge.thresholds import with_overrides
     from cublas_audit.planning import map_grid
     from cublas_audit.planning.cases import Case
@@ -281,6 +279,11 @@ def map_command(
             check_new_run_dir(out)
     join_ray_soon(engine, resume)  # (while the map is planned: a full grid's cases take seconds)
     start_shards_soon(devices)  # (likewise)
+    # (imported once Ray's head or the shards' fork server is starting: pandas and the judging,
+    # ~0.7 s of the H100 x4 host's start-up that came before them)
+    from cublas_audit.jobs import measure
+    from cublas_audit.judge.map_audit import MAP_RULES
+
     planned = plan_cases(resume, listed, grid, map_grid.listed)
     options = run_options(
         planned,
