@@ -29,7 +29,9 @@ def test_a_small_map_traces_every_case(tmp_path: Path) -> None:
     assert (frame["time_n"] == 5).all() and (frame["kernel_time_n"] == 5).all()
     # a kernel never lasts longer than the call that launched it
     assert (frame["kernel_time_min_ms"] <= frame["time_max_ms"]).all()
-    assert frame["max_rel_err"].lt(1e-5).all()
+    # within each storage's rounding: FP32 ~1e-7, BF16 ~1e-3 (device.operands' tolerances)
+    tolerance = frame["mode"].map({"fp32": 1e-5, "bf16": 1e-2})
+    assert frame["max_rel_err"].lt(tolerance).all()
     assert (out / rundir.REPORT_FILE).read_text().startswith("# Dispatch map")
     assert list((out / rundir.PLOTS_DIR).glob("*size-axis.png"))
     records = rundir.read_results(out / rundir.TIME_RESULTS).values()
