@@ -302,6 +302,9 @@ def test_ray_is_left_once_the_shards_are_back_only_where_joined_here(
     ray.init = lambda **_options: None  # type: ignore[attr-defined]
     ray.shutdown = stopped.set  # type: ignore[attr-defined]
     monkeypatch.setattr(ray_connect, "require_ray", lambda: ray)
+    # (connect also looks at the ray module already imported: this one, whatever another test
+    # of this worker process left there)
+    monkeypatch.setitem(sys.modules, "ray", ray)
     monkeypatch.setattr(ray_connect, "_joining", None)
     monkeypatch.setattr(ray_connect, "_ours", [])
     monkeypatch.setattr(ray_connect, "_local_head", lambda _address: None)
