@@ -309,6 +309,8 @@ def test_ray_is_left_once_the_shards_are_back_only_where_joined_here(
     monkeypatch.setattr(ray_connect, "_ours", [])
     monkeypatch.setattr(ray_connect, "_local_head", lambda _address: None)
     monkeypatch.setattr(ray_connect.atexit, "register", lambda *_args: None)
+    # (the joining thread readies workers where it is done before connect waits: not this Ray's)
+    monkeypatch.setattr(ray_connect, "warm_workers", lambda _ray: None)
 
     ray_connect.connect("auto")
     ray_connect.release()
