@@ -42,6 +42,7 @@ from cublas_audit.planning.cases import DEFAULT_WORKSPACE_BYTES, Case, plan_case
 from cublas_audit.run.probe_process import NO_CUPTI_ENV
 
 from .probe_candidates import candidates
+from .probe_map import map_all
 from .probe_records import ProbeRecords, process_age_s
 
 if TYPE_CHECKING:
@@ -80,10 +81,7 @@ def main(argv: list[str]) -> int:
         runner = Runner(args.phase, args.reference, args.min_reps, cold=not args.warm)
         runner.precompile_reference(cases)
         if args.phase == "map":
-            started, finished = records.started, records.finished
-            runner.map_all(
-                cases, started, finished, args.careful, records.spent, records.settled, timeline
-            )
+            map_all(runner, cases, records, args.careful, timeline)  # (probe_map)
             return 0
         for case in cases:
             records.started(case)
@@ -177,39 +175,6 @@ class Runner:
             return {"status": "skipped", "detail": f"out of memory: {str(exc).splitlines()[0]}"}
         traceback.print_exc()
         return {"status": "error", "detail": f"{type(exc).__name__}: {exc}".splitlines()[0]}
-
-    def map_all(
-        self,
-        cases: list[Case],
-        started: Callable[[Case], None],
-        finished: Callable[[Case, dict[str, Any]], None],
-        careful: int,
-        spent: Callable[[dict[str, float], dict[str, Any], dict[str, float]], None],
-        settled: Callable[[], None] = lambda: None,
-        timeline: dict[str, float] | None = None,
-    ) -> None:
-        """The map phase through device.map_engine: pooled operands, many cases queued per
-        synchronisation; a case it does not pool runs alone (timed_run). Where the engine's time
-        went goes to `spent` at the end, also of an interrupted run, with `timeline` (the
-        start-up's steps) and the engine's own: made (its pool sized), its set-up (chunks, warm
-        workers, C thread) done, its end."""
-        from cublas_audit.device import native_queue
-        from cublas_audit.device.heuristic_warm import thread_count
-        from cublas_audit.device.map_engine import MapEngine
-
-        engine = MapEngine(
-            cases, self.min_reps, self.pooled_launcher, self.failed, self.timed_run,
-            untraced=self._cupti_missing(), warm_threads=thread_count(),
-            native=native_queue.wanted(),
-        )  # fmt: skip
-        timeline = {**(timeline or {}), "engine_start_s": process_age_s()}
-        try:
-            engine.run(cases, started, finished, careful, settled)
-        finally:
-            seconds = {name: round(value, 3) for name, value in engine.seconds.items()}
-            timeline["engine_end_s"] = process_age_s()
-            timeline["set_up_s"] = round(engine.set_up_s, 2)
-            spent(seconds, engine.warm, timeline)
 
     def pooled_launcher(
         self, case: Case, ops: Operands
@@ -336,9 +301,9 @@ class Runner:
         """A map case the engine does not pool, on its own (device.map_result.measure_alone)."""
         from cublas_audit.device.map_result import measure_alone
 
-        return measure_alone(ops, launch, self.min_reps, self._cupti_missing())
+        return measure_alone(ops, launch, self.min_reps, self.cupti_reason())
 
-    def _cupti_missing(self) -> str:
+    def cupti_reason(self) -> str:
         """Why CUPTI cannot trace in this probe ('' where it can), found once."""
         from cublas_audit.device import kernel_trace
 
@@ -358,7 +323,7 @@ class Runner:
         from cublas_audit.device import kernel_trace
         from cublas_audit.device.timing import time_interleaved
 
-        if self._cupti_missing():
+        if self.cupti_reason():
             timings = time_interleaved(contenders, self.min_reps, warmed_up=True, cold=self.cold)
             return timings, {"kernel_time_status": f"unavailable: {self.cupti_missing}"}
         seen = kernel_trace.time_interleaved_traced(
