@@ -81,6 +81,8 @@ def measure(argv: list[str], per_test: Path | None = None) -> dict[str, Any]:
         "wall_s": round(wall, 1),
         "exit_code": done.returncode,
         **counts(lines[-1] if lines else ""),
+        # (a test that fails in one run of several is named: a flaky one must not hide)
+        "failed_tests": [line.split()[1] for line in lines if line.startswith("FAILED ")],
         "load_average_before": round(load_before, 2),
         "load_average_after": round(os.getloadavg()[0], 2),
     }
@@ -153,6 +155,8 @@ def main() -> int:
             f"{run.get('failed', 0)} failed; load average {run['load_average_before']} -> "
             f"{run['load_average_after']}"
         )
+        for name in run["failed_tests"]:
+            print(f"  failed: {name}")
     best = min(run["cpu_s"] for run in runs)
     result = {
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
