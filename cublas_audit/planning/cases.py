@@ -185,26 +185,24 @@ class Case:
         operand pool and picks its pooled cases from the 786,432 operands of 262,144 cases,
         whose layouts the engine makes later, while the GPU runs (0.84 s of the H100 probe's
         start-up, with the GPU idle, when they were made there)."""
-        if name == "c":
-            return self.m * self.n * self.batch
-        trans, ld = (self.transa, self.lda) if name == "a" else (self.transb, self.ldb)
-        rows, cols = (self.m, self.k) if name == "a" else (self.k, self.n)
-        if trans == "t":
-            rows, cols = cols, rows
-        return (1 if self.broadcast == name else self.batch) * cols * (ld or rows)
+        _rows, cols, ld, stored = self._stored(name)
+        return stored * cols * ld
 
     def _layout(self, name: str) -> OperandLayout:
+        rows, cols, ld, stored = self._stored(name)
+        stride = 0 if self.broadcast == name else cols * ld  # (a broadcast operand is shared)
+        return OperandLayout(rows, cols, ld, stride, stored)
+
+    def _stored(self, name: str) -> tuple[int, int, int, int]:
+        """Operand `name` as stored: its rows, columns and leading dimension, and the batch
+        entries held (1 for the broadcast operand; C is packed and never broadcast)."""
         if name == "c":
-            return OperandLayout(self.m, self.n, self.m, self.m * self.n, self.batch)
+            return self.m, self.n, self.m, self.batch
         trans, ld = (self.transa, self.lda) if name == "a" else (self.transb, self.ldb)
         rows, cols = (self.m, self.k) if name == "a" else (self.k, self.n)
         if trans == "t":
             rows, cols = cols, rows
-        ld = ld or rows
-        shared = self.broadcast == name
-        return OperandLayout(
-            rows, cols, ld, 0 if shared else cols * ld, 1 if shared else self.batch
-        )
+        return rows, cols, ld or rows, 1 if self.broadcast == name else self.batch
 
     @property
     def bytes_needed(self) -> int:
