@@ -35,7 +35,7 @@ def test_transposed_and_padded_operands() -> None:
     assert [case.elements(name) for name in "abc"] == [7 * 100003, 100 * 100000, 7 * 100]
 
 
-def test_elements_without_a_layout_match_the_layouts_in_every_variant() -> None:
+def test_elements_without_a_layout_are_what_cublas_reads_in_every_variant() -> None:
     variants = Variants(layouts=("nn", "tn", "nt", "tt"), ld_pad=8)
     planned = [
         *variants.cases("cublas", "bf16", 64, 96, 160, 3),
@@ -46,10 +46,18 @@ def test_elements_without_a_layout_match_the_layouts_in_every_variant() -> None:
         ),
     ]
     for case in planned:
+        # cuBLAS's own storage rule (cublas<t>gemm): A is lda x k with transa n (lda >= m), lda
+        # x m with t; B ldb x n with transb n (ldb >= k), ldb x k with t; C m x n; a strided
+        # batch holds `batch` of each, a broadcast operand one
+        lda = case.lda or (case.m if case.transa == "n" else case.k)
+        ldb = case.ldb or (case.k if case.transb == "n" else case.n)
+        a_cols = case.k if case.transa == "n" else case.m
+        b_cols = case.n if case.transb == "n" else case.k
+        held = {name: 1 if case.broadcast == name else case.batch for name in "ab"}
+        read = [held["a"] * lda * a_cols, held["b"] * ldb * b_cols, case.batch * case.m * case.n]
         fresh = dataclasses.replace(case)  # (no cached layout: elements made on their own)
-        assert [fresh.elements(name) for name in "abc"] == [
-            case.operand(name).elements for name in "abc"
-        ], case.case_id
+        assert [fresh.elements(name) for name in "abc"] == read, case.case_id
+        assert [case.operand(name).elements for name in "abc"] == read, case.case_id
 
 
 def test_broadcast_operand_has_stride_zero_and_one_stored_entry() -> None:
