@@ -46,6 +46,7 @@ from .probe_map import map_all
 from .probe_records import ProbeRecords, process_age_s
 
 if TYPE_CHECKING:
+    from cublas_audit.device.map_engine import MapEngine
     from cublas_audit.device.operands import Operands
     from cublas_audit.device.reference.build import Launch
     from cublas_audit.device.timing import Timing
@@ -81,7 +82,7 @@ def main(argv: list[str]) -> int:
         runner = Runner(args.phase, args.reference, args.min_reps, cold=not args.warm)
         runner.precompile_reference(cases)
         if args.phase == "map":
-            map_all(runner, cases, records, args.careful, timeline)  # (probe_map)
+            map_all(runner.map_engine(cases), cases, records, args.careful, timeline)
             return 0
         for case in cases:
             records.started(case)
@@ -175,6 +176,19 @@ class Runner:
             return {"status": "skipped", "detail": f"out of memory: {str(exc).splitlines()[0]}"}
         traceback.print_exc()
         return {"status": "error", "detail": f"{type(exc).__name__}: {exc}".splitlines()[0]}
+
+    def map_engine(self, cases: list[Case]) -> MapEngine:
+        """The map phase's engine on these cases (probes/probe_map.py runs it): this runner's
+        launchers on its pooled operands, a case it does not pool run alone (timed_run)."""
+        from cublas_audit.device import native_queue
+        from cublas_audit.device.heuristic_warm import thread_count
+        from cublas_audit.device.map_engine import MapEngine
+
+        return MapEngine(
+            cases, self.min_reps, self.pooled_launcher, self.failed, self.timed_run,
+            untraced=self.cupti_reason(), warm_threads=thread_count(),
+            native=native_queue.wanted(),
+        )  # fmt: skip
 
     def pooled_launcher(
         self, case: Case, ops: Operands

@@ -1,6 +1,6 @@
-"""The probe's map phase (probes/gemm_probe.py --phase map) through device.map_engine: pooled
-operands, many cases queued per synchronisation; a case the engine does not pool runs alone
-(the runner's timed_run)."""
+"""The probe's map phase (probes/gemm_probe.py --phase map): the runner's map engine
+(device.map_engine: pooled operands, many cases queued per synchronisation; a case it does not
+pool runs alone) over every case, and where its time went."""
 
 from __future__ import annotations
 
@@ -9,13 +9,12 @@ from typing import TYPE_CHECKING
 from .probe_records import ProbeRecords, process_age_s
 
 if TYPE_CHECKING:
+    from cublas_audit.device.map_engine import MapEngine
     from cublas_audit.planning.cases import Case
-
-    from .gemm_probe import Runner
 
 
 def map_all(
-    runner: Runner,
+    engine: MapEngine,
     cases: list[Case],
     records: ProbeRecords,
     careful: int,
@@ -25,15 +24,6 @@ def map_all(
     goes to the records at the end, also of an interrupted run, with `timeline` (the start-up's
     steps) and the engine's own: made (its pool sized), its set-up (chunks, warm workers, C
     thread) done, its end."""
-    from cublas_audit.device import native_queue
-    from cublas_audit.device.heuristic_warm import thread_count
-    from cublas_audit.device.map_engine import MapEngine
-
-    engine = MapEngine(
-        cases, runner.min_reps, runner.pooled_launcher, runner.failed, runner.timed_run,
-        untraced=runner.cupti_reason(), warm_threads=thread_count(),
-        native=native_queue.wanted(),
-    )  # fmt: skip
     timeline = {**(timeline or {}), "engine_start_s": process_age_s()}
     try:
         engine.run(cases, records.started, records.finished, careful, records.settled)
