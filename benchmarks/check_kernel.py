@@ -6,12 +6,12 @@ error it reports, the committed kernel against an earlier one and against other 
 A uniform sample of the BF16 full grid's problems (M, N, K in 64..4096 step 64, both operands
 untransposed, as `cublas-audit map` lays them out; seed 0), plus a smaller FP32 sample and a
 transposed-A one. Each problem's GEMM runs once through cuBLAS (so C holds a real product),
-then every variant's check (what the map queues after a problem's calls: the committed kernel's
-one launch; before, the scratch's memset and two kernels) is timed with CUDA events over 3
-repeats, outside any profiler. `--module
+then every variant's check (what the map queues after a problem's calls) is timed GPU-paced: a
+CUDA graph of REPEATS checks back to back, launched 3 times, the best (events around a launch;
+no host launch cost in it, no profiler). `--module
 NAME=PATH` adds the module file of another quick_check (e.g. `git show 6fe99d3:cublas_audit/device/
-quick_check.py`, the kernel before staging), run with its own FILL_BLOCKS; `--fill` the
-FILL_BLOCKS values to try with the committed kernel.
+quick_check.py`, the kernel before staging, its .cu beside it), run with its own FILL_BLOCKS;
+`--fill` the FILL_BLOCKS values to try with the committed kernel.
 
 Printed and written: each variant's mean microseconds a problem, that times 262,144 (the grid's
 check seconds, as the sample is uniform over it), and the largest relative difference of its
@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import math
 import random
 import statistics
 import sys
@@ -33,7 +34,8 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 GRID = list(range(64, 4097, 64))
 GRID_PROBLEMS = len(GRID) ** 3
-REPEATS = 3
+REPEATS = 10  # checks in a timed graph
+LAUNCHES = 3  # the graph's timed launches (the best kept)
 
 
 def problems(count: int, seed: int) -> list[tuple[int, int, int]]:
@@ -65,8 +67,8 @@ def variants(modules: list[str], fills: list[int]) -> dict[str, tuple[Any, int]]
 
 
 def timed_check(module: Any, fill: int, ops: Any, scratch: Any) -> tuple[float, float, float]:
-    """Microseconds of one check (mean of REPEATS, after one untimed), its error and the last
-    repeat's."""
+    """Microseconds of one check (GPU-paced: a graph of REPEATS, best of LAUNCHES), its error,
+    and its error again after the graph's checks (a scratch left dirty would show)."""
     import cupy
 
     module.FILL_BLOCKS = fill
@@ -75,31 +77,25 @@ def timed_check(module: Any, fill: int, ops: Any, scratch: Any) -> tuple[float, 
     chosen = module.picked(case.batch, case.n)
     indices = cupy.asarray(chosen.index_values(), dtype=cupy.int32)
     sums = cupy.zeros(2 * len(chosen.entries), dtype=cupy.float64)
+    stream = cupy.cuda.get_current_stream()
     module.enqueue(ops, ops.c, chosen, indices, sums, scratch)
     error = module.error_from_sums(sums.get().tolist())
-    start, end = cupy.cuda.Event(), cupy.cuda.Event()
-    start.record()
+    stream.begin_capture()
     for _ in range(REPEATS):
-        sums.fill(0)
         module.enqueue(ops, ops.c, chosen, indices, sums, scratch)
-    end.record()
-    end.synchronize()
+    graph = stream.end_capture()
+    best = math.inf
+    for _ in range(LAUNCHES):
+        start, end = cupy.cuda.Event(), cupy.cuda.Event()
+        start.record(stream)
+        graph.launch(stream)
+        end.record(stream)
+        end.synchronize()
+        best = min(best, cupy.cuda.get_elapsed_time(start, end) * 1000 / REPEATS)
+    sums.fill(0)
+    module.enqueue(ops, ops.c, chosen, indices, sums, scratch)
     again = module.error_from_sums(sums.get().tolist())
-    fill_us = _fill_us(sums)
-    return cupy.cuda.get_elapsed_time(start, end) * 1000 / REPEATS - fill_us, error, again
-
-
-def _fill_us(sums: Any) -> float:
-    """The sums' zeroing, timed alone (not part of the check: the map zeroes a chunk's at once)."""
-    import cupy
-
-    start, end = cupy.cuda.Event(), cupy.cuda.Event()
-    start.record()
-    for _ in range(REPEATS):
-        sums.fill(0)
-    end.record()
-    end.synchronize()
-    return float(cupy.cuda.get_elapsed_time(start, end)) * 1000 / REPEATS
+    return best, error, again
 
 
 def sample_leg(
@@ -138,10 +134,22 @@ def sample_leg(
                 "max_repeat_rel_diff": max(
                     abs(a / e - 1) for a, e in zip(repeats[name], errors[name], strict=True)
                 ),
+                **size_fit(shapes, micro[name]),
             }
             for name in found
         },
     }
+
+
+def size_fit(shapes: list[tuple[int, int, int]], micro: list[float]) -> dict[str, float]:
+    """A check's microseconds as fixed + slope x (m k / 1e6), least squares: what a check costs
+    whatever its size, and what its arithmetic adds."""
+    import numpy
+
+    size = numpy.array([m * k / 1e6 for m, _n, k in shapes])
+    design = numpy.vstack([numpy.ones_like(size), size]).T
+    fixed, slope = numpy.linalg.lstsq(design, numpy.array(micro), rcond=None)[0]
+    return {"fixed_us": round(float(fixed), 2), "us_per_million_mk": round(float(slope), 3)}
 
 
 def main(argv: list[str]) -> int:
@@ -155,14 +163,17 @@ def main(argv: list[str]) -> int:
     import cupy
 
     found = variants(args.module, [int(x) for x in args.fill.split(",")])
-    result: dict[str, Any] = {
-        "gpu": cupy.cuda.runtime.getDeviceProperties(0)["name"].decode(),
-        "repeats": REPEATS,
-        "legs": {
+    with cupy.cuda.Stream(non_blocking=True):  # (the null stream cannot be captured)
+        legs = {
             "bf16": sample_leg("bf16", "n", problems(args.sample, 0), found),
             "fp32": sample_leg("fp32", "n", problems(args.sample // 4, 1), found),
             "bf16_transa": sample_leg("bf16", "t", problems(args.sample // 4, 2), found),
-        },
+        }
+    result: dict[str, Any] = {
+        "gpu": cupy.cuda.runtime.getDeviceProperties(0)["name"].decode(),
+        "repeats": REPEATS,
+        "timing": "GPU-paced: a CUDA graph of `repeats` checks, best of 3 launches",
+        "legs": legs,
     }
     for leg, values in result["legs"].items():
         for name, figures in values["variants"].items():

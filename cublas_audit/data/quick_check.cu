@@ -1,9 +1,10 @@
 /* The map's quick float64 check: one kernel a problem (device.quick_check says what it computes
-   and how it is launched; its ROWS, K_TILE and MAX_COLUMNS are the defines below). */
+   and how it is launched; its ROWS and MAX_COLUMNS are the defines below). */
 #define MAX_COLUMNS 16
 #define ROWS 128
-#define K_TILE 32
-#define B_LOADS (K_TILE * MAX_COLUMNS / ROWS)  /* B values a thread stages a tile */
+#define STAGE 16  /* values of K a tile stages in shared memory (the launch's K split is in 32s) */
+#define WARPS (ROWS / 32)
+#define B_LOADS (STAGE * MAX_COLUMNS / ROWS)  /* B values a thread stages a tile */
 
 __device__ __forceinline__ double half_bits(unsigned short h) {
     const unsigned exponent = (h >> 10) & 0x1f, fraction = h & 0x3ff;
@@ -25,95 +26,169 @@ __device__ __forceinline__ float as_float(const void* p, long long i) {
     return (float)half_bits(h);
 }
 
-/* One K_TILE x ROWS tile of op(A) into shared memory, each thread issuing its loads 16 at a
-   time (the first kernel loaded one value and waited for it before the next: latency-bound, ~65
-   us a grid problem on average; all 32 at once took ~250 registers), coalesced in both
-   layouts: a warp reads 32 consecutive rows of one column (transa = n) or 32 consecutive K
-   values of one row (transa = t). Values outside the problem are zero. */
-template <int STORAGE>
-__device__ __forceinline__ void stage_a(
-        float (*a_tile)[ROWS + 1], const void* a, long long offset, long long lda, int transa,
-        int row0, int m, int base, int p1) {
-    constexpr int HALF = K_TILE / 2;  /* 16 loads in flight a thread: fewer registers */
-    float v[HALF];
-    if (!transa) {  /* thread t: row row0 + t, K values base .. base + K_TILE */
+/* Where A's value (row, q) of a tile lives in shared memory: rows XOR-swizzled by q, so that
+   both ways of storing (a warp's 32 rows of one q, or 32 q of one row) and the fragments' loads
+   (8 rows x 4 q) each touch 32 different banks. */
+__device__ __forceinline__ int a_at(int q, int row) {
+    return q * ROWS + (row ^ (((q & 3) << 3) | (q >> 2)));
+}
+
+/* Where B's value (q, column) of a tile lives: in the order of the mma's B fragments (k step,
+   8-column half, lane), so that a warp reads each fragment as 32 consecutive doubles. */
+__device__ __forceinline__ int b_at(int q, int c) {
+    return ((q >> 2) * 2 + (c >> 3)) * 32 + (q & 3) + 4 * (c & 7);
+}
+
+/* d += a b for one 8x8x4 float64 product: the H100's float64 tensor cores (sm_80 on), else
+   the same sums from the warp's fragments by shuffles. */
+__device__ __forceinline__ void mma_f64(double& d0, double& d1, double a, double b) {
+#if __CUDA_ARCH__ >= 800
+    asm volatile("mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 {%0,%1}, {%2}, {%3}, {%0,%1};"
+                 : "+d"(d0), "+d"(d1) : "d"(a), "d"(b));
+#else
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    #pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+        const double x = __shfl_sync(0xffffffffu, a, g * 4 + kk);
+        d0 += x * __shfl_sync(0xffffffffu, b, kk + 4 * (2 * t));
+        d1 += x * __shfl_sync(0xffffffffu, b, kk + 4 * (2 * t + 1));
+    }
+#endif
+}
+
+/* x added to *p at the GPU's L2, nothing returned (no wait for it here) */
+__device__ __forceinline__ void red_add(double* p, double x) {
+    asm volatile("red.global.add.f64 [%0], %1;" :: "l"(p), "d"(x) : "memory");
+}
+
+/* One tile's values of A and B, loaded into registers while the tile before is multiplied. */
+struct Next {
+    float a[STAGE];
+    float b[B_LOADS];
+};
+
+/* The global loads of the tile at `base`: A's STAGE x ROWS values coalesced in both layouts
+   (a warp reads 32 consecutive rows of one column, transa = n, or 32 consecutive K values of one
+   row, transa = t), and B's picked columns (a warp reads 32 consecutive K of one column).
+   Values outside the problem are zero. */
+template <int STORAGE, int TRANSA>
+__device__ __forceinline__ void load_tile(
+        Next& next, const void* __restrict__ a, const void* __restrict__ b, long long a_offset,
+        long long b_offset, long long lda, long long ldb, int transb, int row0, int m,
+        int base, int p1, const long long* col, const bool* col_ok) {
+    if (!TRANSA) {
         const int i = row0 + threadIdx.x;
-        #pragma unroll 1
-        for (int h = 0; h < K_TILE; h += HALF) {
-            const long long at = offset + (long long)(base + h) * lda + i;
-            #pragma unroll
-            for (int q = 0; q < HALF; ++q)
-                v[q] = (i < m && base + h + q < p1) ? as_float<STORAGE>(a, at + q * lda) : 0.0f;
-            #pragma unroll
-            for (int q = 0; q < HALF; ++q) a_tile[h + q][threadIdx.x] = v[q];
-        }
-    } else {  /* thread t: K value base + t % 32 of rows row0 + t / 32 + 4 r */
-        const int q = threadIdx.x % K_TILE, first = threadIdx.x / K_TILE;
-        constexpr int STEP = ROWS / K_TILE;
-        #pragma unroll 1
-        for (int h = 0; h < K_TILE; h += HALF) {
-            const int row = first + STEP * h;
-            const long long at = offset + (long long)(row0 + row) * lda + base + q;
-            #pragma unroll
-            for (int r = 0; r < HALF; ++r)
-                v[r] = (row0 + row + STEP * r < m && base + q < p1)
-                    ? as_float<STORAGE>(a, at + (long long)(STEP * r) * lda) : 0.0f;
-            #pragma unroll
-            for (int r = 0; r < HALF; ++r) a_tile[q][row + STEP * r] = v[r];
+        const long long at = a_offset + (long long)base * lda + i;
+        #pragma unroll
+        for (int q = 0; q < STAGE; ++q)
+            next.a[q] = (i < m && base + q < p1) ? as_float<STORAGE>(a, at + q * lda) : 0.0f;
+    } else {
+        const int q = threadIdx.x % STAGE, first = threadIdx.x / STAGE;
+        constexpr int STEP = ROWS / STAGE;
+        const long long at = a_offset + (long long)(row0 + first) * lda + base + q;
+        #pragma unroll
+        for (int r = 0; r < STAGE; ++r)
+            next.a[r] = (row0 + first + STEP * r < m && base + q < p1)
+                ? as_float<STORAGE>(a, at + (long long)(STEP * r) * lda) : 0.0f;
+    }
+    const int p = base + threadIdx.x % STAGE;
+    #pragma unroll
+    for (int u = 0; u < B_LOADS; ++u)
+        next.b[u] = (p < p1 && col_ok[u])
+            ? as_float<STORAGE>(b, b_offset + (transb ? p * ldb + col[u] : col[u] * ldb + p))
+            : 0.0f;
+}
+
+/* The loaded tile into shared memory (its layouts above). */
+template <int TRANSA>
+__device__ __forceinline__ void store_tile(const Next& next, float* a_tile, double* b_tile) {
+    if (!TRANSA) {
+        #pragma unroll
+        for (int q = 0; q < STAGE; ++q) a_tile[a_at(q, threadIdx.x)] = next.a[q];
+    } else {
+        const int q = threadIdx.x % STAGE, first = threadIdx.x / STAGE;
+        #pragma unroll
+        for (int r = 0; r < STAGE; ++r) a_tile[a_at(q, first + (ROWS / STAGE) * r)] = next.a[r];
+    }
+    #pragma unroll
+    for (int u = 0; u < B_LOADS; ++u)
+        b_tile[b_at(threadIdx.x % STAGE, threadIdx.x / STAGE + (ROWS / STAGE) * u)] = next.b[u];
+}
+
+/* One staged tile multiplied: each warp's 32 rows (4 fragments of 8) by the 16 columns (2 of
+   8), 4 values of K at a time. acc[f][h]: rows warp*32 + 8f + lane/4, columns 8h + 2(lane%4)
+   and the next. */
+__device__ __forceinline__ void multiply_tile(const float* a_tile, const double* b_tile,
+                                              double (*acc)[2][2]) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    #pragma unroll
+    for (int s = 0; s < STAGE / 4; ++s) {
+        const double b0 = b_tile[(s * 2) * 32 + lane], b1 = b_tile[(s * 2 + 1) * 32 + lane];
+        const int q = 4 * s + (lane & 3);
+        #pragma unroll
+        for (int f = 0; f < 4; ++f) {
+            const double x = a_tile[a_at(q, warp * 32 + 8 * f + (lane >> 2))];
+            mma_f64(acc[f][0][0], acc[f][0][1], x, b0);
+            mma_f64(acc[f][1][0], acc[f][1][1], x, b1);
         }
     }
 }
 
-template <int STORAGE>
+/* The block's rows' sums over its share of K, added into the problem's scratch (float64
+   atomics: the other K shares add theirs). The accumulators pass through shared memory so that
+   each thread adds one row's 16 sums, a warp's atomics 32 consecutive rows of one column. */
+template <int STORAGE, int TRANSA>
 __device__ __forceinline__ void partial_sums(
-        double (*tile)[MAX_COLUMNS], float (*a_tile)[ROWS + 1], const void* a, const void* b,
-        int m, int k, int transa, int transb, long long lda, long long ldb, long long stride_a,
-        long long stride_b, const int* entries, const int* columns, int n_columns,
-        int k_per_block, double* partial) {
-    const int slot = blockIdx.z;
-    const long long e = entries[slot];
+        float* a_tile, double* b_tile, double* sums, const void* __restrict__ a,
+        const void* __restrict__ b, int m, int k, int transb, long long lda, long long ldb, long long e,
+        long long stride_a, long long stride_b, const int* cols, int n_columns, int k_per_block,
+        double* partial) {
     const int row0 = blockIdx.x * ROWS;
-    const int i = row0 + threadIdx.x;
     const int p0 = blockIdx.y * k_per_block;
     const int p1 = min(k, p0 + k_per_block);
-    const int* cols = columns + slot * n_columns;
-    double acc[MAX_COLUMNS];
+    long long col[B_LOADS];
+    bool col_ok[B_LOADS];
     #pragma unroll
-    for (int c = 0; c < MAX_COLUMNS; ++c) acc[c] = 0.0;
-    for (int base = p0; base < p1; base += K_TILE) {
-        /* the B tile's values loaded together (then A's), stored once all are asked for:
-           one memory latency a tile, not one a value */
-        double bv[B_LOADS];
-        #pragma unroll
-        for (int u = 0; u < B_LOADS; ++u) {
-            const int t = threadIdx.x + ROWS * u;
-            const int p = base + t / MAX_COLUMNS, c = t % MAX_COLUMNS;
-            const long long j = c < n_columns ? cols[c] : 0;
-            bv[u] = (p < p1 && c < n_columns)
-                ? as_float<STORAGE>(b, e * stride_b + (transb ? p * ldb + j : j * ldb + p))
-                : 0.0;
-        }
-        __syncthreads();  /* the last tile's values all read */
-        #pragma unroll
-        for (int u = 0; u < B_LOADS; ++u) {
-            const int t = threadIdx.x + ROWS * u;
-            tile[t / MAX_COLUMNS][t % MAX_COLUMNS] = bv[u];
-        }
-        stage_a<STORAGE>(a_tile, a, e * stride_a, lda, transa, row0, m, base, p1);
-        __syncthreads();
-        /* values past p1 are zero in both tiles: whole tiles summed, nothing added */
-        #pragma unroll 4
-        for (int q = 0; q < K_TILE; ++q) {
-            const double x = a_tile[q][threadIdx.x];
-            #pragma unroll
-            for (int c = 0; c < MAX_COLUMNS; ++c) acc[c] += x * tile[q][c];
-        }
+    for (int u = 0; u < B_LOADS; ++u) {
+        const int c = threadIdx.x / STAGE + (ROWS / STAGE) * u;
+        col_ok[u] = c < n_columns;
+        col[u] = col_ok[u] ? cols[c] : 0;
     }
+    double acc[4][2][2];
+    #pragma unroll
+    for (int f = 0; f < 4; ++f)
+        #pragma unroll
+        for (int h = 0; h < 2; ++h) acc[f][h][0] = acc[f][h][1] = 0.0;
+    Next next;
+    load_tile<STORAGE, TRANSA>(next, a, b, e * stride_a, e * stride_b, lda, ldb, transb, row0, m,
+                               p0, p1, col, col_ok);
+    for (int base = p0; base < p1; base += STAGE) {
+        __syncthreads();  /* the tile before read by every warp */
+        store_tile<TRANSA>(next, a_tile, b_tile);
+        __syncthreads();
+        if (base + STAGE < p1)  /* the next tile's loads in flight while this one multiplies */
+            load_tile<STORAGE, TRANSA>(next, a, b, e * stride_a, e * stride_b, lda, ldb, transb,
+                                       row0, m, base + STAGE, p1, col, col_ok);
+        multiply_tile(a_tile, b_tile, acc);
+    }
+    /* values past p1 are zero in both tiles: whole tiles summed, nothing added */
+    __syncthreads();
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    #pragma unroll
+    for (int f = 0; f < 4; ++f)
+        #pragma unroll
+        for (int h = 0; h < 2; ++h)
+            #pragma unroll
+            for (int j = 0; j < 2; ++j)
+                sums[(8 * h + 2 * (lane & 3) + j) * ROWS + warp * 32 + 8 * f + (lane >> 2)]
+                    = acc[f][h][j];
+    __syncthreads();
+    const int i = row0 + threadIdx.x;
     if (i < m) {
         #pragma unroll
-        for (int c = 0; c < MAX_COLUMNS; ++c)  // unrolled: acc stays in registers
+        for (int c = 0; c < MAX_COLUMNS; ++c)
             if (c < n_columns)
-                atomicAdd(&partial[((long long)slot * MAX_COLUMNS + c) * m + i], acc[c]);
+                red_add(&partial[(long long)c * m + i], sums[c * ROWS + threadIdx.x]);
     }
 }
 
@@ -122,28 +197,35 @@ __device__ __forceinline__ void partial_sums(
    next problem; the columns' loads in flight together (unrolled, the storage known). */
 template <int STORAGE>
 __device__ __forceinline__ void row_sums(
-        const void* c, const void* c0, const void* bias, double beta, int m, int n, long long e,
-        const int* cols, int n_columns, double* partial, int i, double& d2, double& r2) {
+        const void* __restrict__ c, const void* __restrict__ c0, const void* __restrict__ bias,
+        double beta, int m, int n, long long e, const int* cols, int n_columns,
+        double* partial, int i, double& d2, double& r2) {
     const double added = bias ? (double)as_float<STORAGE>(bias, i) : 0.0;
+    double exact[MAX_COLUMNS], got[MAX_COLUMNS];
     #pragma unroll
     for (int col = 0; col < MAX_COLUMNS; ++col) {
         if (col < n_columns) {
             const long long at = e * (long long)m * n + (long long)cols[col] * m + i;
-            double* sum = partial + (long long)col * m + i;
-            double exact = __ldcg(sum);
-            *sum = 0.0;
-            if (c0) exact += beta * (double)as_float<STORAGE>(c0, at);
-            if (bias) exact += added;
-            const double diff = (double)as_float<STORAGE>(c, at) - exact;
+            exact[col] = __ldcg(partial + (long long)col * m + i);
+            got[col] = (double)as_float<STORAGE>(c, at);
+            if (c0) exact[col] += beta * (double)as_float<STORAGE>(c0, at);
+        }
+    }
+    #pragma unroll
+    for (int col = 0; col < MAX_COLUMNS; ++col) {
+        if (col < n_columns) {
+            partial[(long long)col * m + i] = 0.0;
+            const double want = exact[col] + added;
+            const double diff = got[col] - want;
             d2 += diff * diff;
-            r2 += exact * exact;
+            r2 += want * want;
         }
     }
 }
 
 /* The block's two sums added up (ROWS threads: 4 warps), then into the problem's slots. */
 __device__ __forceinline__ void block_sums(double d2, double r2, double* sums, int slot) {
-    __shared__ double warp_sums[2][ROWS / 32];
+    __shared__ double warp_sums[2][WARPS];
     for (int offset = 16; offset > 0; offset >>= 1) {
         d2 += __shfl_down_sync(0xffffffffu, d2, offset);
         r2 += __shfl_down_sync(0xffffffffu, r2, offset);
@@ -154,7 +236,7 @@ __device__ __forceinline__ void block_sums(double d2, double r2, double* sums, i
     if (threadIdx.x == 0) {
         d2 = r2 = 0.0;
         #pragma unroll
-        for (int w = 0; w < ROWS / 32; ++w) { d2 += warp_sums[0][w]; r2 += warp_sums[1][w]; }
+        for (int w = 0; w < WARPS; ++w) { d2 += warp_sums[0][w]; r2 += warp_sums[1][w]; }
         atomicAdd(&sums[2 * slot], d2);
         atomicAdd(&sums[2 * slot + 1], r2);
     }
@@ -164,55 +246,55 @@ __device__ __forceinline__ void block_sums(double d2, double r2, double* sums, i
    Each block adds its rows' partial sums over its share of K into the scratch (float64 atomics),
    then takes a ticket of its rows; the block that takes the last (every K split of those rows
    is in) compares them with C, adds the squared error and norm into `sums` and zeroes what it
-   read and the ticket, so the scratch is all zeros again for the next problem. Before, the
-   scratch's memset, the partial sums and a final kernel were three launches a problem, ~30 us
-   of the H100's time together on the BF16 grid for ~8 us of work. The ticket follows CUDA's
-   threadFenceReduction sample: each block's atomics made visible (__threadfence) before its
-   ticket, the last block's reads from L2 (__ldcg). */
-template <int STORAGE>
+   read and the ticket, so the scratch is all zeros again for the next problem. The ticket
+   follows CUDA's threadFenceReduction sample: each block's atomics made visible
+   (__threadfence) before its ticket, the last block's reads from L2 (__ldcg). */
+template <int STORAGE, int TRANSA>
 __device__ __forceinline__ void check(
-        double (*tile)[MAX_COLUMNS], float (*a_tile)[ROWS + 1], const void* a, const void* b,
-        const void* c, const void* c0, const void* bias, double beta, int m, int n, int k,
-        int transa, int transb, long long lda, long long ldb, long long stride_a,
-        long long stride_b, const int* entries, const int* columns, int n_columns,
-        int k_per_block, double* scratch, double* sums) {
+        double* smem, double* b_tile, const void* a, const void* b, const void* c,
+        const void* c0, const void* bias, double beta, int m, int n, int k, int transb, long long lda, long long ldb, long long stride_a, long long stride_b,
+        const int* entries, const int* columns, int n_columns, int k_per_block, double* scratch,
+        double* sums) {
     __shared__ int last;
     const int slot = blockIdx.z;
+    const long long e = entries[slot];
+    const int* cols = columns + slot * n_columns;
     double* partial = scratch + (long long)slot * MAX_COLUMNS * m;
-    partial_sums<STORAGE>(tile, a_tile, a, b, m, k, transa, transb, lda, ldb, stride_a, stride_b,
-                          entries, columns, n_columns, k_per_block, scratch);
-    __threadfence();
-    __syncthreads();
+    partial_sums<STORAGE, TRANSA>((float*)smem, b_tile, smem, a, b, m, k, transb, lda, ldb, e,
+                                  stride_a, stride_b, cols, n_columns, k_per_block, partial);
+    __syncthreads();  /* every thread's sums added (cumulative: thread 0's fence covers them) */
     unsigned long long* ticket = (unsigned long long*)(scratch + (long long)gridDim.z
                                                        * MAX_COLUMNS * m)
                                  + slot * gridDim.x + blockIdx.x;
-    if (threadIdx.x == 0) last = atomicAdd(ticket, 1ULL) == gridDim.y - 1;
+    if (threadIdx.x == 0) {
+        asm volatile("fence.acq_rel.gpu;" ::: "memory");  /* release the block's sums */
+        last = atomicAdd(ticket, 1ULL) == gridDim.y - 1;
+        if (last) asm volatile("fence.acq_rel.gpu;" ::: "memory");  /* acquire the others' */
+    }
     __syncthreads();
     if (!last) return;
-    __threadfence();
     const int i = blockIdx.x * ROWS + threadIdx.x;
     double d2 = 0.0, r2 = 0.0;
     if (i < m)
-        row_sums<STORAGE>(c, c0, bias, beta, m, n, entries[slot], columns + slot * n_columns,
-                          n_columns, partial, i, d2, r2);
+        row_sums<STORAGE>(c, c0, bias, beta, m, n, e, cols, n_columns, partial, i, d2, r2);
     block_sums(d2, r2, sums, slot);
     if (threadIdx.x == 0) *ticket = 0ULL;
 }
 
-extern "C" __global__ void __launch_bounds__(ROWS) cublas_audit_check(
+#define CHECK(S, T) check<S, T>(smem, b_tile, a, b, c, c0, bias, beta, m, n, k, transb, lda, ldb, \
+                                stride_a, stride_b, entries, columns, n_columns, k_per_block,   \
+                                scratch, sums)
+
+extern "C" __global__ void __launch_bounds__(ROWS, 4) cublas_audit_check(
         const void* a, const void* b, const void* c, const void* c0, const void* bias,
         int storage, double beta, int m, int n, int k, int transa, int transb, long long lda,
         long long ldb, long long stride_a, long long stride_b, const int* entries,
         const int* columns, int n_columns, int k_per_block, double* scratch, double* sums) {
-    __shared__ double tile[K_TILE][MAX_COLUMNS];
-    __shared__ float a_tile[K_TILE][ROWS + 1];  /* +1: the transposed stores hit 32 banks */
-    if (storage == 0)
-        check<0>(tile, a_tile, a, b, c, c0, bias, beta, m, n, k, transa, transb, lda, ldb,
-                 stride_a, stride_b, entries, columns, n_columns, k_per_block, scratch, sums);
-    else if (storage == 2)
-        check<2>(tile, a_tile, a, b, c, c0, bias, beta, m, n, k, transa, transb, lda, ldb,
-                 stride_a, stride_b, entries, columns, n_columns, k_per_block, scratch, sums);
-    else
-        check<1>(tile, a_tile, a, b, c, c0, bias, beta, m, n, k, transa, transb, lda, ldb,
-                 stride_a, stride_b, entries, columns, n_columns, k_per_block, scratch, sums);
+    /* A's tile (STAGE x ROWS floats), then the block's sums (MAX_COLUMNS x ROWS doubles) */
+    __shared__ __align__(16) double smem[MAX_COLUMNS * ROWS];
+    __shared__ __align__(16) double b_tile[STAGE * MAX_COLUMNS];
+    /* each storage and layout of A compiled on its own: one path's registers, not all six's */
+    if (storage == 0) { if (transa) CHECK(0, 1); else CHECK(0, 0); }
+    else if (storage == 2) { if (transa) CHECK(2, 1); else CHECK(2, 0); }
+    else { if (transa) CHECK(1, 1); else CHECK(1, 0); }
 }

@@ -12,11 +12,13 @@ infinity in C makes the sums NaN or infinite: the error is then infinite, never 
 
 The same arithmetic as the CuPy check it replaced (widen to float64, matmul, norms), without its
 dozen kernel launches, its NVRTC compiles on a cold cache and its two synchronisations a case.
-Each block stages a tile of A and of B's picked columns in shared memory with all its loads in
-flight at once: loading one value of A and waiting for it before the next made the first version
-latency-bound (65 us a grid problem on average, 17 s of the BF16 grid's GPU time; then 39 us).
-The scratch's memset, the partial sums and a final kernel were three launches a problem (~30 us
-of the H100's time a BF16 grid problem by CUPTI, 7.9 s of the grid): one now.
+The products are the float64 tensor cores' (mma m8n8k4, exact float64 fused multiply-adds; the
+same sums from shuffles before sm_80) on tiles of A and B staged in shared memory, the next
+tile's loads in flight while one multiplies; a block's ticket is taken by one thread after a
+release fence. On the H100, GPU-paced over a uniform sample of the BF16 grid
+(benchmarks/check_kernel.py): 24.7 -> 21.2 us a problem, errors equal to 4e-16. What is left is
+~13 us a problem whatever its size (the fit's intercept; 2.2 us per million of m x k): the
+kernel's chain of dependent memory round trips, not its float64 arithmetic.
 """
 
 from __future__ import annotations
@@ -30,8 +32,8 @@ from typing import Any
 from cublas_audit.planning.modes import mode as mode_of
 
 MAX_COLUMNS = 16  # columns of each checked entry (device.operands.QUICK_COLUMNS)
-ROWS = 128  # rows of C per block of the partial kernel
-K_TILE = 32  # values of K staged in shared memory at once
+ROWS = 128  # rows of C per block (data/quick_check.cu's ROWS)
+K_TILE = 32  # the K split's quantum: each block sums a multiple of K_TILE values of K
 # blocks worth launching at least: four per SM of an H100 (benchmarks/check_kernel.py: 10.3 s of
 # the BF16 grid's check against 11.8 s at two per SM; 792 and 1056 no faster)
 FILL_BLOCKS = 528
