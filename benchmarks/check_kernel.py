@@ -7,16 +7,17 @@ A uniform sample of the BF16 full grid's problems (M, N, K in 64..4096 step 64, 
 untransposed, as `cublas-audit map` lays them out; seed 0), plus a smaller FP32 sample and a
 transposed-A one. Each problem's GEMM runs once through cuBLAS (so C holds a real product),
 then every variant's check (what the map queues after a problem's calls) is timed GPU-paced: a
-CUDA graph of REPEATS checks back to back, launched 3 times, the best (events around a launch;
-no host launch cost in it, no profiler). `--module
-NAME=PATH` adds the module file of another quick_check (e.g. `git show 6fe99d3:cublas_audit/device/
-quick_check.py`, the kernel before staging, its .cu beside it), run with its own FILL_BLOCKS;
-`--fill` the FILL_BLOCKS values to try with the committed kernel.
+CUDA graph of REPEATS checks back to back, launched LAUNCHES times, the best (events around a
+launch: no host launch cost in it, no profiler). `--module NAME=PATH` adds the module file of
+another quick_check (e.g. `git show 612aa03:cublas_audit/device/quick_check.py`, the kernel
+before the tensor cores, its .cu in ../data beside it), run with its own FILL_BLOCKS; `--fill`
+the FILL_BLOCKS values to try with the committed kernel.
 
 Printed and written: each variant's mean microseconds a problem, that times 262,144 (the grid's
-check seconds, as the sample is uniform over it), and the largest relative difference of its
-errors from the first variant's (the same float64 metric summed in another order: ~1e-12), and of
-each variant's last repeat from its first check (a scratch left dirty by a check would show).
+check seconds, as the sample is uniform over it), a least-squares fit of its microseconds to
+fixed + slope x (m k / 1e6), the largest relative difference of its errors from the first
+variant's (the same float64 metric summed in another order: ~1e-12), and of each variant's error
+after its graph's checks from its first (a scratch left dirty by a check would show).
 """
 
 from __future__ import annotations
@@ -172,7 +173,7 @@ def main(argv: list[str]) -> int:
     result: dict[str, Any] = {
         "gpu": cupy.cuda.runtime.getDeviceProperties(0)["name"].decode(),
         "repeats": REPEATS,
-        "timing": "GPU-paced: a CUDA graph of `repeats` checks, best of 3 launches",
+        "timing": f"GPU-paced: a CUDA graph of `repeats` checks, best of {LAUNCHES} launches",
         "legs": legs,
     }
     for leg, values in result["legs"].items():

@@ -135,14 +135,17 @@ __device__ __forceinline__ void multiply_tile(const float* a_tile, const double*
 }
 
 /* The block's rows' sums over its share of K, added into the problem's scratch (float64
-   atomics: the other K shares add theirs). The accumulators pass through shared memory so that
-   each thread adds one row's 16 sums, a warp's atomics 32 consecutive rows of one column. */
+   atomics: the other K shares add theirs). `smem` holds A's tile (STAGE x ROWS floats), then the
+   block's sums (MAX_COLUMNS x ROWS doubles): the accumulators pass through it so that each
+   thread adds one row's 16 sums, a warp's atomics 32 consecutive rows of one column. */
 template <int STORAGE, int TRANSA>
 __device__ __forceinline__ void partial_sums(
-        float* a_tile, double* b_tile, double* sums, const void* __restrict__ a,
-        const void* __restrict__ b, int m, int k, int transb, long long lda, long long ldb, long long e,
-        long long stride_a, long long stride_b, const int* cols, int n_columns, int k_per_block,
-        double* partial) {
+        double* smem, double* b_tile, const void* __restrict__ a, const void* __restrict__ b,
+        int m, int k, int transb, long long lda, long long ldb, long long e, long long stride_a,
+        long long stride_b, const int* cols, int n_columns, int k_per_block, double* partial) {
+    float* a_tile = (float*)smem;
+    double* sums = smem;
+    const long long a_offset = e * stride_a, b_offset = e * stride_b;
     const int row0 = blockIdx.x * ROWS;
     const int p0 = blockIdx.y * k_per_block;
     const int p1 = min(k, p0 + k_per_block);
@@ -160,15 +163,15 @@ __device__ __forceinline__ void partial_sums(
         #pragma unroll
         for (int h = 0; h < 2; ++h) acc[f][h][0] = acc[f][h][1] = 0.0;
     Next next;
-    load_tile<STORAGE, TRANSA>(next, a, b, e * stride_a, e * stride_b, lda, ldb, transb, row0, m,
-                               p0, p1, col, col_ok);
+    load_tile<STORAGE, TRANSA>(next, a, b, a_offset, b_offset, lda, ldb, transb, row0, m, p0, p1,
+                               col, col_ok);
     for (int base = p0; base < p1; base += STAGE) {
         __syncthreads();  /* the tile before read by every warp */
         store_tile<TRANSA>(next, a_tile, b_tile);
         __syncthreads();
         if (base + STAGE < p1)  /* the next tile's loads in flight while this one multiplies */
-            load_tile<STORAGE, TRANSA>(next, a, b, e * stride_a, e * stride_b, lda, ldb, transb,
-                                       row0, m, base + STAGE, p1, col, col_ok);
+            load_tile<STORAGE, TRANSA>(next, a, b, a_offset, b_offset, lda, ldb, transb, row0,
+                                       m, base + STAGE, p1, col, col_ok);
         multiply_tile(a_tile, b_tile, acc);
     }
     /* values past p1 are zero in both tiles: whole tiles summed, nothing added */
@@ -252,16 +255,16 @@ __device__ __forceinline__ void block_sums(double d2, double r2, double* sums, i
 template <int STORAGE, int TRANSA>
 __device__ __forceinline__ void check(
         double* smem, double* b_tile, const void* a, const void* b, const void* c,
-        const void* c0, const void* bias, double beta, int m, int n, int k, int transb, long long lda, long long ldb, long long stride_a, long long stride_b,
-        const int* entries, const int* columns, int n_columns, int k_per_block, double* scratch,
-        double* sums) {
+        const void* c0, const void* bias, double beta, int m, int n, int k, int transb,
+        long long lda, long long ldb, long long stride_a, long long stride_b, const int* entries,
+        const int* columns, int n_columns, int k_per_block, double* scratch, double* sums) {
     __shared__ int last;
     const int slot = blockIdx.z;
     const long long e = entries[slot];
     const int* cols = columns + slot * n_columns;
     double* partial = scratch + (long long)slot * MAX_COLUMNS * m;
-    partial_sums<STORAGE, TRANSA>((float*)smem, b_tile, smem, a, b, m, k, transb, lda, ldb, e,
-                                  stride_a, stride_b, cols, n_columns, k_per_block, partial);
+    partial_sums<STORAGE, TRANSA>(smem, b_tile, a, b, m, k, transb, lda, ldb, e, stride_a,
+                                  stride_b, cols, n_columns, k_per_block, partial);
     __syncthreads();  /* every thread's sums added (cumulative: thread 0's fence covers them) */
     unsigned long long* ticket = (unsigned long long*)(scratch + (long long)gridDim.z
                                                        * MAX_COLUMNS * m)

@@ -16,9 +16,9 @@ The products are the float64 tensor cores' (mma m8n8k4, exact float64 fused mult
 same sums from shuffles before sm_80) on tiles of A and B staged in shared memory, the next
 tile's loads in flight while one multiplies; a block's ticket is taken by one thread after a
 release fence. On the H100, GPU-paced over a uniform sample of the BF16 grid
-(benchmarks/check_kernel.py): 24.7 -> 21.2 us a problem, errors equal to 4e-16. What is left is
-~13 us a problem whatever its size (the fit's intercept; 2.2 us per million of m x k): the
-kernel's chain of dependent memory round trips, not its float64 arithmetic.
+(benchmarks/check_kernel.py, check_kernel_h100.json): 25.3 -> 21.6 us a problem, errors equal to
+4e-16. What is left is ~12.8 us a problem whatever its size (the fit's intercept; 2.2 us per
+million of m x k): the kernel's chain of dependent memory round trips, not its arithmetic.
 """
 
 from __future__ import annotations
@@ -34,8 +34,9 @@ from cublas_audit.planning.modes import mode as mode_of
 MAX_COLUMNS = 16  # columns of each checked entry (device.operands.QUICK_COLUMNS)
 ROWS = 128  # rows of C per block (data/quick_check.cu's ROWS)
 K_TILE = 32  # the K split's quantum: each block sums a multiple of K_TILE values of K
-# blocks worth launching at least: four per SM of an H100 (benchmarks/check_kernel.py: 10.3 s of
-# the BF16 grid's check against 11.8 s at two per SM; 792 and 1056 no faster)
+# blocks worth launching at least: four per SM of an H100 (benchmarks/check_kernel.py, with the
+# kernel before the tensor cores: 10.3 s of the BF16 grid's check against 11.8 s at two per SM;
+# 792 and 1056 no faster)
 FILL_BLOCKS = 528
 STORAGE_CODES = {"float32": 0, "float16": 1, "uint16": 2}  # uint16: bf16 bits
 # float64 sums a problem's check adds into (the map's chunks hold this many a problem): a squared
