@@ -1,7 +1,10 @@
 """The map's float64 check (device.quick_check) on its own: GPU seconds a grid problem and the
-error it reports, the committed kernel against an earlier one and against other block counts.
+error it reports, the committed kernel against an earlier one and against other block counts,
+and a chunk's problems checked by one launch (device.check_chunk, as the map now checks them)
+against each checked by its own.
 
     python benchmarks/check_kernel.py JSON [--module NAME=PATH ...] [--sample N] [--fill 264,528]
+        [--most-k 512,1024,2048]
 
 A uniform sample of the BF16 full grid's problems (M, N, K in 64..4096 step 64, both operands
 untransposed, as `cublas-audit map` lays them out; seed 0), plus a smaller FP32 sample and a
@@ -13,6 +16,11 @@ another quick_check (e.g. `git show 612aa03:cublas_audit/device/quick_check.py`,
 before the tensor cores, its .cu in ../data beside it), run with its own FILL_BLOCKS; `--fill`
 the FILL_BLOCKS values to try with the committed kernel.
 
+The chunk leg: the BF16 sample's first 256 problems in two chunks of 128 on one pool (each
+problem's C its own in the region, as the map lays them out), GPU-paced the same way: the
+chunk's one launch (for each --most-k) against the chunk's problems each checked by its own
+launch (the committed per-problem kernel, one graph of 128 launches), their errors compared.
+
 Printed and written: each variant's mean microseconds a problem, that times 262,144 (the grid's
 check seconds, as the sample is uniform over it), a least-squares fit of its microseconds to
 fixed + slope x (m k / 1e6), the largest relative difference of its errors from the first
@@ -23,6 +31,7 @@ after its graph's checks from its first (a scratch left dirty by a check would s
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib.util
 import json
 import math
@@ -142,6 +151,106 @@ def sample_leg(
     }
 
 
+def paced(queue: Any, repeats: int) -> float:
+    """Microseconds of `queue()` on the current stream, GPU-paced: a graph of `repeats` of it,
+    best of LAUNCHES launches."""
+    import cupy
+
+    stream = cupy.cuda.get_current_stream()
+    stream.begin_capture()
+    for _ in range(repeats):
+        queue()
+    graph = stream.end_capture()
+    best = math.inf
+    for _ in range(LAUNCHES):
+        start, end = cupy.cuda.Event(), cupy.cuda.Event()
+        start.record(stream)
+        graph.launch(stream)
+        end.record(stream)
+        end.synchronize()
+        best = min(best, cupy.cuda.get_elapsed_time(start, end) * 1000 / repeats)
+    return best
+
+
+def chunk_leg(shapes: list[tuple[int, int, int]], most_k: list[int]) -> dict[str, Any]:
+    """A chunk's problems checked by one launch against each by its own (the module doc)."""
+    from cublas_audit.device import check_chunk
+    from cublas_audit.planning.cases import Case
+
+    micro: dict[str, float] = {}
+    worst = 0.0
+    cases = [Case("cublas", "bf16", m, n, k, 1) for m, n, k in shapes]
+    size = check_chunk.CHUNK_JOBS
+    committed = check_chunk.MOST_K
+    for chunk in [cases[i : i + size] for i in range(0, len(cases), size)]:
+        totals, diff = one_chunk(chunk, most_k)
+        worst = max(worst, diff)
+        for name, total in totals.items():
+            micro[name] = micro.get(name, 0.0) + total
+    check_chunk.MOST_K = committed
+    per = {name: round(total / len(cases), 2) for name, total in micro.items()}
+    return {
+        "problems": len(cases),
+        "mean_us": per,
+        "grid_seconds": {name: round(us * GRID_PROBLEMS / 1e6, 2) for name, us in per.items()},
+        "max_error_rel_diff": worst,
+    }
+
+
+def one_chunk(chunk: list[Any], most_k: list[int]) -> tuple[dict[str, float], float]:
+    """One chunk's microseconds, all its problems, checked each by its own launch ("own") and by
+    one launch for each MOST_K; the largest relative difference of their errors."""
+    import cupy
+
+    from cublas_audit.device import check_chunk, launchers, quick_check
+    from cublas_audit.device.operand_pool import OperandPool
+    from cublas_audit.planning.chunks import output_offsets, region_bytes
+
+    pool = OperandPool(chunk)
+    pool.fit_outputs({"bf16": region_bytes(chunk)})
+    offsets = output_offsets(chunk)
+    made = [pool.operands(case, offset) for case, offset in zip(chunk, offsets, strict=True)]
+    for case, ops in zip(chunk, made, strict=True):
+        launchers.classic(case, ops)()
+    picks = [quick_check.picked(1, case.n) for case in chunk]
+    starts: list[int] = []
+    values: list[int] = []
+    for pick in picks:
+        starts.append(len(values))
+        values += pick.index_values()
+    indices = cupy.asarray(values, dtype=cupy.int32)
+    sums = cupy.zeros(quick_check.SUMS_PER_CASE * len(chunk), dtype=cupy.float64)
+    scratch = quick_check.Scratch()
+    own = [quick_check.error_now(ops, ops.c) for ops in made]
+    stream = cupy.cuda.get_current_stream().ptr
+
+    def each() -> None:
+        for slot, (ops, pick) in enumerate(zip(made, picks, strict=True)):
+            at = quick_check.index_address(indices.data.ptr, starts[slot])
+            out = quick_check.sums_address(sums.data.ptr, slot)
+            quick_check.enqueue_at(ops, ops.c, pick, at, out, scratch)
+
+    totals = {"own": paced(each, 1) * len(chunk)}
+    worst = 0.0
+    a, b, region = pool.addresses()["bf16"]
+    on = check_chunk.Operands(a, b, 0, [region + offset for offset in offsets])
+    for k in most_k:
+        check_chunk.MOST_K = k
+        room = cupy.zeros(check_chunk.scratch_values(4096), dtype=cupy.float64)
+        sums.fill(0)
+        plan = check_chunk.planned(
+            chunk, picks, starts, on, indices.data.ptr, sums.data.ptr, room.data.ptr
+        )
+        check_chunk.launch(plan, stream)
+        got = sums.get().tolist()
+        for slot, error in enumerate(own):
+            mine = quick_check.error_from_sums(got[4 * slot : 4 * slot + 2])
+            worst = max(worst, abs(mine / error - 1))
+        totals[f"chunk-{k}"] = paced(functools.partial(check_chunk.launch, plan, stream), REPEATS)
+        assert not room.any(), "a chunk's check left its scratch dirty"
+    return totals, worst
+
+
 def size_fit(shapes: list[tuple[int, int, int]], micro: list[float]) -> dict[str, float]:
     """A check's microseconds as fixed + slope x (m k / 1e6), least squares: what a check costs
     whatever its size, and what its arithmetic adds."""
@@ -159,6 +268,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--module", action="append", default=[])
     parser.add_argument("--sample", type=int, default=400)
     parser.add_argument("--fill", default="264,528")
+    parser.add_argument("--most-k", default="512,1024,2048")
     args = parser.parse_args(argv)
     sys.path.insert(0, str(REPO))
     import cupy
@@ -170,15 +280,19 @@ def main(argv: list[str]) -> int:
             "fp32": sample_leg("fp32", "n", problems(args.sample // 4, 1), found),
             "bf16_transa": sample_leg("bf16", "t", problems(args.sample // 4, 2), found),
         }
+        most_k = [int(x) for x in args.most_k.split(",")]
+        chunk = chunk_leg(problems(args.sample, 0)[:256], most_k)
     result: dict[str, Any] = {
         "gpu": cupy.cuda.runtime.getDeviceProperties(0)["name"].decode(),
         "repeats": REPEATS,
         "timing": f"GPU-paced: a CUDA graph of `repeats` checks, best of {LAUNCHES} launches",
         "legs": legs,
     }
+    result["chunk"] = chunk
     for leg, values in result["legs"].items():
         for name, figures in values["variants"].items():
             print(f"{leg:12} {name:10} {figures}")
+    print(f"chunk        {chunk}")
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(result, indent=1) + "\n")
     return 0

@@ -91,6 +91,70 @@ def test_the_quick_check_stages_whole_tiles_of_a_large_odd_problem(
     assert on_gpu == pytest.approx(host_error(ops, ops.c), rel=1e-9)
 
 
+@pytest.mark.parametrize("mode", ["bf16", "fp32", "fp16"])
+def test_a_chunks_one_check_gives_each_problem_the_sums_of_its_own(mode: str) -> None:
+    # device.check_chunk: each problem's C in the pool's region, one launch checking them all
+    # after every call; each problem's error is its own launch's and the host's, an output
+    # never written fails alone, and the scratch is left all zeros
+    import cupy
+
+    from cublas_audit.device import check_chunk, operands, quick_check
+    from cublas_audit.device.operand_pool import OperandPool
+    from cublas_audit.planning.chunks import output_offsets, region_bytes
+
+    cases = [
+        Case("cublas", mode, 160, 96, 130, 3),
+        Case("cublas", mode, 1000, 64, 2999, 1, transa="t"),
+        Case("cublas", mode, 13, 7, 4672, 1),  # K in 5 blocks of at most 1024
+        Case("cublasLt", mode, 256, 48, 256, 1, transa="t", transb="t", bias=True),
+        Case("cublas", mode, 4096, 32, 64, 2, transb="t", broadcast="b"),
+        Case("cublas", mode, 64, 4096, 1024, 1),
+        Case("cublas", mode, 96, 80, 64, 1),  # never computed: its C stays poisoned
+    ]
+    pool = OperandPool(cases)
+    pool.fit_outputs({mode: region_bytes(cases)})
+    offsets = output_offsets(cases)
+    picks = [quick_check.picked(case.batch, case.n) for case in cases]
+    index_offsets: list[int] = []
+    values: list[int] = []
+    for pick in picks:
+        index_offsets.append(len(values))
+        values += pick.index_values()
+    indices = cupy.asarray(values, dtype=cupy.int32)
+    sums = cupy.zeros(quick_check.SUMS_PER_CASE * len(cases), dtype=cupy.float64)
+    scratch = cupy.zeros(check_chunk.scratch_values(4096), dtype=cupy.float64)
+    pool.load(mode)
+    a, b, region = pool.addresses()[mode]
+    on = check_chunk.Operands(a, b, pool.buffers["bias"].data.ptr, [region + o for o in offsets])
+    check = check_chunk.planned(
+        cases, picks, index_offsets, on, indices.data.ptr, sums.data.ptr, scratch.data.ptr
+    )
+    stream = cupy.cuda.get_current_stream().ptr
+    made = []
+    for case, offset, job in zip(cases, offsets, check.jobs, strict=True):
+        ops = pool.operands(case, offset)
+        ops.c.fill(0)  # a stale output: only the poison may make the unwritten one fail
+        check_chunk.poison(ops.c.data.ptr, case, job, stream)
+        if case is not cases[-1]:
+            launch, closers = prepare(case, ops)
+            launch()
+            for close in closers:
+                close()
+        made.append(ops)
+    check_chunk.launch(check, stream)
+    got = sums.get().tolist()
+    assert not scratch.any()  # each problem's check leaves its part zeroed
+    for slot, (case, ops) in enumerate(zip(cases, made, strict=True)):
+        first = quick_check.SUMS_PER_CASE * slot
+        error = quick_check.error_from_sums(got[first : first + 2 * len(picks[slot].entries)])
+        if case is cases[-1]:
+            assert error == math.inf
+            continue
+        assert 0 < error <= operands.tolerance(mode), case
+        assert error == pytest.approx(quick_check.error_now(ops, ops.c), rel=1e-9), case
+        assert error == pytest.approx(host_error(ops, ops.c), rel=1e-9), case
+
+
 def test_the_quick_check_fails_output_never_written_and_a_transpose_ignored() -> None:
     from cublas_audit.device import launchers, operands
 

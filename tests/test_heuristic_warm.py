@@ -287,7 +287,7 @@ def test_the_workers_run_each_coming_call_once_inside_a_capture_within_the_windo
 def test_the_c_thread_queues_the_calls_made_for_the_workers_on_the_same_operands() -> None:
     # each chunk's classic calls made once, when it is handed to the workers; the engine's C
     # thread takes them (native_queue.rows_of), but never calls made on other operands
-    from cublas_audit.device import native_queue, quick_check
+    from cublas_audit.device import check_chunk, native_queue, quick_check
 
     cases = [Case("cublas", "bf16", 64 * i, 128, 64, 1) for i in range(1, 9)]
     chunks = [cases[:4], cases[4:]]
@@ -298,11 +298,14 @@ def test_the_c_thread_queues_the_calls_made_for_the_workers_on_the_same_operands
     made = ahead.calls_for(chunks[1])
     assert made is not None and [call.m for call in made] == [case.m for case in chunks[1]]
     assert ahead.calls_for(chunks[0]) is None  # not the next chunk any more
+    outputs = [0x3000 + 0x10000 * i for i in range(4)]  # each problem's own C in the region
     picks = [quick_check.picked(case.batch, case.n) for case in chunks[1]]
-    args = (picks, range(4), (0x1000, 0x2000, 0x3000, 0), 0x5000, 0x6000)
-    taken = native_queue.rows_of(chunks[1], *args, made)
+    on = check_chunk.Operands(0x1000, 0x2000, 0, outputs)
+    check = check_chunk.planned(chunks[1], picks, range(0, 68, 17), on, 0x5000, 0x6000, 0x7000)
+    taken = native_queue.rows_of(chunks[1], check, pool["bf16"], made)
     assert list(taken["m"]) == [case.m for case in chunks[1]]
-    moved = native_queue.rows_of(chunks[1], picks, range(4), (0x9000, 0x2000, 0x3000, 0),
-                                 0x5000, 0x6000, made)  # fmt: skip
+    assert list(taken["c"]) == outputs  # the calls made on the region, each on its own C
+    moved = native_queue.rows_of(chunks[1], check, (0x9000, 0x2000, 0x3000), made)
     assert set(moved["a"]) == {0x9000}  # the pool moved: made again on its addresses
-    assert native_queue.rows_of(chunks[1], *args).tobytes() == taken.tobytes()
+    again = native_queue.rows_of(chunks[1], check, pool["bf16"])
+    assert again.tobytes() == taken.tobytes()

@@ -8,14 +8,16 @@ import math
 
 import pytest
 
-from cublas_audit.device import map_records, quick_check
+from cublas_audit.device import check_chunk, map_records, quick_check
 from cublas_audit.device.kernel_trace import KernelLaunch
 from cublas_audit.device.map_engine import CHECK_KERNELS
 from cublas_audit.device.operand_pool import OperandPool
+from cublas_audit.planning import chunks as planning
 from cublas_audit.planning.cases import Case
 from cublas_audit.planning.chunks import CHUNK, POOLED_BYTES, chunk_groups, dealt
 
-(CHECK,) = CHECK_KERNELS
+CHECK, ONE_CHECK = CHECK_KERNELS
+POISON, CASE_END = map_records.POISON, map_records.CASE_END
 
 
 def launch(name: str, start: int) -> KernelLaunch:
@@ -32,30 +34,45 @@ def marker(sequence: int, start: int) -> KernelLaunch:
 
 
 def test_a_chunk_is_read_once_the_next_chunks_marker_has_arrived() -> None:
-    # GPU order: a late record of the chunk before, chunk 7's two cases (the first of two calls
-    # with a split-K reduction each, the second closed without its check), then chunk 8 begun.
-    # Records arrive in any order.
+    # GPU order: a late record of the chunk before, chunk 7's three cases (each opened by its
+    # poison: the first of two calls with a split-K reduction each, the second closed early, the
+    # third's calls refused at once) and the chunk's check, then chunk 8 begun. Records arrive in
+    # any order.
     records = [
-        marker(6, 0), launch("old_gemm", 1),
-        marker(7, 10), launch("gemm_a", 11), launch("reduce", 12), launch("gemm_a", 13),
-        launch("reduce", 14), launch(CHECK, 15),
-        launch("gemm_b", 20), launch(map_records.CASE_END, 21),
-        marker(8, 30), launch("gemm_c", 31),
+        marker(6, 0), launch("old_gemm", 1), launch(CHECK, 2),
+        marker(7, 10), launch(POISON, 11), launch("gemm_a", 12), launch("reduce", 13),
+        launch("gemm_a", 14), launch("reduce", 15),
+        launch(POISON, 20), launch("gemm_b", 21), launch(CASE_END, 22),
+        launch(POISON, 23), launch(CASE_END, 24), launch(CHECK, 25),
+        marker(8, 30), launch(POISON, 31), launch("gemm_c", 32),
     ][::-1]  # fmt: skip
     assert map_records.chunk_records(records[:4], 7, last=False) is None  # chunk 8 not yet seen
     found = map_records.chunk_records(records, 7, last=False)
     assert found is not None
     mine, after = found
-    assert [k.name for k in after] == [map_records.CHUNK_MARKER, "gemm_c"]
+    assert [k.name for k in after] == [map_records.CHUNK_MARKER, POISON, "gemm_c"]
     cases = map_records.case_records(mine)
-    assert [[k.name for k in c] for c in cases] == [["gemm_a", "reduce"] * 2, ["gemm_b"]]
+    assert [[k.name for k in c] for c in cases] == [["gemm_a", "reduce"] * 2, ["gemm_b"], []]
     assert map_records.check_seconds(mine) == 5e-9  # the check's kernel, 5 ns
     calls = map_records.split_calls(cases[0], 2)
     assert not isinstance(calls, str)
     assert names(list(calls)) == [["gemm_a", "reduce"], ["gemm_a", "reduce"]]
     # the last chunk queued takes every record after its marker once the flush was forced
     last = map_records.chunk_records(after, 8, last=True)
-    assert last is not None and [k.name for k in last[0]] == ["gemm_c"]
+    assert last is not None and [k.name for k in last[0]] == [POISON, "gemm_c"]
+    assert [[k.name for k in c] for c in map_records.case_records(last[0])] == [["gemm_c"]]
+
+
+def test_a_case_that_failed_before_its_poison_has_no_records_and_moves_no_other() -> None:
+    # the Python engine's case that cannot be made launches its poison first all the same (no
+    # bytes) and then CASE_END; a CASE_END with no case open (its poison's launch failed) stands
+    # for a case of no records
+    records = [
+        launch(POISON, 1), launch("gemm", 2), launch(POISON, 3), launch(CASE_END, 4),
+        launch(CASE_END, 5), launch(POISON, 6), launch("gemm", 7), launch(CHECK, 8),
+    ]  # fmt: skip
+    cases = map_records.case_records(records)
+    assert [[k.name for k in c] for c in cases] == [["gemm"], [], [], ["gemm"]]
 
 
 def test_a_cases_kernels_split_into_its_calls_only_where_each_call_ran_the_same() -> None:
@@ -174,7 +191,40 @@ def test_the_checks_driver_launch_passes_each_kernel_parameter_as_its_c_type() -
     # CUDA source's signature: a pointer passed as an int (or the reverse) faults on the GPU
     kinds = {"const void*": "p", "void*": "p", "const int*": "p", "const double*": "p",
              "double*": "p", "int": "i", "long long": "q", "double": "d"}  # fmt: skip
-    assert quick_check.KERNEL == CHECK  # what the map's reader closes each case's records at
-    signature = quick_check.SOURCE.split(f" {CHECK}(")[1].split(")")[0]
+    assert quick_check.KERNEL == ONE_CHECK  # what the reader counts as the check's time
+    signature = quick_check.SOURCE.split(f" {ONE_CHECK}(")[1].split(")")[0]
     declared = [" ".join(p.split()[:-1]) for p in signature.split(",")]
     assert "".join(kinds[d] for d in declared) == quick_check.PARAMS
+
+
+def test_the_chunk_kernels_jobs_are_the_cuda_structs_field_for_field() -> None:
+    # check_chunk's records are read by the kernel as data/quick_check.cu's Job and Chunk: a
+    # field missing, moved or of another width would check the wrong memory
+    source = quick_check.SOURCE
+    body = source.split("struct Job {")[1].split("};")[0]
+    declared = [name.strip() for line in body.split(";") for name in line.split(",")[0:]]
+    names = [d.split()[-1] for d in declared if d.strip()]
+    assert tuple(names) == check_chunk.JOB_FIELDS
+    assert all(
+        line.split()[0:2] == ["long", "long"] for line in body.strip().split(";") if line.strip()
+    )
+    assert f"#define CHUNK_JOBS {check_chunk.CHUNK_JOBS} " in source
+    assert check_chunk.CHUNK_JOBS >= CHUNK  # a chunk's check takes a whole chunk
+    # its one parameter within the 32,764 bytes CUDA 12.1 on takes (4,096 before)
+    assert 4096 < check_chunk.params_dtype().itemsize <= 32_764
+    assert f" {check_chunk.CHUNK_KERNEL}(" in source and f" {check_chunk.POISON_KERNEL}(" in source
+    assert (CHECK, POISON) == (check_chunk.CHUNK_KERNEL, check_chunk.POISON_KERNEL)
+
+
+def test_a_chunks_outputs_lie_side_by_side_aligned_and_a_chunk_too_large_is_cut() -> None:
+    bf16 = [Case("cublas", "bf16", m, n, 64, 1) for m, n in ((64, 64), (13, 7), (64, 3))]
+    # 64 x 64 x 2 = 8,192 bytes; 13 x 7 x 2 = 182, taken to 256; then the third
+    assert planning.output_offsets(bf16) == [0, 8192, 8192 + 256]
+    assert planning.region_bytes(bf16) == 8192 + 256 + 512  # 64 x 3 x 2 = 384, to 512
+    # the H100's FP32 grid's largest problems: 128 of 4096 x 4096 x 4 bytes fill 8 GiB, cut
+    # in two of 64 (REGION_BYTES is 4 GiB)
+    large = [Case("cublas", "fp32", 4096, 4096, 64 * i, 1) for i in range(1, 129)]
+    parts = planning.within_region(large)
+    assert [len(part) for part in parts] == [64, 64] and parts[0] + parts[1] == large
+    assert all(planning.region_bytes(part) <= planning.REGION_BYTES for part in parts)
+    assert planning.within_region(bf16) == [bf16]

@@ -6,13 +6,13 @@
    took that thread another ~130 us. Here a thread of its own makes exactly the same driver and
    cuBLAS calls, in the same order on the same stream, with the arguments Python prepared, while
    Python reads earlier chunks back. A chunk: its check indices copied up and its sums zeroed,
-   the chunk's marker kernel (device.map_records), then for each problem C poisoned (every byte
-   0xFF, a NaN in each storage), the classic call `reps` times between `reps` + 1 events, the
-   check's one kernel (device.quick_check) adding the problem's sums into its slots (its scratch
-   left zeroed by the last problem's check); last the sums copied down and the chunk's end event
-   recorded.
+   the chunk's marker kernel (device.map_records), then for each problem the columns of its C that
+   the check reads poisoned by a kernel (every byte 0xFF, a NaN in each storage; each problem has
+   its own C in the chunk's region), the classic call `reps` times between `reps` + 1 events; then the chunk's check,
+   one kernel for all its problems (device.check_chunk) adding each problem's sums into its
+   slots; last the sums copied down and the chunk's end event recorded.
 
-   A problem whose call or launch fails gets the case-end marker kernel instead of its check (its
+   A problem whose call or launch fails gets the case-end marker kernel after what it queued (its
    records end there, as map_records.close_case does from Python), and its status says which
    library refused what: the map records it and goes on. The thread tells the heuristic warmer
    (data/heuristic_warm.c) how far the map has queued, as the Python engine did. */
@@ -28,15 +28,15 @@ typedef struct {
     int64_t routine, transa, transb, m, n, k, lda, ldb, ldc, batch, data_type, compute_type;
     int64_t stride_a, stride_b, stride_c, a, b, c;
     double beta;
-    /* C's bytes, poisoned first */
-    int64_t c_bytes;
-    /* the quick check (device.quick_check.enqueue_at's arguments and grids) */
-    int64_t storage, bias, slots, n_columns, indices, sums, per_block;
-    int64_t blocks_x, blocks_y;
+    /* C's checked columns, poisoned first: C's value size, the problem's picked entries and
+       columns (device addresses of int32 values), how many columns an entry, the poison's blocks
+       (one a column of each entry) */
+    int64_t item, entries, columns, n_columns, poison_blocks;
 } queued_case;
 
 enum { OK = 0, REFUSED_BY_CUBLAS = 1, REFUSED_BY_CUDA = 2 };
-enum { CHECK_ROWS = 128 }; /* device.quick_check's ROWS */
+enum { CHECK_ROWS = 128, POISON_THREADS = 256 }; /* device.quick_check's, device.check_chunk's */
+enum { CHUNK_CHECK = 0, CASE_END = 1, CHUNK_MARKER = 2, POISON = 3 }; /* kernels[] */
 
 static warm_call call_of(const queued_case *q) {
     warm_call w = {(int32_t)q->routine, (int32_t)q->transa, (int32_t)q->transb, (int32_t)q->m,
@@ -47,30 +47,23 @@ static warm_call call_of(const queued_case *q) {
     return w;
 }
 
-/* The check of one problem: one kernel (its scratch all zeros, as each check leaves it). */
-static int check(const queued_case *q, void *stream, uint64_t scratch, void *const *kernels) {
-    void *a = (void *)q->a, *b = (void *)q->b, *c = (void *)q->c, *c0 = 0;
-    void *bias = (void *)q->bias, *partial = (void *)scratch, *sums = (void *)q->sums;
-    void *entries = (void *)q->indices, *columns = (void *)(q->indices + 4 * q->slots);
-    int storage = (int)q->storage, m = (int)q->m, n = (int)q->n, k = (int)q->k;
-    int transa = (int)q->transa, transb = (int)q->transb, n_columns = (int)q->n_columns;
-    int per_block = (int)q->per_block;
-    long long lda = q->lda, ldb = q->ldb, stride_a = q->stride_a, stride_b = q->stride_b;
-    double beta = q->beta;
-    void *args[] = {&a,        &b,        &c,       &c0,      &bias,     &storage,
-                    &beta,     &m,        &n,       &k,       &transa,   &transb,
-                    &lda,      &ldb,      &stride_a, &stride_b, &entries, &columns,
-                    &n_columns, &per_block, &partial, &sums};
-    return api.launch_kernel(kernels[0], (unsigned)q->blocks_x, (unsigned)q->blocks_y,
-                             (unsigned)q->slots, CHECK_ROWS, 1, 1, 0, stream, args, 0);
+/* C's checked columns poisoned before the problem's calls (a kernel: it opens the problem's CUPTI
+   records). */
+static int poison(const queued_case *q, void *stream, void *const *kernels) {
+    void *c = (void *)q->c, *entries = (void *)q->entries, *columns = (void *)q->columns;
+    long long m = q->m, n = q->n, item = q->item;
+    int n_columns = (int)q->n_columns;
+    void *args[] = {&c, &m, &n, &item, &entries, &columns, &n_columns};
+    return api.launch_kernel(kernels[POISON], (unsigned)q->poison_blocks, 1, 1, POISON_THREADS,
+                             1, 1, 0, stream, args, 0);
 }
 
-/* One problem: poison, the timed calls between events, the check. 0, or the refusal (*where). */
+/* One problem: poison, the timed calls between events. 0, or the refusal (*where). */
 static int queue_one(const queued_case *q, void *handle, void *stream, int64_t reps,
-                     void *const *events, uint64_t scratch, void *const *kernels, int *where) {
+                     void *const *events, void *const *kernels, int *where) {
     warm_call w = call_of(q);
     *where = REFUSED_BY_CUDA;
-    int status = api.memset_d8((uint64_t)q->c, 0xFF, (size_t)q->c_bytes, stream);
+    int status = poison(q, stream, kernels);
     if (!status) status = api.event_record(events[0], stream);
     for (int64_t rep = 0; rep < reps && !status; rep++) {
         status = native_call(handle, &w);
@@ -80,7 +73,6 @@ static int queue_one(const queued_case *q, void *handle, void *stream, int64_t r
         }
         status = api.event_record(events[rep + 1], stream);
     }
-    if (!status) status = check(q, stream, scratch, kernels);
     return status;
 }
 
@@ -95,6 +87,8 @@ typedef struct {
     uint64_t sums; /* the check's sums: zeroed here, copied into pinned host memory at the end */
     void *host_sums;
     int64_t sums_bytes;
+    void *check_params;   /* the chunk check's parameter (device.check_chunk.params_dtype) */
+    int64_t check_blocks; /* and its blocks */
     int64_t marker_threads; /* the chunk marker's block size; 0: no marker (nothing traced) */
     void *end;              /* recorded after the chunk */
     int64_t warm_progress;  /* the heuristic warmer's index of the chunk's first call; -1 none */
@@ -111,8 +105,7 @@ static int64_t submitted, finished; /* chunks handed over, and queued on the GPU
 static int stopping, warming;
 static int working; /* the thread has taken chunk `finished` and is queueing it */
 static pthread_t thread;
-static void *context, *blas, *stream, *kernels[3]; /* the check, case end, chunk marker */
-static uint64_t scratch;
+static void *context, *blas, *stream, *kernels[4]; /* chunk check, case end, marker, poison */
 static int64_t reps;
 static int64_t busy_ns; /* the thread's time queueing chunks (not waiting for them) */
 
@@ -126,11 +119,11 @@ static void queue_cases(const queued_chunk *chunk) {
     for (int64_t i = 0; i < chunk->count; i++) {
         int where = OK;
         int refused = queue_one(&chunk->cases[i], blas, stream, reps,
-                                chunk->events + i * (reps + 1), scratch, kernels, &where);
+                                chunk->events + i * (reps + 1), kernels, &where);
         chunk->status[2 * i] = refused ? where : OK;
         chunk->status[2 * i + 1] = refused;
         if (refused) /* its records end here */
-            api.launch_kernel(kernels[1], 1, 1, 1, 1, 1, 1, 0, stream, 0, 0);
+            api.launch_kernel(kernels[CASE_END], 1, 1, 1, 1, 1, 1, 0, stream, 0, 0);
     }
 }
 
@@ -143,12 +136,15 @@ static int queue_chunk(queued_chunk *chunk) {
                                   (size_t)chunk->indices_bytes, stream);
     if (!status) status = api.memset_d8(chunk->sums, 0, (size_t)chunk->sums_bytes, stream);
     if (!status && chunk->marker_threads > 0)
-        status = api.launch_kernel(kernels[2], 1, 1, 1, (unsigned)chunk->marker_threads, 1, 1, 0,
-                                   stream, 0, 0);
+        status = api.launch_kernel(kernels[CHUNK_MARKER], 1, 1, 1, (unsigned)chunk->marker_threads,
+                                   1, 1, 0, stream, 0, 0);
     if (status) return status;
     if (warming && chunk->warm_progress >= 0) warm_progress(chunk->warm_progress);
     queue_cases(chunk);
-    status = api.copy_down(chunk->host_sums, chunk->sums, (size_t)chunk->sums_bytes, stream);
+    void *args[] = {chunk->check_params}; /* its bytes: the driver copies them at the launch */
+    status = api.launch_kernel(kernels[CHUNK_CHECK], (unsigned)chunk->check_blocks, 1, 1,
+                               CHECK_ROWS, 1, 1, 0, stream, args, 0);
+    if (!status) status = api.copy_down(chunk->host_sums, chunk->sums, (size_t)chunk->sums_bytes, stream);
     if (!status) status = api.event_record(chunk->end, stream);
     return status;
 }
@@ -180,19 +176,17 @@ static void *serve(void *unused) {
 }
 
 /* Starts the thread on `ctx` with cuBLAS's `handle` (the map's: set here to `stream`, host
-   pointer mode and default math, as the launchers set it), `calls` calls a problem, the check's
-   `scratch` (large enough for any problem's, all zeros), and `functions`: the check's kernel,
-   the case-end and the chunk markers. `warm`: tell the heuristic warmer the progress.
-   0: started (native_resolve must have found the entry points). */
+   pointer mode and default math, as the launchers set it), `calls` calls a problem and
+   `functions`: the chunk's check, the case-end and chunk markers, the poison. `warm`: tell the
+   heuristic warmer the progress. 0: started (native_resolve must have found the entry points). */
 int map_queue_start(void *ctx, void *handle, void *on_stream, int64_t calls,
-                    uint64_t check_scratch, void *const *functions, int warm) {
+                    void *const *functions, int warm) {
     if (!api.launch_kernel) return 1; /* native_resolve first */
     context = ctx;
     blas = handle;
     stream = on_stream;
     reps = calls;
-    scratch = check_scratch;
-    for (int i = 0; i < 3; i++) kernels[i] = functions[i];
+    for (int i = 0; i < 4; i++) kernels[i] = functions[i];
     warming = warm;
     submitted = finished = busy_ns = 0;
     stopping = working = 0;

@@ -1,5 +1,7 @@
-/* The map's quick float64 check: one kernel a problem (device.quick_check says what it computes
-   and how it is launched; its ROWS and MAX_COLUMNS are the defines below). */
+/* The map's quick float64 check: one kernel a problem, or one a chunk of problems, and the poison
+   each problem's C gets before its calls (device.quick_check says what the check computes and how
+   it is launched, device.check_chunk the chunk's; its ROWS and MAX_COLUMNS are the defines
+   below). */
 #define MAX_COLUMNS 16
 #define ROWS 128
 #define STAGE 16  /* values of K a tile stages in shared memory (the launch's K split is in 32s) */
@@ -60,6 +62,13 @@ __device__ __forceinline__ void mma_f64(double& d0, double& d1, double a, double
 __device__ __forceinline__ void red_add(double* p, double x) {
     asm volatile("red.global.add.f64 [%0], %1;" :: "l"(p), "d"(x) : "memory");
 }
+
+/* A block's place in its problem's check: row block x, K split y, checked entry z, among gx row
+   blocks, gy K splits and gz entries (blockIdx and gridDim where a kernel checks one problem;
+   derived from the block's number where one kernel checks a chunk's problems). */
+struct Place {
+    int x, y, z, gx, gy, gz;
+};
 
 /* One tile's values of A and B, loaded into registers while the tile before is multiplied. */
 struct Next {
@@ -142,12 +151,13 @@ template <int STORAGE, int TRANSA>
 __device__ __forceinline__ void partial_sums(
         double* smem, double* b_tile, const void* __restrict__ a, const void* __restrict__ b,
         int m, int k, int transb, long long lda, long long ldb, long long e, long long stride_a,
-        long long stride_b, const int* cols, int n_columns, int k_per_block, double* partial) {
+        long long stride_b, const int* cols, int n_columns, int k_per_block, double* partial,
+        const Place& at) {
     float* a_tile = (float*)smem;
     double* sums = smem;
     const long long a_offset = e * stride_a, b_offset = e * stride_b;
-    const int row0 = blockIdx.x * ROWS;
-    const int p0 = blockIdx.y * k_per_block;
+    const int row0 = at.x * ROWS;
+    const int p0 = at.y * k_per_block;
     const int p1 = min(k, p0 + k_per_block);
     long long col[B_LOADS];
     bool col_ok[B_LOADS];
@@ -257,26 +267,26 @@ __device__ __forceinline__ void check(
         double* smem, double* b_tile, const void* a, const void* b, const void* c,
         const void* c0, const void* bias, double beta, int m, int n, int k, int transb,
         long long lda, long long ldb, long long stride_a, long long stride_b, const int* entries,
-        const int* columns, int n_columns, int k_per_block, double* scratch, double* sums) {
+        const int* columns, int n_columns, int k_per_block, double* scratch, double* sums,
+        const Place& at) {
     __shared__ int last;
-    const int slot = blockIdx.z;
+    const int slot = at.z;
     const long long e = entries[slot];
     const int* cols = columns + slot * n_columns;
     double* partial = scratch + (long long)slot * MAX_COLUMNS * m;
     partial_sums<STORAGE, TRANSA>(smem, b_tile, a, b, m, k, transb, lda, ldb, e, stride_a,
-                                  stride_b, cols, n_columns, k_per_block, partial);
+                                  stride_b, cols, n_columns, k_per_block, partial, at);
     __syncthreads();  /* every thread's sums added (cumulative: thread 0's fence covers them) */
-    unsigned long long* ticket = (unsigned long long*)(scratch + (long long)gridDim.z
-                                                       * MAX_COLUMNS * m)
-                                 + slot * gridDim.x + blockIdx.x;
+    unsigned long long* ticket = (unsigned long long*)(scratch + (long long)at.gz * MAX_COLUMNS * m)
+                                 + slot * at.gx + at.x;
     if (threadIdx.x == 0) {
         asm volatile("fence.acq_rel.gpu;" ::: "memory");  /* release the block's sums */
-        last = atomicAdd(ticket, 1ULL) == gridDim.y - 1;
+        last = atomicAdd(ticket, 1ULL) == at.gy - 1;
         if (last) asm volatile("fence.acq_rel.gpu;" ::: "memory");  /* acquire the others' */
     }
     __syncthreads();
     if (!last) return;
-    const int i = blockIdx.x * ROWS + threadIdx.x;
+    const int i = at.x * ROWS + threadIdx.x;
     double d2 = 0.0, r2 = 0.0;
     if (i < m)
         row_sums<STORAGE>(c, c0, bias, beta, m, n, e, cols, n_columns, partial, i, d2, r2);
@@ -286,18 +296,92 @@ __device__ __forceinline__ void check(
 
 #define CHECK(S, T) check<S, T>(smem, b_tile, a, b, c, c0, bias, beta, m, n, k, transb, lda, ldb, \
                                 stride_a, stride_b, entries, columns, n_columns, k_per_block,   \
-                                scratch, sums)
+                                scratch, sums, at)
 
+/* One problem's check by the block at `at`: each storage and layout of A compiled on its own,
+   one path's registers, not all six's. */
+__device__ __forceinline__ void check_any(
+        const void* a, const void* b, const void* c, const void* c0, const void* bias,
+        int storage, double beta, int m, int n, int k, int transa, int transb, long long lda,
+        long long ldb, long long stride_a, long long stride_b, const int* entries,
+        const int* columns, int n_columns, int k_per_block, double* scratch, double* sums,
+        const Place& at) {
+    /* A's tile (STAGE x ROWS floats), then the block's sums (MAX_COLUMNS x ROWS doubles) */
+    __shared__ __align__(16) double smem[MAX_COLUMNS * ROWS];
+    __shared__ __align__(16) double b_tile[STAGE * MAX_COLUMNS];
+    if (storage == 0) { if (transa) CHECK(0, 1); else CHECK(0, 0); }
+    else if (storage == 2) { if (transa) CHECK(2, 1); else CHECK(2, 0); }
+    else { if (transa) CHECK(1, 1); else CHECK(1, 0); }
+}
+
+/* One problem's check (grid: row blocks x K splits x checked entries). */
 extern "C" __global__ void __launch_bounds__(ROWS, 4) cublas_audit_check(
         const void* a, const void* b, const void* c, const void* c0, const void* bias,
         int storage, double beta, int m, int n, int k, int transa, int transb, long long lda,
         long long ldb, long long stride_a, long long stride_b, const int* entries,
         const int* columns, int n_columns, int k_per_block, double* scratch, double* sums) {
-    /* A's tile (STAGE x ROWS floats), then the block's sums (MAX_COLUMNS x ROWS doubles) */
-    __shared__ __align__(16) double smem[MAX_COLUMNS * ROWS];
-    __shared__ __align__(16) double b_tile[STAGE * MAX_COLUMNS];
-    /* each storage and layout of A compiled on its own: one path's registers, not all six's */
-    if (storage == 0) { if (transa) CHECK(0, 1); else CHECK(0, 0); }
-    else if (storage == 2) { if (transa) CHECK(2, 1); else CHECK(2, 0); }
-    else { if (transa) CHECK(1, 1); else CHECK(1, 0); }
+    const Place at = {(int)blockIdx.x, (int)blockIdx.y, (int)blockIdx.z,
+                      (int)gridDim.x, (int)gridDim.y, (int)gridDim.z};
+    check_any(a, b, c, c0, bias, storage, beta, m, n, k, transa, transb, lda, ldb, stride_a,
+              stride_b, entries, columns, n_columns, k_per_block, scratch, sums, at);
+}
+
+/* One problem of a chunk (device.check_chunk.JOB_FIELDS: every field 64 bits wide). Pooled
+   problems have beta = 0: no C0 is added. */
+struct Job {
+    long long a, b, c, bias, storage, m, n, k, transa, transb, lda, ldb, stride_a, stride_b;
+    long long entries, columns, n_columns, per_block, blocks_x, blocks_y, slots, first_block;
+    long long scratch, sums;
+};
+
+#define CHUNK_JOBS 128  /* device.check_chunk.CHUNK_JOBS: planning.chunks.CHUNK's problems */
+
+/* A chunk's jobs, passed whole as the kernel's parameter (24 KiB: CUDA 12.1 on takes 32 KiB of
+   parameters), so that each block reads its problem's from the constant bank. */
+struct Chunk {
+    Job jobs[CHUNK_JOBS];
+    long long count;
+};
+
+/* Every problem of a chunk checked in one launch, after the chunk's calls: the blocks are the
+   problems' blocks one problem after another (from each one's `first_block`), so that the
+   ~13 us each problem's own launch spent in its chain of dependent memory round trips overlap.
+   Each problem has its own C (its values kept until now) and its own scratch. Three blocks an
+   SM, not four: the job's values held in registers (four spilled 348 bytes). */
+extern "C" __global__ void __launch_bounds__(ROWS, 3) cublas_audit_check_chunk(
+        const __grid_constant__ Chunk chunk) {
+    /* this block's problem: the last whose first block is at or before it */
+    int index = -1;
+    for (int base = 0; base < (int)chunk.count; base += ROWS) {
+        const int j = base + (int)threadIdx.x;
+        index += __syncthreads_count(j < chunk.count
+                                     && chunk.jobs[j].first_block <= (long long)blockIdx.x);
+    }
+    const Job& job = chunk.jobs[index];
+    const int local = (int)(blockIdx.x - job.first_block);
+    const int gx = (int)job.blocks_x, gy = (int)job.blocks_y;
+    const Place at = {local % gx, (local / gx) % gy, local / (gx * gy), gx, gy, (int)job.slots};
+    check_any((const void*)job.a, (const void*)job.b, (const void*)job.c, 0,
+              (const void*)job.bias, (int)job.storage, 0.0, (int)job.m, (int)job.n, (int)job.k,
+              (int)job.transa, (int)job.transb, job.lda, job.ldb, job.stride_a, job.stride_b,
+              (const int*)job.entries, (const int*)job.columns, (int)job.n_columns,
+              (int)job.per_block, (double*)job.scratch, (double*)job.sums, at);
+}
+
+/* The checked columns of C poisoned before a problem's calls (one block a column of each checked
+   entry): every byte 0xFF, a NaN in each storage, so that an output the calls did not write fails
+   the check, which reads nothing else of C. A kernel, not a memset: CUPTI's records show where
+   each problem begins (device.map_records). `c` null: nothing poisoned (a case that could not be
+   made: its records still open here). */
+extern "C" __global__ void cublas_audit_poison(
+        void* c, long long m, long long n, long long item, const int* entries,
+        const int* columns, int n_columns) {
+    if (!c) return;
+    const int slot = blockIdx.x / n_columns;
+    const long long e = entries[slot], col = columns[blockIdx.x];
+    const long long first = (e * n + col) * m;
+    for (long long i = threadIdx.x; i < m; i += blockDim.x) {
+        if (item == 4) ((unsigned*)c)[first + i] = 0xFFFFFFFFu;
+        else ((unsigned short*)c)[first + i] = 0xFFFFu;
+    }
 }

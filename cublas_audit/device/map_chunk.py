@@ -1,6 +1,6 @@
 """One chunk of the map engine (device.map_engine): its problems in queue order, each with its
-events and check slot, and the chunk's check arrays (the picked indices going up, the sums coming
-down through pinned host memory) and end event."""
+events, check slot and own C, and the chunk's check (device.check_chunk: the picked indices going
+up, the sums coming down through pinned host memory) and end event."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from cublas_audit.device import quick_check
+from cublas_audit.device import check_chunk, quick_check
 from cublas_audit.planning.cases import Case
+from cublas_audit.planning.chunks import output_offsets
 
 if TYPE_CHECKING:
     from cublas_audit.device.native_queue import Described
@@ -39,6 +40,9 @@ class Chunk:
     host_sums: Any = None
     host_indices: Any = None
     native: Described | None = None  # queued by the C thread (device.native_queue)
+    c_offsets: list[int] = field(default_factory=list)  # each problem's C in the pool's region
+    outputs: list[int] = field(default_factory=list)  # and its address there
+    check: check_chunk.Planned | None = None  # None: the pool has no operands (out of memory)
 
 
 def made(sequence: int, group: Sequence[Case], events: list[Any], reps: int) -> Chunk:
@@ -49,6 +53,7 @@ def made(sequence: int, group: Sequence[Case], events: list[Any], reps: int) -> 
 
     chunk = Chunk(sequence, group, [Queued(case) for case in group], events)
     chunk.picks = [quick_check.picked(case.batch, case.n) for case in group]
+    chunk.c_offsets = output_offsets(group)
     values: list[int] = []
     for pick in chunk.picks:
         chunk.offsets.append(len(values))

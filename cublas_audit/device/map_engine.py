@@ -4,17 +4,18 @@ A map problem's 5 calls take tens of microseconds of GPU time where it is small;
 time (fresh operands, a synchronised check, a synchronisation after every call) the host's ~9 ms
 a problem was the map's speed. Here:
 
-- Operands come from a pool (OperandPool): per mode, one random A, B and bias and one C, sized to
-  the largest pooled problem of the plan and filled once; a problem's operands are views of
-  their first elements, laid out as device.operands describes (the views are made once per
-  layout).
+- Operands come from a pool (OperandPool): per mode, one random A, B and bias, sized to the
+  largest pooled problem of the plan and filled once, and a region holding a chunk's outputs
+  side by side; a problem's operands are views (A and B of their first elements, laid out as
+  device.operands describes, the views made once per layout; C at its offset in the region).
 - A chunk of problems is queued without waiting: one marker kernel naming the chunk
-  (device.map_records), then for each problem C is poisoned (a memset), its calls run back to
-  back between CUDA events (reps + 1 events: each call's stop is the next one's start; the
-  events are made once and reused), then the quick float64 check of the last call's output
-  (device.quick_check) adds its sums into the chunk's slots; its kernel closes the problem's
-  records. The first call warms up and is timed too: a median of 5 ignores it, and the check
-  reads the output all 5 calls wrote alike (beta = 0).
+  (device.map_records), then for each problem its C is poisoned (a kernel, which opens the
+  problem's records), its calls run back to back between CUDA events (reps + 1 events: each
+  call's stop is the next one's start; the events are made once and reused); then one kernel
+  checks every problem's output in float64 (device.check_chunk, the quick check of
+  device.quick_check for each) and adds its sums into the chunk's slots. The first call warms
+  up and is timed too: a median of 5 ignores it, and the check reads the output all 5 calls
+  wrote alike (beta = 0).
 - A chunk of classic cuBLAS calls is queued by a C thread (device.native_queue: the same driver
   and cuBLAS calls, in the same order, on the same stream and handle), so that Python reads
   earlier chunks back meanwhile; other chunks, or every chunk where the C part cannot be had,
@@ -45,7 +46,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from cublas_audit import gc_pause
-from cublas_audit.device import kernel_trace, map_records, operands, quick_check
+from cublas_audit.device import check_chunk, kernel_trace, map_records, quick_check
 from cublas_audit.device.heuristic_warm import Ahead, Warmer
 from cublas_audit.device.map_chunk import Chunk, Queued, made
 from cublas_audit.device.map_reader import MAX_PENDING, ChunkReader
@@ -53,7 +54,7 @@ from cublas_audit.device.native_queue import Described, NativeQueue, rows_of
 from cublas_audit.device.operand_pool import OperandPool
 from cublas_audit.device.operands import Operands
 from cublas_audit.planning.cases import Case
-from cublas_audit.planning.chunks import chunk_groups, pooled
+from cublas_audit.planning.chunks import chunk_groups, pooled, region_bytes
 
 CHECK_KERNELS = map_records.CHECK_KERNELS
 # The interpreter's switch interval while the C thread queues: CUPTI asks that thread for a new
@@ -90,7 +91,8 @@ class MapEngine:
         self.single = single
         self.untraced = untraced  # why CUPTI cannot trace here ('' where it can)
         self.pool = OperandPool(cases)
-        self.scratch = quick_check.Scratch()
+        self.scratch = quick_check.Scratch()  # the chunks' checks' (check_chunk.planned)
+        self.scratch_values = 0
         self.chunks = 0
         self.tracing = False
         # where the engine's wall time went: queueing (host), waiting for the GPU, reading back
@@ -122,6 +124,7 @@ class MapEngine:
         groups = chunk_groups(cases, careful)
         warmer = Warmer(self.warm_threads)
         chunks = [group for group, alone in groups if not alone and pooled(group[0])]
+        self._size_checks(chunks)
         self.ahead = Ahead(warmer, chunks, MAX_PENDING)
         self._start_native(chunks, warmer.running)
         gc_pause.long_lived_settled()  # the plan, the pool and the chunks: made to stay
@@ -144,14 +147,22 @@ class MapEngine:
             self.warm.update(queue_busy_s=busy, **self.reader.gpu_seconds)
             warmer.stop()  # its threads joined before the map's own handles go
 
+    def _size_checks(self, chunks: Sequence[Sequence[Case]]) -> None:
+        """The pool's output regions as large as each mode's largest chunk needs, and the
+        checks' scratch as large as a chunk of the largest problems needs (all zeros: each
+        check leaves it so)."""
+        regions: dict[str, int] = {}
+        for chunk in chunks:
+            mode = chunk[0].mode
+            regions[mode] = max(regions.get(mode, 0), region_bytes(chunk))
+        self.pool.fit_outputs(regions)
+        self.scratch_values = check_chunk.scratch_values(self.pool.largest_m)
+
     def _start_native(self, chunks: Sequence[Sequence[Case]], warming: bool) -> None:
         if not self.use_native or not chunks:
             return
-        largest = max(case.m for chunk in chunks for case in chunk)
         try:
-            # the largest problem's scratch with 2 entries checked (the most; K does not size it)
-            values = quick_check.geometry(largest, 1, 2).scratch_values
-            queue = NativeQueue(self.reps, self.scratch, values, warming)
+            queue = NativeQueue(self.reps, warming)
             self.native = self.reader.native = queue
         except Exception as exc:  # no compiler, no GPU: every chunk is queued from Python
             self.queue_reason = f"python: {type(exc).__name__}: {exc}".splitlines()[0]
@@ -194,6 +205,7 @@ class MapEngine:
         # memory: each case meets it again and is recorded)
         with contextlib.suppress(Exception):
             self.pool.load(group[0].mode)
+            self._plan_check(chunk)
         chunk.native = self._described(chunk)
         for item in chunk.queued:
             started(item.case)
@@ -206,19 +218,29 @@ class MapEngine:
             self._queue_python(chunk)
         return chunk
 
+    def _plan_check(self, chunk: Chunk) -> None:
+        """Each problem's C in the pool's region, and the chunk's check on them."""
+        a, b, region = self.pool.addresses()[chunk.group[0].mode]  # (KeyError: not loaded)
+        chunk.outputs = [region + offset for offset in chunk.c_offsets]
+        bias = self.pool.buffers["bias"].data.ptr
+        scratch = self.scratch.reserve(self.scratch_values).data.ptr
+        on = check_chunk.Operands(a, b, bias, chunk.outputs)
+        sums = chunk.sums.data.ptr
+        chunk.check = check_chunk.planned(
+            chunk.group, chunk.picks, chunk.offsets, on, chunk.indices.data.ptr, sums, scratch
+        )
+
     def _described(self, chunk: Chunk) -> Described | None:
         """The chunk as the C thread's record; None where Python queues it (no thread, a problem
         that is no classic call, no operands: out of memory)."""
-        if self.native is None or self.pool.mode != chunk.queued[0].case.mode:
+        if self.native is None or chunk.check is None:
             return None
         addresses = self.pool.addresses()
-        a, b, c = addresses[self.pool.mode]
-        bias = self.pool.buffers["bias"].data.ptr
         ahead = self.ahead
         calls = ahead.calls_for(chunk.group) if ahead is not None else None
         try:
-            rows = rows_of(chunk.group, chunk.picks, chunk.offsets, (a, b, c, bias),
-                           chunk.indices.data.ptr, chunk.sums.data.ptr, calls)  # fmt: skip
+            on = addresses[chunk.group[0].mode]
+            rows = rows_of(chunk.group, chunk.check, on, calls)
         except ValueError:
             return None
         warm = -1 if ahead is None else ahead.queuing(chunk.group, addresses, tell=False)
@@ -239,14 +261,15 @@ class MapEngine:
         if not self.untraced:
             self._start_tracing()
             map_records.open_chunk(chunk.sequence)
-        places = zip(chunk.queued, chunk.picks, chunk.offsets, strict=True)
-        for slot, (item, pick, offset) in enumerate(places):
+        for slot, item in enumerate(chunk.queued):
             try:
-                self._queue_case(item, slot, pick, chunk, offset, stream.ptr)
+                self._queue_case(item, slot, chunk, stream.ptr)
             except Exception as exc:  # a case that cannot be made is recorded; the map goes on
                 item.result = self.failed(exc)
                 if not self.untraced:
                     map_records.close_case()  # its records (if any) end here
+        if chunk.check is not None:
+            check_chunk.launch(chunk.check, stream.ptr)
         chunk.sums.get(stream=stream, out=chunk.host_sums, blocking=False)
         chunk.end.record(stream)
 
@@ -255,29 +278,22 @@ class MapEngine:
         if self.native is not None:
             self.native.wait()
 
-    def _queue_case(
-        self,
-        item: Queued,
-        slot: int,
-        pick: quick_check.Picked,
-        chunk: Chunk,
-        offset: int,
-        stream: int,
-    ) -> None:
+    def _queue_case(self, item: Queued, slot: int, chunk: Chunk, stream: int) -> None:
         import cupy
 
-        ops = self.pool.operands(item.case)
+        # the poison first: it opens the case's records, even where the case cannot be made
+        # (no output region: nothing poisoned, then the case's CASE_END)
+        planned = chunk.check
+        job = planned.jobs[slot] if planned is not None else None
+        check_chunk.poison(int(job["c"]) if job is not None else 0, item.case, job, stream)
+        ops = self.pool.operands(item.case, chunk.c_offsets[slot])
         launch, item.closers = self.prepare(item.case, ops)
-        operands.poison(ops.c, ops.mode)
         record = cupy.cuda.runtime.eventRecord
         events = item.events
         record(events[0], stream)
         for rep in range(self.reps):
             launch()
             record(events[rep + 1], stream)
-        indices = quick_check.index_address(chunk.indices.data.ptr, offset)
-        sums = quick_check.sums_address(chunk.sums.data.ptr, slot)
-        quick_check.enqueue_at(ops, ops.c, pick, indices, sums, self.scratch)
         item.slot = slot
 
     def _events(self, cases: int) -> list[Any]:

@@ -50,8 +50,8 @@ class ChunkReader:
         self.native: NativeQueue | None = None  # the engine's C thread, where it queues
         self.settled: Callable[[], None] = lambda: None  # a chunk's results are all given
         # the GPU's time in the problems' timed calls (first to last event), from a problem's
-        # last event to the next one's first (its check, the next poison, any idle), and in the
-        # check's kernels (CUPTI's records)
+        # last event to the next one's first in its chunk (the next poison, any idle), and in
+        # the checks' kernels (CUPTI's records: one a chunk, after its problems)
         self.gpu_seconds = {"gpu_calls_s": 0.0, "gpu_between_s": 0.0, "gpu_check_s": 0.0}
 
     def read_ready(self, finished: Finished) -> None:

@@ -1,5 +1,5 @@
 """How the map engine (device.map_engine) tells CUPTI's kernel records apart: one marker kernel a
-chunk, the check kernels closing each case, and a case's calls told apart by their count.
+chunk, the poison kernel opening each case, and a case's calls told apart by their count.
 
 The engine used to launch a marker kernel before every call (5 a problem) and to flush CUPTI with
 nothing in flight after every chunk of 128 problems. Both cost the GPU's time: a marker is a
@@ -9,8 +9,10 @@ Python (29 s of the BF16 grid's 300 s). Now:
 - A chunk opens with one marker kernel whose block size names the chunk (its sequence number
   modulo MARKED_CHUNKS, plus one): any record of it tells which chunk it opens, so the records of
   several chunks in flight are told apart without a synchronisation.
-- A case's records end at its check's kernel (device.quick_check), or at CASE_END where the
-  case could not be queued whole (an error after some launches): every queued case closes.
+- A case's records begin after its poison's kernel (device.check_chunk: C poisoned before its
+  calls; launched first, even for a case that cannot be made) and end at the next case's
+  poison, at CASE_END where the case could not be queued whole (an error after some launches),
+  or at the chunk's check kernel, after every case's calls.
 - The calls of one case are made by one launcher on the same operands, so cuBLAS dispatches the
   same kernels for each: the case's kernels split into `reps` groups of equal length, and the
   split is kept only where every group runs the same kernels in the same order (else the case's
@@ -28,9 +30,11 @@ from collections.abc import Sequence
 
 from cublas_audit.device.kernel_trace import MARKERS, KernelLaunch
 
-CHUNK_MARKER, CASE_END = MARKERS  # a chunk's opening marker; a case closed without its check
-CHECK = "cublas_audit_check"  # (device.quick_check.KERNEL: not imported, it reads its source)
-CHECK_KERNELS = (CHECK,)
+CHUNK_MARKER, CASE_END = MARKERS  # a chunk's opening marker; a case closed before its end
+# (device.check_chunk's names: not imported, it reads the kernels' source)
+POISON = "cublas_audit_poison"
+CHECK = "cublas_audit_check_chunk"
+CHECK_KERNELS = (CHECK, "cublas_audit_check")  # a chunk's check; one problem's (quick_check)
 MARKED_CHUNKS = 1024  # chunks told apart by their marker's block size (at most 1024 threads)
 # CUPTI's buffers while the map traces: a non-forced flush hands over only buffers whose records
 # are all complete, so a small buffer (some 600 records, ~85 problems) keeps the records of a
@@ -95,16 +99,20 @@ def chunk_records(
 
 
 def case_records(records: Sequence[KernelLaunch]) -> list[list[KernelLaunch]]:
-    """A chunk's records (in GPU order) cut into its cases': each ends at its CHECK or a
-    CASE_END; the check's kernel is no call's."""
+    """A chunk's records (in GPU order) cut into its cases': each opens at its POISON and ends at
+    the next POISON, a CASE_END or the chunk's CHECK (a CASE_END with no case open is a case that
+    failed before its poison: no records); neither marker nor check is a call's kernel."""
     cases: list[list[KernelLaunch]] = []
-    current: list[KernelLaunch] = []
+    current: list[KernelLaunch] | None = None
     for record in records:
-        if record.name in (CHECK, CASE_END):
-            cases.append(current)
-            current = []
-        else:
+        if record.name in (POISON, CASE_END, CHECK):
+            if current is not None or record.name == CASE_END:
+                cases.append(current or [])
+            current = [] if record.name == POISON else None
+        elif current is not None:
             current.append(record)
+    if current is not None:
+        cases.append(current)
     return cases
 
 

@@ -3,10 +3,11 @@
 Queued from Python, a BF16 grid problem cost the map's one host thread ~295 us, more than the
 GPU needed for it, and reading results back took the same thread another ~130 us: the map was
 host-bound at ~425 us a problem. Here Python only describes a chunk (each problem's classic
-cuBLAS call as the launcher makes it, C's bytes to poison, its check's arguments and grids) in
-one record, and a C thread makes exactly the driver and cuBLAS calls the Python engine made, in
-the same order on the same stream, with the map's own cuBLAS handle, while Python reads earlier
-chunks back. The kernels cuBLAS chooses are its own either way (the same calls and arguments).
+cuBLAS call as the launcher makes it, its C's bytes to poison, the chunk's check as
+device.check_chunk plans it) in one record, and a C thread makes exactly the driver and cuBLAS
+calls the Python engine made, in the same order on the same stream, with the map's own cuBLAS
+handle, while Python reads earlier chunks back. The kernels cuBLAS chooses are its own either
+way (the same calls and arguments).
 
 Only chunks of classic calls go this way (not cuBLASLt, not a batch looped as separate calls);
 `NativeQueue` raises OSError where the C part cannot be had (no compiler: device.native), and
@@ -17,28 +18,25 @@ CUBLAS_AUDIT_NATIVE_QUEUE=0.
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from cublas_audit.device import map_records, native, quick_check
+from cublas_audit.device import check_chunk, map_records, native, quick_check
 from cublas_audit.device.launchers import ClassicCall, classic_call
 from cublas_audit.planning.cases import Case
-from cublas_audit.planning.modes import mode as mode_of
 
 _CALL = (
     "routine", "transa", "transb", "m", "n", "k", "lda", "ldb", "ldc", "batch", "data_type",
     "compute_type", "stride_a", "stride_b", "stride_c", "a", "b", "c",
 )  # fmt: skip
-_CHECK = (
-    "c_bytes", "storage", "bias", "slots", "n_columns", "indices", "sums", "per_block",
-    "blocks_x", "blocks_y",
-)  # fmt: skip
 # map_queue.c's queued_case: every field 64 bits wide (no padding to get wrong)
-CASE_FIELDS = (*_CALL, "beta", *_CHECK)
+CASE_FIELDS = (*_CALL, "beta", "item", "entries", "columns", "n_columns", "poison_blocks")
 
 
+@functools.lru_cache(maxsize=1)
 def case_dtype() -> Any:
     import numpy
 
@@ -59,6 +57,8 @@ class QueuedChunk(ctypes.Structure):
         ("sums", ctypes.c_uint64),
         ("host_sums", ctypes.c_void_p),
         ("sums_bytes", ctypes.c_int64),
+        ("check_params", ctypes.c_void_p),
+        ("check_blocks", ctypes.c_int64),
         ("marker_threads", ctypes.c_int64),
         ("end", ctypes.c_void_p),
         ("warm_progress", ctypes.c_int64),
@@ -104,50 +104,39 @@ class Described:
 
 def rows_of(
     cases: Sequence[Case],
-    picks: Sequence[quick_check.Picked],
-    offsets: Sequence[int],
-    addresses: tuple[int, int, int, int],
-    indices: int,
-    sums: int,
+    check: check_chunk.Planned,
+    operands: tuple[int, int, int],
     calls: Sequence[ClassicCall | None] | None = None,
 ) -> Any:
-    """Each problem's record: its classic call on the pooled operands (addresses: A, B, C and
-    the bias; `calls`: those made already, used where they are on the same operands), C's
-    bytes, its check's arguments (the chunk's `indices` and `sums` arrays at the problem's
-    offset and slot, as the Python engine passes them)."""
+    """Each problem's record: its classic call on the pooled A and B and its own C (`operands`:
+    A, B and C's region, where `calls`, those made already for the heuristic warmer, were made;
+    they are taken where they are, with the problem's C), and where the poison of its checked
+    columns goes (the chunk's `check` says: each problem's C, entries and columns)."""
     import numpy
 
-    a, b, c, bias = addresses
+    a, b, region = operands
+    jobs = check.jobs
     values = []
-    for slot, (case, pick, offset) in enumerate(zip(cases, picks, offsets, strict=True)):
+    for slot, (case, c) in enumerate(zip(cases, jobs["c"].tolist(), strict=True)):
         call = calls[slot] if calls is not None else None
-        if call is None or (call.a, call.b, call.c) != (a, b, c):
+        if call is None or (call.a, call.b, call.c) != (a, b, region):
             call = classic_call(case, a, b, c)
         if call is None:
             raise ValueError(f"{case.case_id} is not a classic cuBLAS call")
-        storage = mode_of(case.mode).storage
-        slots = len(pick.entries)
-        shape = quick_check.geometry(case.m, case.k, slots)
-        item = numpy.dtype(storage).itemsize
-        values.append((
-            call.routine, call.transa, call.transb, call.m, call.n, call.k, call.lda, call.ldb,
-            call.ldc, call.batch, call.data_type, call.compute_type, call.stride_a,
-            call.stride_b, call.stride_c, call.a, call.b, call.c, call.beta,
-            case.operand("c").elements * item, quick_check.STORAGE_CODES[storage],
-            bias if case.bias else 0, slots, pick.n_columns,
-            quick_check.index_address(indices, offset), quick_check.sums_address(sums, slot),
-            shape.per_block, shape.grid[0], shape.grid[1],
-        ))  # fmt: skip
-    return numpy.array(values, dtype=case_dtype())
+        values.append((*call._replace(c=c), 0, 0, 0, 0, 0))
+    rows = numpy.array(values, dtype=case_dtype())
+    rows["item"] = numpy.where(jobs["storage"] == quick_check.STORAGE_CODES["float32"], 4, 2)
+    for name in ("entries", "columns", "n_columns"):
+        rows[name] = jobs[name]
+    rows["poison_blocks"] = check_chunk.poison_blocks(jobs)
+    return rows
 
 
 class NativeQueue:
     """The C thread of one map (at most one runs in a process): `submit` chunks in queue order,
     `finished` counts those on the GPU, `wait` for all, `stop` at the end."""
 
-    def __init__(
-        self, reps: int, scratch: quick_check.Scratch, scratch_values: int, warm: bool
-    ) -> None:
+    def __init__(self, reps: int, warm: bool) -> None:
         self.library = native.library()  # (OSError first where there is no compiler)
         import cupy
 
@@ -157,8 +146,8 @@ class NativeQueue:
         if lib.map_queued_chunk_size() != ctypes.sizeof(QueuedChunk):
             raise OSError("map_queue.c's queued_chunk does not match the Python record")
         lib.map_queue_start.argtypes = [
-            ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_uint64,
-            ctypes.c_void_p, ctypes.c_int,
+            ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p,
+            ctypes.c_int,
         ]  # fmt: skip
         lib.map_queue_submit.argtypes = [ctypes.POINTER(QueuedChunk)]
         lib.map_queue_finished.restype = ctypes.c_int64
@@ -167,14 +156,16 @@ class NativeQueue:
         lib.map_queue_stop.argtypes = [ctypes.c_int]
         self.reps = reps
         self.stream = cupy.cuda.get_current_stream().ptr
-        # the check's scratch (the Python path's too), as large as any problem's: the C thread
-        # zeroes it for each; the array held here, so that it outlives the thread
-        self.scratch = scratch.reserve(scratch_values)
-        functions = [quick_check.kernel().kernel.ptr, *map_records.kernel_addresses()]
-        self.functions = (ctypes.c_void_p * 3)(*functions)
+        module = quick_check.module()
+        functions = [
+            module.get_function(check_chunk.CHUNK_KERNEL).kernel.ptr,
+            *map_records.kernel_addresses(),
+            module.get_function(check_chunk.POISON_KERNEL).kernel.ptr,
+        ]
+        self.functions = (ctypes.c_void_p * 4)(*functions)
         status = lib.map_queue_start(
             cupy.cuda.driver.ctxGetCurrent(), cupy.cuda.device.get_cublas_handle(), self.stream,
-            reps, self.scratch.data.ptr, self.functions, int(warm),
+            reps, self.functions, int(warm),
         )  # fmt: skip
         if status != 0:
             raise OSError(f"the map's queue thread did not start ({status})")
@@ -185,7 +176,8 @@ class NativeQueue:
         self, rows: Any, events: Sequence[int], chunk: Any, marker: int, warm_progress: int
     ) -> Described:
         """The record of a chunk: `rows` (rows_of), its problems' events in order, the chunk's
-        check arrays (`chunk`: indices, sums and their pinned host copies, its end event)."""
+        check (`chunk`: indices, sums and their pinned host copies, the planned check, its end
+        event)."""
         import numpy
 
         handles = (ctypes.c_void_p * len(events))(*events)
@@ -193,8 +185,9 @@ class NativeQueue:
         record = QueuedChunk(
             rows.ctypes.data, len(rows), ctypes.addressof(handles), status.ctypes.data,
             chunk.indices.data.ptr, chunk.host_indices.ctypes.data, chunk.host_indices.nbytes,
-            chunk.sums.data.ptr, chunk.host_sums.ctypes.data, chunk.host_sums.nbytes, marker,
-            chunk.end.ptr, warm_progress, 0,
+            chunk.sums.data.ptr, chunk.host_sums.ctypes.data, chunk.host_sums.nbytes,
+            chunk.check.params.ctypes.data, chunk.check.blocks, marker, chunk.end.ptr,
+            warm_progress, 0,
         )  # fmt: skip
         return Described(record, rows, handles, status)
 

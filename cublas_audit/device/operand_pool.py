@@ -1,6 +1,8 @@
-"""The map engine's operands (device.map_engine): per mode, one random A, B and bias and one C,
-sized to the largest pooled problem of the plan and filled once; a problem's operands are views
-of their first elements, laid out as device.operands describes, each view made once per layout."""
+"""The map engine's operands (device.map_engine): per mode, one random A and B and bias, sized to
+the largest pooled problem of the plan and filled once, and one region for the outputs of a chunk
+side by side (planning.chunks.output_offsets); a problem's A and B are views of their first
+elements, laid out as device.operands describes (each view made once per layout), its C a view
+at its offset in the region."""
 
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ class OperandPool:
     def __init__(self, cases: Sequence[Case]) -> None:
         self.sizes: dict[str, dict[str, int]] = {}
         in_pool = [case for case in cases if pooled(case)]
+        self.largest_m = max((case.m for case in in_pool), default=0)
         for mode in dict.fromkeys(case.mode for case in in_pool):
             same = [case for case in in_pool if case.mode == mode]
             # (each operand's largest in one pass of max: no layout made, see Case.elements)
@@ -30,18 +33,28 @@ class OperandPool:
         self.buffers: dict[str, Any] = {}
         self.views: dict[tuple[str, Any], Any] = {}  # one view per operand layout, made once
 
-    def operands(self, case: Case) -> Operands:
-        """Views of the pool in the case's layout (C is not poisoned here)."""
+    def fit_outputs(self, regions: dict[str, int]) -> None:
+        """C's region of each mode at least `regions[mode]` bytes (a chunk's outputs)."""
+        for mode, size in regions.items():
+            elements = -(-size // mode_of(mode).element_bytes)
+            self.sizes[mode]["c"] = max(self.sizes[mode]["c"], elements)
+
+    def operands(self, case: Case, c_offset: int = 0) -> Operands:
+        """Views of the pool in the case's layout, C `c_offset` bytes into its region (C is not
+        poisoned here)."""
         self.load(case.mode)
-        views = {name: self.view(name, case.operand(name)) for name in "abc"}
-        ops = Operands(case, views["a"], views["b"], views["c"])
+        a, b = (self.view(name, case.operand(name)) for name in "ab")
+        layout = case.operand("c")
+        start = c_offset // mode_of(case.mode).element_bytes
+        c = self.buffers["c"][start : start + layout.elements]
+        ops = Operands(case, a, b, c.reshape((layout.stored, layout.cols, layout.ld)))
         if case.bias:
             ops.bias = self.buffers["bias"][: case.m]
         return ops
 
     def addresses(self) -> dict[str, tuple[int, int, int]]:
-        """{the loaded mode: the device addresses of A, B and C}, where every pooled problem of
-        that mode has its operands (empty while none is loaded)."""
+        """{the loaded mode: the device addresses of A, B and C's region}, where every pooled
+        problem of that mode has its operands (empty while none is loaded)."""
         if self.mode is None:
             return {}
         a, b, c = (self.buffers[name].data.ptr for name in "abc")

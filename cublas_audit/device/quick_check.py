@@ -1,5 +1,6 @@
-"""The quick float64 check as one CUDA kernel a problem: the map's check of every problem, made
-without a synchronisation or a CuPy temporary, so that it queues behind the calls it checks.
+"""The quick float64 check as one CUDA kernel a problem, made without a synchronisation or a CuPy
+temporary, so that it queues behind the calls it checks (a problem's check on its own; the map
+checks a chunk's problems in one launch of the same arithmetic: device.check_chunk).
 
 It computes the check's metric (device.operands: ||C_i - R_i||_F / ||R_i||_F, R the float64
 product of the same stored inputs) over QUICK_COLUMNS columns of the first and last batch entries:
@@ -102,18 +103,26 @@ def error_from_sums(sums: Any) -> float:
 
 
 @functools.lru_cache(maxsize=1)
-def kernel() -> Any:
+def module() -> Any:
+    """data/quick_check.cu compiled (NVRTC through CuPy): the checks' kernels and the poison."""
     import cupy
 
-    module = cupy.RawModule(code=SOURCE, options=("-std=c++17",))
-    return module.get_function(KERNEL)
+    return cupy.RawModule(code=SOURCE, options=("-std=c++17",))
 
 
-def k_per_block(m: int, k: int, entries: int) -> int:
-    """K values each partial block sums: split so that at least FILL_BLOCKS blocks run, in whole
-    K_TILE steps."""
+def kernel() -> Any:
+    return module().get_function(KERNEL)
+
+
+def k_per_block(m: int, k: int, entries: int, most_k: int = 0) -> int:
+    """K values each partial block sums, in whole K_TILE steps: split so that at least
+    FILL_BLOCKS blocks run, or (`most_k`: a chunk's check, whose problems fill the GPU together)
+    so that none sums more than most_k."""
     row_blocks = -(-m // ROWS)
-    splits = max(1, min(-(-k // K_TILE), -(-FILL_BLOCKS // (row_blocks * entries))))
+    if most_k:
+        splits = -(-k // most_k)
+    else:
+        splits = max(1, min(-(-k // K_TILE), -(-FILL_BLOCKS // (row_blocks * entries))))
     per_block = -(-k // splits)
     return -(-per_block // K_TILE) * K_TILE
 
@@ -130,10 +139,10 @@ class Geometry:
 
 
 @functools.lru_cache(maxsize=65536)
-def geometry(m: int, k: int, slots: int) -> Geometry:
-    """The check's launch geometry for an m x k problem checking `slots` batch entries (also
-    what data/map_queue.c launches with)."""
-    per_block = k_per_block(m, k, slots)
+def geometry(m: int, k: int, slots: int, most_k: int = 0) -> Geometry:
+    """The check's launch geometry for an m x k problem checking `slots` batch entries
+    (`most_k`: k_per_block's)."""
+    per_block = k_per_block(m, k, slots, most_k)
     row_blocks = -(-m // ROWS)
     grid = (row_blocks, -(-k // per_block), slots)
     return Geometry(per_block, grid, slots * MAX_COLUMNS * m + slots * row_blocks)
@@ -240,7 +249,7 @@ def _cupy_launcher() -> Any:
 
 
 @functools.lru_cache(maxsize=1)
-def _launcher() -> _DriverLaunch:
+def _libcuda() -> Any:
     import ctypes
 
     libcuda = ctypes.CDLL("libcuda.so.1")
@@ -250,7 +259,22 @@ def _launcher() -> _DriverLaunch:
         ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
     ]  # fmt: skip
     libcuda.cuLaunchKernel.restype = ctypes.c_int
-    return _DriverLaunch(libcuda, kernel().kernel.ptr, PARAMS)
+    return libcuda
+
+
+@functools.lru_cache(maxsize=1)
+def _launcher() -> _DriverLaunch:
+    return _DriverLaunch(_libcuda(), kernel().kernel.ptr, PARAMS)
+
+
+def driver_launch(name: str, blocks: int, threads: int, stream: int, params: Any) -> None:
+    """Kernel `name` of SOURCE launched with cuLaunchKernel, `params` the addresses of its
+    parameters' bytes (a ctypes array of void pointers: the driver copies them at the launch)."""
+    function = module().get_function(name).kernel.ptr
+    status = _libcuda().cuLaunchKernel(function, blocks, 1, 1, threads, 1, 1, 0, stream, params,
+                                       None)  # fmt: skip
+    if status:
+        raise RuntimeError(f"cuLaunchKernel of {name} failed: CUDA error {status}")
 
 
 def error_now(ops: Any, out: Any) -> float:

@@ -6,9 +6,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from cublas_audit.planning.cases import Case
+from cublas_audit.planning.modes import mode as mode_of
 
 CHUNK = 128  # problems queued per synchronisation (each settles with a ~6 ms CUPTI flush)
 POOLED_BYTES = 1 << 30  # a problem needing more runs alone: its calls hide the host's work
+# A chunk's outputs lie side by side in one region (each kept until the chunk's one check:
+# device.check_chunk), each at a multiple of OUTPUT_ALIGN bytes (as aligned as the pool's own
+# arrays: cuBLAS sees the same alignment of C); a chunk needing more than REGION_BYTES is cut.
+OUTPUT_ALIGN = 256
+REGION_BYTES = 4 << 30
 
 
 def pooled(case: Case) -> bool:
@@ -26,7 +32,7 @@ def chunk_groups(cases: Sequence[Case], careful: int) -> list[tuple[list[Case], 
     in_pool = [pooled(case) for case in rest]  # once a case: ~1 s of a full grid's start-up
     for mode in dict.fromkeys(case.mode for case in rest):
         same = [case for case, p in zip(rest, in_pool, strict=True) if p and case.mode == mode]
-        groups += [(chunk, False) for chunk in dealt(same, CHUNK)]
+        groups += [(part, False) for chunk in dealt(same, CHUNK) for part in within_region(chunk)]
     groups += [([case], True) for case, p in zip(rest, in_pool, strict=True) if not p]
     return groups
 
@@ -40,3 +46,42 @@ def dealt(cases: Sequence[Case], size: int) -> list[list[Case]]:
     count = -(-len(cases) // size)
     ranked = sorted(cases, key=lambda case: case.flops, reverse=True)  # stable: ties in order
     return [ranked[start::count] for start in range(count)]
+
+
+def output_bytes(case: Case) -> int:
+    """The bytes of a case's C (packed: m x n, `batch` times)."""
+    return case.m * case.n * case.batch * mode_of(case.mode).element_bytes
+
+
+def output_span(case: Case) -> int:
+    """The bytes a case's C takes in its chunk's region: output_bytes to OUTPUT_ALIGN."""
+    return -(-output_bytes(case) // OUTPUT_ALIGN) * OUTPUT_ALIGN
+
+
+def output_offsets(cases: Sequence[Case]) -> list[int]:
+    """Where each case's C begins in its chunk's region, in bytes (each OUTPUT_ALIGN-aligned)."""
+    offsets, end = [], 0
+    for case in cases:
+        offsets.append(end)
+        end += output_span(case)
+    return offsets
+
+
+def region_bytes(cases: Sequence[Case]) -> int:
+    """The bytes a chunk's outputs take side by side (output_offsets)."""
+    return sum(output_span(case) for case in cases)
+
+
+def within_region(chunk: list[Case]) -> list[list[Case]]:
+    """`chunk` cut, in order, into parts whose outputs fit REGION_BYTES (a case alone always
+    does: POOLED_BYTES is less)."""
+    parts: list[list[Case]] = [[]]
+    used = 0
+    for case in chunk:
+        size = output_span(case)
+        if parts[-1] and used + size > REGION_BYTES:
+            parts.append([])
+            used = 0
+        parts[-1].append(case)
+        used += size
+    return parts

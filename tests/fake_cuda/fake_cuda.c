@@ -68,18 +68,27 @@ int cuMemcpyHtoDAsync_v2(uint64_t dst, const void *src, size_t bytes, void *stre
 int cuMemcpyDtoHAsync_v2(void *dst, uint64_t src, size_t bytes, void *stream) {
     (void)dst; (void)stream; op(COPY_DOWN, (int64_t)src, (int64_t)bytes, 0, 0); return 0;
 }
-/* Function 0x100 stands for the check's kernel: the arguments a misordered parameter list would
-   move are recorded (m, k, per_block with its grid's K splits; then as ARGS: n, its scratch and
-   its sums addresses); any other: its grid and block size. */
+/* Function 0x100 stands for the chunk's check: its one parameter is the chunk's jobs
+   (device.check_chunk.params_dtype: 128 jobs of 24 int64 fields, then their count), of which the
+   values a misplaced field would move are recorded (its grid, the count, the first job's m;
+   then as ARGS: the second job's first block, the third's scratch and sums). Function 0x500
+   stands for the poison: its grid, C and m; then as ARGS: C's value size, the picked entries'
+   and columns' addresses. Any other: its grid and block size. */
+enum { JOB_WORDS = 24, CHUNK_JOBS = 128 };
 int cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                    unsigned bz, unsigned shared, void *stream, void **params, void **extra) {
     (void)by; (void)bz; (void)shared; (void)stream; (void)extra;
     int64_t function = (int64_t)f;
     if (function == 0x100) {
-        op(LAUNCH, function, *(int *)params[7], *(int *)params[9],
-           (int64_t)gy * 100000 + *(int *)params[19]);
-        op(ARGS, function, *(int *)params[8], (int64_t)*(void **)params[20],
-           (int64_t)*(void **)params[21]);
+        const int64_t *jobs = (const int64_t *)params[0];
+        op(LAUNCH, function, gx, jobs[JOB_WORDS * CHUNK_JOBS], jobs[5]);
+        op(ARGS, function, jobs[JOB_WORDS + 21], jobs[2 * JOB_WORDS + 22],
+           jobs[2 * JOB_WORDS + 23]);
+    }
+    else if (function == 0x500) {
+        op(LAUNCH, function, gx, (int64_t)*(void **)params[0], *(long long *)params[1]);
+        op(ARGS, function, *(long long *)params[3], (int64_t)*(void **)params[4],
+           (int64_t)*(void **)params[5]);
     }
     else
         op(LAUNCH, function, gx * 1000000 + gy * 1000 + gz, bx, 0);
