@@ -204,10 +204,9 @@ def one_chunk(chunk: list[Any], most_k: list[int]) -> tuple[dict[str, float], fl
 
     from cublas_audit.device import check_chunk, launchers, quick_check
     from cublas_audit.device.operand_pool import OperandPool
-    from cublas_audit.planning.chunks import output_offsets, region_bytes
+    from cublas_audit.planning.chunks import output_offsets
 
     pool = OperandPool(chunk)
-    pool.fit_outputs({"bf16": region_bytes(chunk)})
     offsets = output_offsets(chunk)
     made = [pool.operands(case, offset) for case, offset in zip(chunk, offsets, strict=True)]
     for case, ops in zip(chunk, made, strict=True):

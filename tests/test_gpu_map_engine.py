@@ -70,7 +70,13 @@ def test_the_quick_check_kernels_compute_the_float64_metric(mode: str, layout: d
 
 @pytest.mark.parametrize(
     ("mode", "settings"),
-    [("bf16", {}), ("fp16", {"transa": "t", "lda": 3001}), ("fp32", {"transa": "t"})],
+    [
+        ("bf16", {}),
+        ("fp16", {"transa": "t", "lda": 3001}),
+        ("fp32", {"transa": "t"}),
+        ("bf16", {"ldb": 3000}),  # read in pairs: K odd, its last pair half the problem's
+        ("fp16", {"lda": 1002, "ldb": 3000}),
+    ],
     ids=str,
 )
 def test_the_quick_check_stages_whole_tiles_of_a_large_odd_problem(
@@ -100,7 +106,7 @@ def test_a_chunks_one_check_gives_each_problem_the_sums_of_its_own(mode: str) ->
 
     from cublas_audit.device import check_chunk, operands, quick_check
     from cublas_audit.device.operand_pool import OperandPool
-    from cublas_audit.planning.chunks import output_offsets, region_bytes
+    from cublas_audit.planning.chunks import output_offsets
 
     cases = [
         Case("cublas", mode, 160, 96, 130, 3),
@@ -109,10 +115,12 @@ def test_a_chunks_one_check_gives_each_problem_the_sums_of_its_own(mode: str) ->
         Case("cublasLt", mode, 256, 48, 256, 1, transa="t", transb="t", bias=True),
         Case("cublas", mode, 4096, 32, 64, 2, transb="t", broadcast="b"),
         Case("cublas", mode, 64, 4096, 1024, 1),
+        # 2-byte values read in pairs (lda, ldb even) with m and k odd: the last pair's second
+        # row and second K value are not the problem's
+        Case("cublas", mode, 999, 40, 2999, 1, lda=1000, ldb=3000),
         Case("cublas", mode, 96, 80, 64, 1),  # never computed: its C stays poisoned
     ]
-    pool = OperandPool(cases)
-    pool.fit_outputs({mode: region_bytes(cases)})
+    pool = OperandPool(cases)  # (its region: room for a chunk of the largest output)
     offsets = output_offsets(cases)
     picks = [quick_check.picked(case.batch, case.n) for case in cases]
     index_offsets: list[int] = []

@@ -131,10 +131,10 @@ def test_a_problem_beyond_the_pool_limit_runs_alone_and_does_not_size_the_pool()
     small = [case(128), case(256, mode="bf16"), Case("cublas", "fp32", 64, 32, 512, 4)]
     pool = OperandPool([huge, *small])
     # per mode, the largest elements of each operand among pooled cases: fp32 A is 128 x 64
-    # (8,192) or 64 x 512 x 4 (131,072), B 64 x 64 or 512 x 32 x 4 (65,536), C 128 x 64 or
-    # 64 x 32 x 4 (8,192)
-    assert pool.sizes["fp32"] == {"a": 131_072, "b": 65_536, "c": 8_192, "bias": 0}
-    assert pool.sizes["bf16"] == {"a": 256 * 64, "b": 64 * 64, "c": 256 * 64, "bias": 0}
+    # (8,192) or 64 x 512 x 4 (131,072), B 64 x 64 or 512 x 32 x 4 (65,536); C a region for a
+    # chunk (128) of the largest output, 128 x 64 or 64 x 32 x 4 (8,192)
+    assert pool.sizes["fp32"] == {"a": 131_072, "b": 65_536, "c": 128 * 8_192, "bias": 0}
+    assert pool.sizes["bf16"] == {"a": 256 * 64, "b": 64 * 64, "c": 128 * 256 * 64, "bias": 0}
     assert [len(g) for g, alone in chunk_groups([huge, *small], 0) if alone] == [1]
 
 
@@ -228,3 +228,7 @@ def test_a_chunks_outputs_lie_side_by_side_aligned_and_a_chunk_too_large_is_cut(
     assert [len(part) for part in parts] == [64, 64] and parts[0] + parts[1] == large
     assert all(planning.region_bytes(part) <= planning.REGION_BYTES for part in parts)
     assert planning.within_region(bf16) == [bf16]
+    # the region a pool makes: room for a chunk of its largest output, REGION_BYTES at most (the
+    # BF16 grid's 4096 x 4096 x 2 bytes: 128 x 32 MiB = 4 GiB; FP32's cut there)
+    assert planning.region_limit(182) == 128 * 256
+    assert planning.region_limit(4096 * 4096 * 2) == 4 << 30 == planning.region_limit(1 << 30)

@@ -4,18 +4,29 @@
    below). */
 #define MAX_COLUMNS 16
 #define ROWS 128
-#define STAGE 16  /* values of K a tile stages in shared memory (the launch's K split is in 32s) */
 #define WARPS (ROWS / 32)
-#define B_LOADS (STAGE * MAX_COLUMNS / ROWS)  /* B values a thread stages a tile */
+/* TRANSA's value where A and B are untransposed 2-byte values read two at a load (A two rows, B
+   two values of K: 4-byte words, aligned where lda, ldb and the batch strides are even) */
+#define PAIRED 2
+#define B_LOADS 2  /* B's loads a thread makes a tile */
 
-__device__ __forceinline__ double half_bits(unsigned short h) {
-    const unsigned exponent = (h >> 10) & 0x1f, fraction = h & 0x3ff;
-    double v;
-    if (exponent == 0) v = ldexp((double)fraction, -24);
-    else if (exponent == 31) v = fraction ? __longlong_as_double(0x7ff8000000000000ULL)
-                                          : __longlong_as_double(0x7ff0000000000000ULL);
-    else v = ldexp((double)(fraction | 0x400), (int)exponent - 25);
-    return (h >> 15) ? -v : v;
+/* Values of K a tile stages in shared memory (the launch's K split is in 32s): 32 where values
+   are read in pairs (16 loads of 4 bytes a thread: twice the bytes in flight of 16 of 2), else
+   16. */
+template <int TRANSA>
+struct Tile {
+    static constexpr int STAGE = TRANSA == PAIRED ? 32 : 16;
+};
+#define STAGE_MOST 32
+
+/* A stored 2-byte value (bf16 bits, STORAGE 2, or fp16: the hardware's exact conversion) as a
+   float. */
+template <int STORAGE>
+__device__ __forceinline__ float from_bits(unsigned h) {
+    if (STORAGE == 2) return __uint_as_float(h << 16);
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"((unsigned short)h));
+    return f;
 }
 
 /* A stored value as a float (exact for all three storages: float32, bf16 and fp16 values are
@@ -23,9 +34,7 @@ __device__ __forceinline__ double half_bits(unsigned short h) {
 template <int STORAGE>
 __device__ __forceinline__ float as_float(const void* p, long long i) {
     if (STORAGE == 0) return ((const float*)p)[i];
-    const unsigned short h = ((const unsigned short*)p)[i];
-    if (STORAGE == 2) return __uint_as_float(((unsigned)h) << 16);
-    return (float)half_bits(h);
+    return from_bits<STORAGE>(((const unsigned short*)p)[i]);
 }
 
 /* Where A's value (row, q) of a tile lives in shared memory: rows XOR-swizzled by q, so that
@@ -70,22 +79,36 @@ struct Place {
     int x, y, z, gx, gy, gz;
 };
 
-/* One tile's values of A and B, loaded into registers while the tile before is multiplied. */
+
+/* One tile's values of A and B (paired: words of two values), loaded into registers while the
+   tile before is multiplied. */
 struct Next {
-    float a[STAGE];
+    float a[16];
     float b[B_LOADS];
 };
 
-/* The global loads of the tile at `base`: A's STAGE x ROWS values coalesced in both layouts
-   (a warp reads 32 consecutive rows of one column, transa = n, or 32 consecutive K values of one
-   row, transa = t), and B's picked columns (a warp reads 32 consecutive K of one column).
-   Values outside the problem are zero. */
+/* The global loads of the tile at `base`: A's STAGE x ROWS values coalesced in every layout
+   (a warp reads 32 consecutive rows of one column, transa = n; 64 as 32 words, PAIRED, where
+   lda and the batch stride are even; or 32 consecutive K values of one row, transa = t), and
+   B's picked columns (a warp reads 32 consecutive K of one column). Values outside the problem
+   are zero (a pair's second row past m: zeroed where stored). */
 template <int STORAGE, int TRANSA>
 __device__ __forceinline__ void load_tile(
-        Next& next, const void* __restrict__ a, const void* __restrict__ b, long long a_offset,
-        long long b_offset, long long lda, long long ldb, int transb, int row0, int m,
-        int base, int p1, const long long* col, const bool* col_ok) {
-    if (!TRANSA) {
+        Next& next, const void* __restrict__ a, const void* __restrict__ b,
+        long long a_offset, long long b_offset, long long lda, long long ldb, int transb,
+        int row0, int m, int base, int p1, const int* col, const bool* col_ok) {
+    constexpr int STAGE = Tile<TRANSA>::STAGE;
+    if (TRANSA == PAIRED) {
+        /* rows i and i + 1 (i even: with lda even, one aligned word; past m only where lda > m),
+           K values base + 16 half + q */
+        const int i = row0 + 2 * (threadIdx.x % 64), from = base + 16 * (threadIdx.x / 64);
+        const unsigned* words = (const unsigned*)a;
+        const long long at = (a_offset + (long long)from * lda + i) / 2;
+        #pragma unroll
+        for (int q = 0; q < 16; ++q)
+            next.a[q] = (i < m && from + q < p1) ? __uint_as_float(words[at + q * (lda / 2)])
+                                                 : 0.0f;
+    } else if (!TRANSA) {
         const int i = row0 + threadIdx.x;
         const long long at = a_offset + (long long)base * lda + i;
         #pragma unroll
@@ -100,6 +123,15 @@ __device__ __forceinline__ void load_tile(
             next.a[r] = (row0 + first + STEP * r < m && base + q < p1)
                 ? as_float<STORAGE>(a, at + (long long)(STEP * r) * lda) : 0.0f;
     }
+    if (TRANSA == PAIRED) {  /* K values p and p + 1 of columns t / 16 and 8 more */
+        const int p = base + 2 * (threadIdx.x % 16);
+        const unsigned* words = (const unsigned*)b;
+        #pragma unroll
+        for (int u = 0; u < B_LOADS; ++u)
+            next.b[u] = (p < p1 && col_ok[u])
+                ? __uint_as_float(words[(b_offset + col[u] * ldb + p) / 2]) : 0.0f;
+        return;
+    }
     const int p = base + threadIdx.x % STAGE;
     #pragma unroll
     for (int u = 0; u < B_LOADS; ++u)
@@ -108,16 +140,39 @@ __device__ __forceinline__ void load_tile(
             : 0.0f;
 }
 
-/* The loaded tile into shared memory (its layouts above). */
-template <int TRANSA>
-__device__ __forceinline__ void store_tile(const Next& next, float* a_tile, double* b_tile) {
-    if (!TRANSA) {
+/* The loaded tile into shared memory (its layouts above); `rows` of the block's are the problem's
+and `values` of the tile's K (a pair's second value past them stored as zero). */
+template <int STORAGE, int TRANSA>
+__device__ __forceinline__ void store_tile(const Next& next, float* a_tile, double* b_tile,
+                                           int rows, int values) {
+    constexpr int STAGE = Tile<TRANSA>::STAGE;
+    if (TRANSA == PAIRED) {
+        const int row = 2 * (threadIdx.x % 64), from = 16 * (threadIdx.x / 64);
+        #pragma unroll
+        for (int q = 0; q < 16; ++q) {
+            const unsigned word = __float_as_uint(next.a[q]);
+            a_tile[a_at(from + q, row)] = from_bits<STORAGE>(word & 0xffffu);
+            a_tile[a_at(from + q, row + 1)] = row + 1 < rows ? from_bits<STORAGE>(word >> 16)
+                                                             : 0.0f;
+        }
+    } else if (!TRANSA) {
         #pragma unroll
         for (int q = 0; q < STAGE; ++q) a_tile[a_at(q, threadIdx.x)] = next.a[q];
     } else {
         const int q = threadIdx.x % STAGE, first = threadIdx.x / STAGE;
         #pragma unroll
         for (int r = 0; r < STAGE; ++r) a_tile[a_at(q, first + (ROWS / STAGE) * r)] = next.a[r];
+    }
+    if (TRANSA == PAIRED) {
+        const int q = 2 * (threadIdx.x % 16);
+        #pragma unroll
+        for (int u = 0; u < B_LOADS; ++u) {
+            const int c = threadIdx.x / 16 + 8 * u;
+            const unsigned word = __float_as_uint(next.b[u]);
+            b_tile[b_at(q, c)] = from_bits<STORAGE>(word & 0xffffu);
+            b_tile[b_at(q + 1, c)] = q + 1 < values ? from_bits<STORAGE>(word >> 16) : 0.0;
+        }
+        return;
     }
     #pragma unroll
     for (int u = 0; u < B_LOADS; ++u)
@@ -127,6 +182,7 @@ __device__ __forceinline__ void store_tile(const Next& next, float* a_tile, doub
 /* One staged tile multiplied: each warp's 32 rows (4 fragments of 8) by the 16 columns (2 of
    8), 4 values of K at a time. acc[f][h]: rows warp*32 + 8f + lane/4, columns 8h + 2(lane%4)
    and the next. */
+template <int STAGE>
 __device__ __forceinline__ void multiply_tile(const float* a_tile, const double* b_tile,
                                               double (*acc)[2][2]) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -159,11 +215,13 @@ __device__ __forceinline__ void partial_sums(
     const int row0 = at.x * ROWS;
     const int p0 = at.y * k_per_block;
     const int p1 = min(k, p0 + k_per_block);
-    long long col[B_LOADS];
+    constexpr int STAGE = Tile<TRANSA>::STAGE;
+    int col[B_LOADS];
     bool col_ok[B_LOADS];
     #pragma unroll
-    for (int u = 0; u < B_LOADS; ++u) {
-        const int c = threadIdx.x / STAGE + (ROWS / STAGE) * u;
+    for (int u = 0; u < B_LOADS; ++u) {  /* (paired: two values of K a load, 16 loads a column) */
+        const int c = TRANSA == PAIRED ? threadIdx.x / 16 + 8 * u
+                                       : threadIdx.x / STAGE + (ROWS / STAGE) * u;
         col_ok[u] = c < n_columns;
         col[u] = col_ok[u] ? cols[c] : 0;
     }
@@ -177,12 +235,12 @@ __device__ __forceinline__ void partial_sums(
                                col, col_ok);
     for (int base = p0; base < p1; base += STAGE) {
         __syncthreads();  /* the tile before read by every warp */
-        store_tile<TRANSA>(next, a_tile, b_tile);
+        store_tile<STORAGE, TRANSA>(next, a_tile, b_tile, m - row0, p1 - base);
         __syncthreads();
         if (base + STAGE < p1)  /* the next tile's loads in flight while this one multiplies */
             load_tile<STORAGE, TRANSA>(next, a, b, a_offset, b_offset, lda, ldb, transb, row0,
                                        m, base + STAGE, p1, col, col_ok);
-        multiply_tile(a_tile, b_tile, acc);
+        multiply_tile<STAGE>(a_tile, b_tile, acc);
     }
     /* values past p1 are zero in both tiles: whole tiles summed, nothing added */
     __syncthreads();
@@ -308,10 +366,13 @@ __device__ __forceinline__ void check_any(
         const Place& at) {
     /* A's tile (STAGE x ROWS floats), then the block's sums (MAX_COLUMNS x ROWS doubles) */
     __shared__ __align__(16) double smem[MAX_COLUMNS * ROWS];
-    __shared__ __align__(16) double b_tile[STAGE * MAX_COLUMNS];
+    __shared__ __align__(16) double b_tile[STAGE_MOST * MAX_COLUMNS];
+    /* values read in pairs where each pair is one aligned word */
+    const bool paired = !transa && !transb && lda % 2 == 0 && ldb % 2 == 0 && stride_a % 2 == 0
+                        && stride_b % 2 == 0;
     if (storage == 0) { if (transa) CHECK(0, 1); else CHECK(0, 0); }
-    else if (storage == 2) { if (transa) CHECK(2, 1); else CHECK(2, 0); }
-    else { if (transa) CHECK(1, 1); else CHECK(1, 0); }
+    else if (storage == 2) { if (transa) CHECK(2, 1); else if (paired) CHECK(2, PAIRED); else CHECK(2, 0); }
+    else { if (transa) CHECK(1, 1); else if (paired) CHECK(1, PAIRED); else CHECK(1, 0); }
 }
 
 /* One problem's check (grid: row blocks x K splits x checked entries). */
@@ -347,7 +408,8 @@ struct Chunk {
    problems' blocks one problem after another (from each one's `first_block`), so that the
    ~13 us each problem's own launch spent in its chain of dependent memory round trips overlap.
    Each problem has its own C (its values kept until now) and its own scratch. Three blocks an
-   SM, not four: the job's values held in registers (four spilled 348 bytes). */
+   SM, not four: the job's values are held in registers (at four, 128 registers, it spilled
+   ~350 bytes; at three ~30). */
 extern "C" __global__ void __launch_bounds__(ROWS, 3) cublas_audit_check_chunk(
         const __grid_constant__ Chunk chunk) {
     /* this block's problem: the last whose first block is at or before it */

@@ -8,7 +8,9 @@ chunk writes its own C, side by side with the others' in one region (planning.ch
 its output stays until every call of the chunk is queued; then one launch checks every problem
 of the chunk, the problems' blocks running together, each problem's the same arithmetic as its
 own launch made (device.quick_check), with at most MOST_K values of K a block. The same sums
-land in the same slots: every problem is still checked, on the output its calls wrote.
+land in the same slots: every problem is still checked, on the output its calls wrote. On the
+H100, GPU-paced over 256 problems of the BF16 grid in two chunks (check_kernel_h100.json's chunk
+leg): 7.2 us a problem (11.8 before the paired loads), the grid's check 6.9 -> 2.2 s in situ.
 
 Before its calls, each problem's C is poisoned where the check reads it (its checked columns; the
 whole C was memset before), by a kernel: CUPTI records it, so that it opens the problem's records

@@ -54,7 +54,7 @@ from cublas_audit.device.native_queue import Described, NativeQueue, rows_of
 from cublas_audit.device.operand_pool import OperandPool
 from cublas_audit.device.operands import Operands
 from cublas_audit.planning.cases import Case
-from cublas_audit.planning.chunks import chunk_groups, pooled, region_bytes
+from cublas_audit.planning.chunks import chunk_groups, pooled
 
 CHECK_KERNELS = map_records.CHECK_KERNELS
 # The interpreter's switch interval while the C thread queues: CUPTI asks that thread for a new
@@ -124,7 +124,8 @@ class MapEngine:
         groups = chunk_groups(cases, careful)
         warmer = Warmer(self.warm_threads)
         chunks = [group for group, alone in groups if not alone and pooled(group[0])]
-        self._size_checks(chunks)
+        # the checks' scratch: a chunk of the largest problems' (all zeros: each check leaves it so)
+        self.scratch_values = check_chunk.scratch_values(self.pool.largest_m)
         self.ahead = Ahead(warmer, chunks, MAX_PENDING)
         self._start_native(chunks, warmer.running)
         gc_pause.long_lived_settled()  # the plan, the pool and the chunks: made to stay
@@ -146,17 +147,6 @@ class MapEngine:
             # what bounds the map: the C thread's queueing, and the GPU's time between events
             self.warm.update(queue_busy_s=busy, **self.reader.gpu_seconds)
             warmer.stop()  # its threads joined before the map's own handles go
-
-    def _size_checks(self, chunks: Sequence[Sequence[Case]]) -> None:
-        """The pool's output regions as large as each mode's largest chunk needs, and the
-        checks' scratch as large as a chunk of the largest problems needs (all zeros: each
-        check leaves it so)."""
-        regions: dict[str, int] = {}
-        for chunk in chunks:
-            mode = chunk[0].mode
-            regions[mode] = max(regions.get(mode, 0), region_bytes(chunk))
-        self.pool.fit_outputs(regions)
-        self.scratch_values = check_chunk.scratch_values(self.pool.largest_m)
 
     def _start_native(self, chunks: Sequence[Sequence[Case]], warming: bool) -> None:
         if not self.use_native or not chunks:

@@ -12,7 +12,7 @@ from typing import Any
 from cublas_audit.device import operands
 from cublas_audit.device.operands import Operands
 from cublas_audit.planning.cases import Case
-from cublas_audit.planning.chunks import pooled
+from cublas_audit.planning.chunks import pooled, region_limit
 from cublas_audit.planning.modes import mode as mode_of
 
 
@@ -28,16 +28,13 @@ class OperandPool:
             # (each operand's largest in one pass of max: no layout made, see Case.elements)
             wanted = {name: max(case.elements(name) for case in same) for name in "abc"}
             wanted["bias"] = max(case.m if case.bias else 0 for case in same)
+            # C: a region for a chunk's outputs side by side (as large as any chunk may need)
+            item = mode_of(mode).element_bytes
+            wanted["c"] = region_limit(wanted["c"] * item) // item
             self.sizes[mode] = wanted
         self.mode: str | None = None
         self.buffers: dict[str, Any] = {}
         self.views: dict[tuple[str, Any], Any] = {}  # one view per operand layout, made once
-
-    def fit_outputs(self, regions: dict[str, int]) -> None:
-        """C's region of each mode at least `regions[mode]` bytes (a chunk's outputs)."""
-        for mode, size in regions.items():
-            elements = -(-size // mode_of(mode).element_bytes)
-            self.sizes[mode]["c"] = max(self.sizes[mode]["c"], elements)
 
     def operands(self, case: Case, c_offset: int = 0) -> Operands:
         """Views of the pool in the case's layout, C `c_offset` bytes into its region (C is not

@@ -16,10 +16,13 @@ dozen kernel launches, its NVRTC compiles on a cold cache and its two synchronis
 The products are the float64 tensor cores' (mma m8n8k4, exact float64 fused multiply-adds; the
 same sums from shuffles before sm_80) on tiles of A and B staged in shared memory, the next
 tile's loads in flight while one multiplies; a block's ticket is taken by one thread after a
-release fence. On the H100, GPU-paced over a uniform sample of the BF16 grid
-(benchmarks/check_kernel.py, check_kernel_h100.json): 25.3 -> 21.6 us a problem, errors equal to
-4e-16. What is left is ~12.8 us a problem whatever its size (the fit's intercept; 2.2 us per
-million of m x k): the kernel's chain of dependent memory round trips, not its arithmetic.
+release fence; untransposed 2-byte A and B are read two values a load (even leading dimensions
+and batch strides: one aligned word), 32 values of K a tile. On the H100, GPU-paced over a
+uniform sample of the BF16 grid (benchmarks/check_kernel.py, check_kernel_h100.json): 21.4 ->
+18.6 us a problem with the paired loads (25.3 before the tensor cores), errors equal to 4e-16.
+What is left is ~12.3 us a problem whatever its size (the fit's intercept; 1.6 us per million
+of m x k): the kernel's chain of dependent memory round trips, not its arithmetic, which is why
+the map checks a chunk's problems in one launch (device.check_chunk: 7.2 us a problem).
 """
 
 from __future__ import annotations

@@ -67,6 +67,12 @@ def output_offsets(cases: Sequence[Case]) -> list[int]:
     return offsets
 
 
+def region_limit(largest_output: int) -> int:
+    """The bytes a chunk's outputs may take, where none is larger than `largest_output` bytes:
+    CHUNK of them side by side, REGION_BYTES at most (within_region cuts a chunk there)."""
+    return min(REGION_BYTES, CHUNK * (-(-largest_output // OUTPUT_ALIGN) * OUTPUT_ALIGN))
+
+
 def region_bytes(cases: Sequence[Case]) -> int:
     """The bytes a chunk's outputs take side by side (output_offsets)."""
     return sum(output_span(case) for case in cases)
