@@ -31,4 +31,7 @@ def map_all(
         seconds = {name: round(value, 3) for name, value in engine.seconds.items()}
         timeline["engine_end_s"] = process_age_s()
         timeline["set_up_s"] = round(engine.set_up_s, 2)
+        # the GPU's last chunk done, from the process's exec (its work: engine_start_s + set_up_s
+        # to here; the engine's reading and the exit after)
+        timeline["gpu_done_s"] = round(timeline["engine_start_s"] + engine.gpu_done_s, 2)
         records.spent(seconds, engine.warm, timeline)

@@ -108,6 +108,7 @@ class MapEngine:
         self.native: NativeQueue | None = None
         self.queue_reason = "" if native else "off"
         self.set_up_s = 0.0  # run's seconds before its first chunk: groups, workers, C thread
+        self.gpu_done_s = 0.0  # and until the GPU had run its last chunk
 
     def run(
         self,
@@ -137,6 +138,7 @@ class MapEngine:
         try:
             self._run(groups, started, finished)
             completed = True
+            self.gpu_done_s = self.reader.gpu_done - began
         finally:
             sys.setswitchinterval(switch)
             busy = self.native.busy_seconds() if self.native is not None else None

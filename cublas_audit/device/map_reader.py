@@ -47,6 +47,7 @@ class ChunkReader:
         self.records: list[kernel_trace.KernelLaunch] = []  # delivered, not yet read
         self.spare_events: list[list[Any]] = []  # the events of chunks read, for reuse
         self.last = time.perf_counter()
+        self.gpu_done = 0.0  # when the GPU last finished all that was queued (drain)
         self.native: NativeQueue | None = None  # the engine's C thread, where it queues
         self.settled: Callable[[], None] = lambda: None  # a chunk's results are all given
         # the GPU's time in the problems' timed calls (first to last event), from a problem's
@@ -108,7 +109,7 @@ class ChunkReader:
         if self.native is not None:
             self.native.wait()
         self.pending[-1].end.synchronize()
-        waited = time.perf_counter()
+        waited = self.gpu_done = time.perf_counter()
         if not self.untraced:
             self.records += kernel_trace.tracer().flushed()
         self.seconds["wait"] += waited - began
