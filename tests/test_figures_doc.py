@@ -50,7 +50,7 @@ def test_the_one_gpu_row_is_the_recorded_benchmark() -> None:
     one = recorded["bf16_full_grid_one_gpu"]
     final = one["final_tree"]
     assert f"the GPU spent {final['gpu_calls_s']:.1f} s in the problems' timed calls" in row
-    assert f"{final['gpu_check_s']:.1f} s of it the float64 check" in row
+    assert f"{final['gpu_check_s']:.1f} s in the chunks' float64 checks" in row
     assert ("Not met" in row) is not (recorded["bf16_full_grid_one_gpu_s"] <= one["target_s"])
 
 
