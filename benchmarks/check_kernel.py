@@ -87,21 +87,9 @@ def timed_check(module: Any, fill: int, ops: Any, scratch: Any) -> tuple[float, 
     chosen = module.picked(case.batch, case.n)
     indices = cupy.asarray(chosen.index_values(), dtype=cupy.int32)
     sums = cupy.zeros(2 * len(chosen.entries), dtype=cupy.float64)
-    stream = cupy.cuda.get_current_stream()
     module.enqueue(ops, ops.c, chosen, indices, sums, scratch)
     error = module.error_from_sums(sums.get().tolist())
-    stream.begin_capture()
-    for _ in range(REPEATS):
-        module.enqueue(ops, ops.c, chosen, indices, sums, scratch)
-    graph = stream.end_capture()
-    best = math.inf
-    for _ in range(LAUNCHES):
-        start, end = cupy.cuda.Event(), cupy.cuda.Event()
-        start.record(stream)
-        graph.launch(stream)
-        end.record(stream)
-        end.synchronize()
-        best = min(best, cupy.cuda.get_elapsed_time(start, end) * 1000 / REPEATS)
+    best = paced(lambda: module.enqueue(ops, ops.c, chosen, indices, sums, scratch), REPEATS)
     sums.fill(0)
     module.enqueue(ops, ops.c, chosen, indices, sums, scratch)
     again = module.error_from_sums(sums.get().tolist())
@@ -212,11 +200,7 @@ def one_chunk(chunk: list[Any], most_k: list[int]) -> tuple[dict[str, float], fl
     for case, ops in zip(chunk, made, strict=True):
         launchers.classic(case, ops)()
     picks = [quick_check.picked(1, case.n) for case in chunk]
-    starts: list[int] = []
-    values: list[int] = []
-    for pick in picks:
-        starts.append(len(values))
-        values += pick.index_values()
+    starts, values = quick_check.laid_out(picks)
     indices = cupy.asarray(values, dtype=cupy.int32)
     sums = cupy.zeros(quick_check.SUMS_PER_CASE * len(chunk), dtype=cupy.float64)
     scratch = quick_check.Scratch()

@@ -123,11 +123,7 @@ def test_a_chunks_one_check_gives_each_problem_the_sums_of_its_own(mode: str) ->
     pool = OperandPool(cases)  # (its region: room for a chunk of the largest output)
     offsets = output_offsets(cases)
     picks = [quick_check.picked(case.batch, case.n) for case in cases]
-    index_offsets: list[int] = []
-    values: list[int] = []
-    for pick in picks:
-        index_offsets.append(len(values))
-        values += pick.index_values()
+    index_offsets, values = quick_check.laid_out(picks)
     indices = cupy.asarray(values, dtype=cupy.int32)
     sums = cupy.zeros(quick_check.SUMS_PER_CASE * len(cases), dtype=cupy.float64)
     scratch = cupy.zeros(check_chunk.scratch_values(4096), dtype=cupy.float64)

@@ -12,9 +12,18 @@ from cublas_audit.device import check_chunk, map_records, quick_check
 from cublas_audit.device.kernel_trace import KernelLaunch
 from cublas_audit.device.map_engine import CHECK_KERNELS
 from cublas_audit.device.operand_pool import OperandPool
-from cublas_audit.planning import chunks as planning
 from cublas_audit.planning.cases import Case
-from cublas_audit.planning.chunks import CHUNK, POOLED_BYTES, chunk_groups, dealt
+from cublas_audit.planning.chunks import (
+    CHUNK,
+    POOLED_BYTES,
+    REGION_BYTES,
+    chunk_groups,
+    dealt,
+    output_offsets,
+    region_bytes,
+    region_limit,
+    within_region,
+)
 
 CHECK, ONE_CHECK = CHECK_KERNELS
 POISON, CASE_END = map_records.POISON, map_records.CASE_END
@@ -145,6 +154,11 @@ def test_the_quick_check_compares_the_first_and_last_entries_on_fixed_columns() 
     for cols in chosen.columns:
         assert len(set(cols)) == quick_check.MAX_COLUMNS and all(0 <= c < 1000 for c in cols)
     assert chosen.columns[0] != chosen.columns[1]
+    # a chunk's picks in one int32 array: each after the one before (2 entries + 2 x 16 columns)
+    one = quick_check.picked(1, 1000)
+    offsets, values = quick_check.laid_out([chosen, one, chosen])
+    assert offsets == [0, 34, 51] and len(values) == 85
+    assert values[:2] == [0, 7] and values[34:51] == one.index_values()
     narrow = quick_check.picked(1, 5)
     assert narrow.entries == (0,) and sorted(narrow.columns[0]) == [0, 1, 2, 3, 4]
     assert narrow.index_values() == [0, *narrow.columns[0]]
@@ -219,16 +233,16 @@ def test_the_chunk_kernels_jobs_are_the_cuda_structs_field_for_field() -> None:
 def test_a_chunks_outputs_lie_side_by_side_aligned_and_a_chunk_too_large_is_cut() -> None:
     bf16 = [Case("cublas", "bf16", m, n, 64, 1) for m, n in ((64, 64), (13, 7), (64, 3))]
     # 64 x 64 x 2 = 8,192 bytes; 13 x 7 x 2 = 182, taken to 256; then the third
-    assert planning.output_offsets(bf16) == [0, 8192, 8192 + 256]
-    assert planning.region_bytes(bf16) == 8192 + 256 + 512  # 64 x 3 x 2 = 384, to 512
+    assert output_offsets(bf16) == [0, 8192, 8192 + 256]
+    assert region_bytes(bf16) == 8192 + 256 + 512  # 64 x 3 x 2 = 384, to 512
     # the H100's FP32 grid's largest problems: 128 of 4096 x 4096 x 4 bytes fill 8 GiB, cut
     # in two of 64 (REGION_BYTES is 4 GiB)
     large = [Case("cublas", "fp32", 4096, 4096, 64 * i, 1) for i in range(1, 129)]
-    parts = planning.within_region(large)
+    parts = within_region(large)
     assert [len(part) for part in parts] == [64, 64] and parts[0] + parts[1] == large
-    assert all(planning.region_bytes(part) <= planning.REGION_BYTES for part in parts)
-    assert planning.within_region(bf16) == [bf16]
+    assert all(region_bytes(part) <= REGION_BYTES for part in parts)
+    assert within_region(bf16) == [bf16]
     # the region a pool makes: room for a chunk of its largest output, REGION_BYTES at most (the
     # BF16 grid's 4096 x 4096 x 2 bytes: 128 x 32 MiB = 4 GiB; FP32's cut there)
-    assert planning.region_limit(182) == 128 * 256
-    assert planning.region_limit(4096 * 4096 * 2) == 4 << 30 == planning.region_limit(1 << 30)
+    assert region_limit(182) == 128 * 256
+    assert region_limit(4096 * 4096 * 2) == 4 << 30 == region_limit(1 << 30)

@@ -54,10 +54,7 @@ def made(sequence: int, group: Sequence[Case], events: list[Any], reps: int) -> 
     chunk = Chunk(sequence, group, [Queued(case) for case in group], events)
     chunk.picks = [quick_check.picked(case.batch, case.n) for case in group]
     chunk.c_offsets = output_offsets(group)
-    values: list[int] = []
-    for pick in chunk.picks:
-        chunk.offsets.append(len(values))
-        values.extend(pick.index_values())
+    chunk.offsets, values = quick_check.laid_out(chunk.picks)
     chunk.host_indices = _pinned(values, "int32")
     chunk.indices = cupy.empty(len(values), dtype=cupy.int32)
     chunk.host_sums = _pinned([0.0] * quick_check.SUMS_PER_CASE * len(group), "float64")

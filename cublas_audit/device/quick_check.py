@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -91,6 +92,17 @@ def picked(batch: int, n: int, columns: int = MAX_COLUMNS) -> Picked:
     count = min(columns, n)
     chosen = tuple(tuple(int(j) for j in rng.permutation(n)[:count]) for _ in entries)
     return Picked(entries, chosen)
+
+
+def laid_out(picks: Sequence[Picked]) -> tuple[list[int], list[int]]:
+    """Where each of `picks` begins in one int32 array of them all (a chunk's indices), and the
+    array's values: each pick's index_values after the one before's."""
+    offsets: list[int] = []
+    values: list[int] = []
+    for pick in picks:
+        offsets.append(len(values))
+        values.extend(pick.index_values())
+    return offsets, values
 
 
 def error_from_sums(sums: Any) -> float:
