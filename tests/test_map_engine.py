@@ -246,3 +246,9 @@ def test_a_chunks_outputs_lie_side_by_side_aligned_and_a_chunk_too_large_is_cut(
     # BF16 grid's 4096 x 4096 x 2 bytes: 128 x 32 MiB = 4 GiB; FP32's cut there)
     assert region_limit(182) == 128 * 256
     assert region_limit(4096 * 4096 * 2) == 4 << 30 == region_limit(1 << 30)
+    # a GPU with little free memory asks less (device.operand_pool.region_here): the chunks are
+    # cut at its region, a case larger than it alone, and the region holds that case whole
+    assert [len(part) for part in within_region(large, 3 * 64 << 20)] == [3] * 42 + [2]
+    assert within_region(large[:2], 32 << 20) == [large[:1], large[1:2]]
+    assert region_limit(64 << 20, 32 << 20) == 64 << 20
+    assert region_limit(182, 1024) == 1024

@@ -51,7 +51,7 @@ from cublas_audit.device.heuristic_warm import Ahead, Warmer
 from cublas_audit.device.map_chunk import Chunk, Queued, made
 from cublas_audit.device.map_reader import MAX_PENDING, ChunkReader
 from cublas_audit.device.native_queue import Described, NativeQueue, rows_of
-from cublas_audit.device.operand_pool import OperandPool
+from cublas_audit.device.operand_pool import OperandPool, region_here
 from cublas_audit.device.operands import Operands
 from cublas_audit.planning.cases import Case
 from cublas_audit.planning.chunks import chunk_groups, pooled
@@ -90,7 +90,8 @@ class MapEngine:
         self.failed = failed
         self.single = single
         self.untraced = untraced  # why CUPTI cannot trace here ('' where it can)
-        self.pool = OperandPool(cases)
+        self.region = region_here()  # a chunk's outputs side by side, the most bytes
+        self.pool = OperandPool(cases, self.region)
         self.scratch = quick_check.Scratch()  # the chunks' checks' (check_chunk.planned)
         self.scratch_values = 0
         self.chunks = 0
@@ -122,7 +123,7 @@ class MapEngine:
         queued) and once its results are: the caller flushes its records a chunk at a time."""
         self.reader.settled = settled
         began = time.perf_counter()
-        groups = chunk_groups(cases, careful)
+        groups = chunk_groups(cases, careful, self.region)
         warmer = Warmer(self.warm_threads)
         chunks = [group for group, alone in groups if not alone and pooled(group[0])]
         # the checks' scratch: a chunk of the largest problems' (all zeros: each check leaves it so)

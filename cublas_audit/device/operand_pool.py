@@ -12,14 +12,29 @@ from typing import Any
 from cublas_audit.device import operands
 from cublas_audit.device.operands import Operands
 from cublas_audit.planning.cases import Case
-from cublas_audit.planning.chunks import pooled, region_limit
+from cublas_audit.planning.chunks import REGION_BYTES, pooled, region_limit
 from cublas_audit.planning.modes import mode as mode_of
+
+# a chunk's outputs take at most this share of the GPU's free memory (REGION_BYTES at most)
+REGION_SHARE = 0.25
+
+
+def region_here() -> int:
+    """The bytes a chunk's outputs may take on the current GPU: REGION_SHARE of its free memory,
+    REGION_BYTES at most (REGION_BYTES where none can be asked: the chunks are planned alike)."""
+    try:
+        import cupy
+
+        free, _total = cupy.cuda.runtime.memGetInfo()
+    except Exception:  # no GPU, no CuPy: nothing is allocated here either
+        return REGION_BYTES
+    return min(REGION_BYTES, int(free * REGION_SHARE))
 
 
 class OperandPool:
     """One mode's operands at a time, sized to the largest pooled case of that mode."""
 
-    def __init__(self, cases: Sequence[Case]) -> None:
+    def __init__(self, cases: Sequence[Case], region: int = REGION_BYTES) -> None:
         self.sizes: dict[str, dict[str, int]] = {}
         in_pool = [case for case in cases if pooled(case)]
         self.largest_m = max((case.m for case in in_pool), default=0)
@@ -30,7 +45,7 @@ class OperandPool:
             wanted["bias"] = max(case.m if case.bias else 0 for case in same)
             # C: a region for a chunk's outputs side by side (as large as any chunk may need)
             item = mode_of(mode).element_bytes
-            wanted["c"] = region_limit(wanted["c"] * item) // item
+            wanted["c"] = region_limit(wanted["c"] * item, region) // item
             self.sizes[mode] = wanted
         self.mode: str | None = None
         self.buffers: dict[str, Any] = {}

@@ -12,7 +12,8 @@ CHUNK = 128  # problems queued per synchronisation (each settles with a ~6 ms CU
 POOLED_BYTES = 1 << 30  # a problem needing more runs alone: its calls hide the host's work
 # A chunk's outputs lie side by side in one region (each kept until the chunk's one check:
 # device.check_chunk), each at a multiple of OUTPUT_ALIGN bytes (as aligned as the pool's own
-# arrays: cuBLAS sees the same alignment of C); a chunk needing more than REGION_BYTES is cut.
+# arrays: cuBLAS sees the same alignment of C); a chunk needing more than the region (at most
+# REGION_BYTES: the engine asks less of a GPU with little free memory) is cut.
 OUTPUT_ALIGN = 256
 REGION_BYTES = 4 << 30
 
@@ -22,17 +23,21 @@ def pooled(case: Case) -> bool:
     return case.beta == 0 and case.bytes_needed <= POOLED_BYTES
 
 
-def chunk_groups(cases: Sequence[Case], careful: int) -> list[tuple[list[Case], bool]]:
+def chunk_groups(
+    cases: Sequence[Case], careful: int, region: int = REGION_BYTES
+) -> list[tuple[list[Case], bool]]:
     """The cases as the engine takes them, each group with whether it runs alone (nothing else
     in flight): the first `careful` one by one, then each mode's pooled cases in chunks of like
-    GPU time (`dealt`; one mode at a time, as the pool holds one mode's operands), then the
-    cases that are not pooled, each alone and last, as the largest are."""
+    GPU time (`dealt`; one mode at a time, as the pool holds one mode's operands; cut where their
+    outputs pass `region` bytes), then the cases that are not pooled, each alone and last, as the
+    largest are."""
     groups = [([case], True) for case in cases[:careful]]
     rest = cases[careful:]
     in_pool = [pooled(case) for case in rest]  # once a case: ~1 s of a full grid's start-up
     for mode in dict.fromkeys(case.mode for case in rest):
         same = [case for case, p in zip(rest, in_pool, strict=True) if p and case.mode == mode]
-        groups += [(part, False) for chunk in dealt(same, CHUNK) for part in within_region(chunk)]
+        dealt_out = dealt(same, CHUNK)
+        groups += [(part, False) for chunk in dealt_out for part in within_region(chunk, region)]
     groups += [([case], True) for case, p in zip(rest, in_pool, strict=True) if not p]
     return groups
 
@@ -67,10 +72,12 @@ def output_offsets(cases: Sequence[Case]) -> list[int]:
     return offsets
 
 
-def region_limit(largest_output: int) -> int:
+def region_limit(largest_output: int, region: int = REGION_BYTES) -> int:
     """The bytes a chunk's outputs may take, where none is larger than `largest_output` bytes:
-    CHUNK of them side by side, REGION_BYTES at most (within_region cuts a chunk there)."""
-    return min(REGION_BYTES, CHUNK * (-(-largest_output // OUTPUT_ALIGN) * OUTPUT_ALIGN))
+    CHUNK of them side by side, `region` at most (within_region cuts a chunk there), the
+    largest alone at least."""
+    span = -(-largest_output // OUTPUT_ALIGN) * OUTPUT_ALIGN
+    return max(span, min(region, CHUNK * span))
 
 
 def region_bytes(cases: Sequence[Case]) -> int:
@@ -78,14 +85,14 @@ def region_bytes(cases: Sequence[Case]) -> int:
     return sum(output_span(case) for case in cases)
 
 
-def within_region(chunk: list[Case]) -> list[list[Case]]:
-    """`chunk` cut, in order, into parts whose outputs fit REGION_BYTES (a case alone always
-    does: POOLED_BYTES is less)."""
+def within_region(chunk: list[Case], region: int = REGION_BYTES) -> list[list[Case]]:
+    """`chunk` cut, in order, into parts whose outputs fit `region` bytes (a case whose output
+    alone is larger: a part of its own)."""
     parts: list[list[Case]] = [[]]
     used = 0
     for case in chunk:
         size = output_span(case)
-        if parts[-1] and used + size > REGION_BYTES:
+        if parts[-1] and used + size > region:
             parts.append([])
             used = 0
         parts[-1].append(case)
