@@ -27,6 +27,7 @@ from typing import Any
 from cublas_audit.device import check_chunk, map_records, native, quick_check
 from cublas_audit.device.launchers import ClassicCall, classic_call
 from cublas_audit.planning.cases import Case
+from cublas_audit.planning.modes import mode as mode_of
 
 _CALL = (
     "routine", "transa", "transb", "m", "n", "k", "lda", "ldb", "ldc", "batch", "data_type",
@@ -125,7 +126,7 @@ def rows_of(
             raise ValueError(f"{case.case_id} is not a classic cuBLAS call")
         values.append((*call._replace(c=c), 0, 0, 0, 0, 0))
     rows = numpy.array(values, dtype=case_dtype())
-    rows["item"] = numpy.where(jobs["storage"] == quick_check.STORAGE_CODES["float32"], 4, 2)
+    rows["item"] = [mode_of(case.mode).element_bytes for case in cases]  # (C's value size)
     for name in ("entries", "columns", "n_columns"):
         rows[name] = jobs[name]
     rows["poison_blocks"] = check_chunk.poison_blocks(jobs)
