@@ -8,9 +8,9 @@
    Python reads earlier chunks back. A chunk: its check indices copied up and its sums zeroed,
    the chunk's marker kernel (device.map_records), then for each problem the columns of its C that
    the check reads poisoned by a kernel (every byte 0xFF, a NaN in each storage; each problem has
-   its own C in the chunk's region), the classic call `reps` times between `reps` + 1 events; then the chunk's check,
-   one kernel for all its problems (device.check_chunk) adding each problem's sums into its
-   slots; last the sums copied down and the chunk's end event recorded.
+   its own C in the chunk's region), the classic call `reps` times between `reps` + 1 events;
+   then the chunk's check, one kernel for all its problems (device.check_chunk) adding each
+   problem's sums into its slots; last the sums copied down and the chunk's end event recorded.
 
    A problem whose call or launch fails gets the case-end marker kernel after what it queued (its
    records end there, as map_records.close_case does from Python), and its status says which
@@ -144,7 +144,8 @@ static int queue_chunk(queued_chunk *chunk) {
     void *args[] = {chunk->check_params}; /* its bytes: the driver copies them at the launch */
     status = api.launch_kernel(kernels[CHUNK_CHECK], (unsigned)chunk->check_blocks, 1, 1,
                                CHECK_ROWS, 1, 1, 0, stream, args, 0);
-    if (!status) status = api.copy_down(chunk->host_sums, chunk->sums, (size_t)chunk->sums_bytes, stream);
+    if (!status)
+        status = api.copy_down(chunk->host_sums, chunk->sums, (size_t)chunk->sums_bytes, stream);
     if (!status) status = api.event_record(chunk->end, stream);
     return status;
 }

@@ -130,14 +130,14 @@ __device__ __forceinline__ void load_tile(
         for (int u = 0; u < B_LOADS; ++u)
             next.b[u] = (p < p1 && col_ok[u])
                 ? __uint_as_float(words[(b_offset + col[u] * ldb + p) / 2]) : 0.0f;
-        return;
+    } else {
+        const int p = base + threadIdx.x % STAGE;
+        #pragma unroll
+        for (int u = 0; u < B_LOADS; ++u)
+            next.b[u] = (p < p1 && col_ok[u])
+                ? as_float<STORAGE>(b, b_offset + (transb ? p * ldb + col[u] : col[u] * ldb + p))
+                : 0.0f;
     }
-    const int p = base + threadIdx.x % STAGE;
-    #pragma unroll
-    for (int u = 0; u < B_LOADS; ++u)
-        next.b[u] = (p < p1 && col_ok[u])
-            ? as_float<STORAGE>(b, b_offset + (transb ? p * ldb + col[u] : col[u] * ldb + p))
-            : 0.0f;
 }
 
 /* The loaded tile into shared memory (its layouts above); `rows` of the block's are the problem's
@@ -172,11 +172,11 @@ __device__ __forceinline__ void store_tile(const Next& next, float* a_tile, doub
             b_tile[b_at(q, c)] = from_bits<STORAGE>(word & 0xffffu);
             b_tile[b_at(q + 1, c)] = q + 1 < values ? from_bits<STORAGE>(word >> 16) : 0.0;
         }
-        return;
+    } else {
+        #pragma unroll
+        for (int u = 0; u < B_LOADS; ++u)
+            b_tile[b_at(threadIdx.x % STAGE, threadIdx.x / STAGE + (ROWS / STAGE) * u)] = next.b[u];
     }
-    #pragma unroll
-    for (int u = 0; u < B_LOADS; ++u)
-        b_tile[b_at(threadIdx.x % STAGE, threadIdx.x / STAGE + (ROWS / STAGE) * u)] = next.b[u];
 }
 
 /* One staged tile multiplied: each warp's 32 rows (4 fragments of 8) by the 16 columns (2 of
@@ -370,9 +370,10 @@ __device__ __forceinline__ void check_any(
     /* values read in pairs where each pair is one aligned word */
     const bool paired = !transa && !transb && lda % 2 == 0 && ldb % 2 == 0 && stride_a % 2 == 0
                         && stride_b % 2 == 0;
-    if (storage == 0) { if (transa) CHECK(0, 1); else CHECK(0, 0); }
-    else if (storage == 2) { if (transa) CHECK(2, 1); else if (paired) CHECK(2, PAIRED); else CHECK(2, 0); }
-    else { if (transa) CHECK(1, 1); else if (paired) CHECK(1, PAIRED); else CHECK(1, 0); }
+#define BY_LAYOUT(S) if (transa) CHECK(S, 1); else if (paired) CHECK(S, PAIRED); else CHECK(S, 0)
+    if (storage == 0) { if (transa) CHECK(0, 1); else CHECK(0, 0); }  /* (4-byte: never paired) */
+    else if (storage == 2) { BY_LAYOUT(2); }
+    else { BY_LAYOUT(1); }
 }
 
 /* One problem's check (grid: row blocks x K splits x checked entries). */
