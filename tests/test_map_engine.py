@@ -20,7 +20,7 @@ from cublas_audit.planning.chunks import (
     chunk_groups,
     dealt,
     output_offsets,
-    region_bytes,
+    output_span,
     region_limit,
     within_region,
 )
@@ -234,13 +234,13 @@ def test_a_chunks_outputs_lie_side_by_side_aligned_and_a_chunk_too_large_is_cut(
     bf16 = [Case("cublas", "bf16", m, n, 64, 1) for m, n in ((64, 64), (13, 7), (64, 3))]
     # 64 x 64 x 2 = 8,192 bytes; 13 x 7 x 2 = 182, taken to 256; then the third
     assert output_offsets(bf16) == [0, 8192, 8192 + 256]
-    assert region_bytes(bf16) == 8192 + 256 + 512  # 64 x 3 x 2 = 384, to 512
+    assert sum(map(output_span, bf16)) == 8192 + 256 + 512  # 64 x 3 x 2 = 384, to 512
     # the H100's FP32 grid's largest problems: 128 of 4096 x 4096 x 4 bytes fill 8 GiB, cut
     # in two of 64 (REGION_BYTES is 4 GiB)
     large = [Case("cublas", "fp32", 4096, 4096, 64 * i, 1) for i in range(1, 129)]
     parts = within_region(large)
     assert [len(part) for part in parts] == [64, 64] and parts[0] + parts[1] == large
-    assert all(region_bytes(part) <= REGION_BYTES for part in parts)
+    assert all(sum(map(output_span, part)) <= REGION_BYTES for part in parts)
     assert within_region(bf16) == [bf16]
     # the region a pool makes: room for a chunk of its largest output, REGION_BYTES at most (the
     # BF16 grid's 4096 x 4096 x 2 bytes: 128 x 32 MiB = 4 GiB; FP32's cut there)

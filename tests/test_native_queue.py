@@ -85,6 +85,13 @@ def test_a_chunks_check_holds_each_problems_job_in_its_own_slots() -> None:
     assert second["sums"] == SUMS + 32
     assert check.blocks == 3 + 5 + 6  # 4672 and 5632 in 5 and 6 blocks of at most 1024
     assert all(int(job["m"]) == 0 for job in jobs[3:])  # the unused jobs: never read
+    # a batch of 4 checks its first and last entries: its columns after its two entry indices
+    batched = Case("cublas", "bf16", 64, 1280, 2816, 4)
+    pick = quick_check.picked(4, 1280)
+    on = check_chunk.Operands(A, B, BIAS, [C])
+    (job,) = check_chunk.planned([batched], [pick], [0], on, INDICES, SUMS, SCRATCH).jobs
+    assert pick.entries == (0, 3)
+    assert (job["entries"], job["columns"], job["slots"]) == (INDICES, INDICES + 4 * 2, 2)
 
 
 def against_the_fake(tmp_path: Path, script: str, *more: str) -> dict[str, Any]:

@@ -109,11 +109,11 @@ def planned(
         la, lb = case.operand("a"), case.operand("b")
         entries = len(pick.entries)
         shape = quick_check.geometry(case.m, case.k, entries, MOST_K)
-        at_entries = indices + 4 * offset  # (quick_check.index_address)
         rows.append((
             operands.a, operands.b, c, operands.bias if case.bias else 0, _storage(case.mode),
             case.m, case.n, case.k, case.transa == "t", case.transb == "t", la.ld, lb.ld,
-            la.stride, lb.stride, at_entries, at_entries + 4 * entries, pick.n_columns,
+            la.stride, lb.stride, quick_check.index_address(indices, offset),
+            quick_check.index_address(indices, offset + entries), pick.n_columns,
             shape.per_block, shape.grid[0], shape.grid[1], entries, first, at,
             quick_check.sums_address(sums, slot),
         ))  # fmt: skip
@@ -141,14 +141,14 @@ def poison_blocks(jobs: Any) -> Any:
     return jobs["slots"] * jobs["n_columns"]
 
 
-def poison(c: int, case: Case, job: Any, stream: int) -> None:
-    """Queues the poison of `case`'s checked columns of its C at `c` on `stream`, where its
-    `job` says they are (c = 0, job None: nothing poisoned, the kernel launched all the same: it
-    opens the case's records)."""
-    entries, columns, n_columns, blocks = 0, 0, 1, 1
+def poison(case: Case, job: Any, stream: int) -> None:
+    """Queues the poison of `case`'s checked columns of its C on `stream`, where its `job` says
+    they are (job None: nothing poisoned, the kernel launched all the same: it opens the case's
+    records)."""
+    c, entries, columns, n_columns, blocks = 0, 0, 0, 1, 1
     if job is not None:
-        entries, columns, n_columns = (
-            int(job[name]) for name in ("entries", "columns", "n_columns")
+        c, entries, columns, n_columns = (
+            int(job[name]) for name in ("c", "entries", "columns", "n_columns")
         )
         blocks = int(poison_blocks(job))
     values = [

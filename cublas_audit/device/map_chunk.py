@@ -41,7 +41,6 @@ class Chunk:
     host_indices: Any = None
     native: Described | None = None  # queued by the C thread (device.native_queue)
     c_offsets: list[int] = field(default_factory=list)  # each problem's C in the pool's region
-    outputs: list[int] = field(default_factory=list)  # and its address there
     check: check_chunk.Planned | None = None  # None: the pool has no operands (out of memory)
 
 

@@ -214,10 +214,10 @@ class MapEngine:
     def _plan_check(self, chunk: Chunk) -> None:
         """Each problem's C in the pool's region, and the chunk's check on them."""
         a, b, region = self.pool.addresses()[chunk.group[0].mode]  # (KeyError: not loaded)
-        chunk.outputs = [region + offset for offset in chunk.c_offsets]
+        outputs = [region + offset for offset in chunk.c_offsets]
         bias = self.pool.buffers["bias"].data.ptr
         scratch = self.scratch.reserve(self.scratch_values).data.ptr
-        on = check_chunk.Operands(a, b, bias, chunk.outputs)
+        on = check_chunk.Operands(a, b, bias, outputs)
         sums = chunk.sums.data.ptr
         chunk.check = check_chunk.planned(
             chunk.group, chunk.picks, chunk.offsets, on, chunk.indices.data.ptr, sums, scratch
@@ -278,7 +278,7 @@ class MapEngine:
         # (no output region: nothing poisoned, then the case's CASE_END)
         planned = chunk.check
         job = planned.jobs[slot] if planned is not None else None
-        check_chunk.poison(int(job["c"]) if job is not None else 0, item.case, job, stream)
+        check_chunk.poison(item.case, job, stream)
         ops = self.pool.operands(item.case, chunk.c_offsets[slot])
         launch, item.closers = self.prepare(item.case, ops)
         record = cupy.cuda.runtime.eventRecord

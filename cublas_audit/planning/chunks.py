@@ -53,14 +53,14 @@ def dealt(cases: Sequence[Case], size: int) -> list[list[Case]]:
     return [ranked[start::count] for start in range(count)]
 
 
-def output_bytes(case: Case) -> int:
-    """The bytes of a case's C (packed: m x n, `batch` times)."""
-    return case.m * case.n * case.batch * mode_of(case.mode).element_bytes
-
-
 def output_span(case: Case) -> int:
-    """The bytes a case's C takes in its chunk's region: output_bytes to OUTPUT_ALIGN."""
-    return -(-output_bytes(case) // OUTPUT_ALIGN) * OUTPUT_ALIGN
+    """The bytes a case's C takes in its chunk's region: its values' bytes to OUTPUT_ALIGN."""
+    return aligned(case.elements("c") * mode_of(case.mode).element_bytes)
+
+
+def aligned(size: int) -> int:
+    """`size` bytes taken up to a multiple of OUTPUT_ALIGN."""
+    return -(-size // OUTPUT_ALIGN) * OUTPUT_ALIGN
 
 
 def output_offsets(cases: Sequence[Case]) -> list[int]:
@@ -76,13 +76,8 @@ def region_limit(largest_output: int, region: int = REGION_BYTES) -> int:
     """The bytes a chunk's outputs may take, where none is larger than `largest_output` bytes:
     CHUNK of them side by side, `region` at most (within_region cuts a chunk there), the
     largest alone at least."""
-    span = -(-largest_output // OUTPUT_ALIGN) * OUTPUT_ALIGN
+    span = aligned(largest_output)
     return max(span, min(region, CHUNK * span))
-
-
-def region_bytes(cases: Sequence[Case]) -> int:
-    """The bytes a chunk's outputs take side by side (output_offsets)."""
-    return sum(output_span(case) for case in cases)
 
 
 def within_region(chunk: list[Case], region: int = REGION_BYTES) -> list[list[Case]]:
