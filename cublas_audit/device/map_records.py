@@ -36,10 +36,14 @@ POISON = "cublas_audit_poison"
 CHECK = "cublas_audit_check_chunk"
 CHECK_KERNELS = (CHECK, "cublas_audit_check")  # a chunk's check; one problem's (quick_check)
 MARKED_CHUNKS = 1024  # chunks told apart by their marker's block size (at most 1024 threads)
-# CUPTI's buffers while the map traces: a non-forced flush hands over only buffers whose records
-# are all complete, so a small buffer (some 600 records, ~85 problems) keeps the records of a
-# chunk at most a chunk or two behind the GPU
-BUFFER_BYTES = 128 * 1024
+# CUPTI's buffers while the map traces through cupti-python (device.cupti_records takes them in
+# C where it can): each buffer CUPTI hands over, and the new one it asks for, goes through a
+# Python callback and the interpreter lock, and held the C thread's launches up ~1.5 ms of idle
+# GPU (BF16 grid on one H100: the problems' timed calls 48.9 s with 128 KiB buffers, 5,170
+# exchanges; 44.2 s with 4 MiB, 2,046). The reader's non-forced flush after each chunk hands
+# its buffer over however full (one exchange a flush at either size), so the records still
+# arrive a chunk or two behind the GPU
+BUFFER_BYTES = 4 * 1024 * 1024
 
 Calls = tuple[tuple[KernelLaunch, ...], ...]
 
