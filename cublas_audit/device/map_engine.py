@@ -46,7 +46,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from cublas_audit import gc_pause
-from cublas_audit.device import check_chunk, kernel_trace, map_records, quick_check
+from cublas_audit.device import check_chunk, cupti_records, kernel_trace, map_records, quick_check
 from cublas_audit.device.heuristic_warm import Ahead, Warmer
 from cublas_audit.device.map_chunk import Chunk, Queued, made
 from cublas_audit.device.map_reader import MAX_PENDING, ChunkReader
@@ -108,6 +108,7 @@ class MapEngine:
         self.use_native = native
         self.native: NativeQueue | None = None
         self.queue_reason = "" if native else "off"
+        self.records_reason = "untraced"  # how CUPTI's records came: '' in C, else why not
         self.set_up_s = 0.0  # run's seconds before its first chunk: groups, workers, C thread
         self.gpu_done_s = 0.0  # and until the GPU had run its last chunk
 
@@ -147,6 +148,7 @@ class MapEngine:
                 self.native.stop(abandon=not completed)
             self.warm = {"threads": warmer.threads, "reason": warmer.reason, **warmer.counts()}
             self.warm["queue"] = self.queue_reason or "c thread"
+            self.warm["records"] = self.records_reason or "c"
             # what bounds the map: the C thread's queueing, and the GPU's time between events
             self.warm.update(queue_busy_s=busy, **self.reader.gpu_seconds)
             warmer.stop()  # its threads joined before the map's own handles go
@@ -306,6 +308,7 @@ class MapEngine:
         if not self.tracing:
             tracer = kernel_trace.tracer()
             tracer.buffer_bytes = map_records.BUFFER_BYTES
+            self.records_reason = cupti_records.take_over(tracer)
             tracer.enable()
             self.reader.records = []
             self.tracing = True
@@ -314,5 +317,6 @@ class MapEngine:
         if self.tracing:
             tracer = kernel_trace.tracer()
             tracer.disable()
+            cupti_records.hand_back(tracer)
             tracer.buffer_bytes = kernel_trace.BUFFER_BYTES
             self.tracing = False

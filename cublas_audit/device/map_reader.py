@@ -24,6 +24,9 @@ MAX_PENDING = 8
 # how long the oldest chunk's records may take to arrive once its GPU work is done, before the
 # engine waits for everything and forces CUPTI's flush
 RECORDS_WAIT_S = 2.0
+# how long the oldest chunk's records may take to arrive by themselves (CUPTI's worker hands
+# full buffers over: device.cupti_records) before the engine asks for them with a flush
+FLUSH_AFTER_S = 0.02
 
 Finished = Callable[[Case, dict[str, Any]], None]
 
@@ -62,7 +65,7 @@ class ChunkReader:
             return
         began = time.perf_counter()
         if not self.untraced:
-            self.records += kernel_trace.tracer().delivered()
+            self.records += kernel_trace.tracer().arrived()
         self.seconds["flush"] += time.perf_counter() - began
         while self.pending:
             chunk = self.pending[0]
@@ -77,16 +80,18 @@ class ChunkReader:
             self._wait_oldest(finished)
 
     def _wait_oldest(self, finished: Finished) -> None:
-        """Waits for the oldest chunk alone (its end event, then its records through CUPTI's
-        non-forced flush as later chunks fill its buffers) and reads it, while the GPU runs the
-        chunks queued after it; waits for everything (_drain) only where its records have not
-        arrived after RECORDS_WAIT_S. Draining every time idled the GPU while all the chunks
-        were read: where the C thread queues, the GPU, not the host, is what the map waits for."""
+        """Waits for the oldest chunk alone (its end event, then its records: as they arrive,
+        then through CUPTI's non-forced flush after FLUSH_AFTER_S) and reads it, while the GPU
+        runs the chunks queued after it; waits for everything (_drain) only where its records
+        have not arrived after RECORDS_WAIT_S. Draining every time idled the GPU while all the
+        chunks were read: where the C thread queues, the GPU, not the host, is what the map waits
+        for."""
         chunk = self.pending[0]
         began = time.perf_counter()
         while not self._on_stream(chunk):
             time.sleep(0.0002)
         chunk.end.synchronize()
+        done = time.perf_counter()
         split = self._split(chunk, last=False)  # (untraced: why, at once)
         while split is None:
             if time.perf_counter() - began > RECORDS_WAIT_S:
@@ -94,7 +99,9 @@ class ChunkReader:
                 self.drain(finished)
                 return
             time.sleep(0.0005)
-            self.records += kernel_trace.tracer().delivered()
+            tracer = kernel_trace.tracer()  # (a flush where they have not come by themselves)
+            late = time.perf_counter() - done > FLUSH_AFTER_S
+            self.records += tracer.delivered() if late else tracer.arrived()
             split = self._split(chunk, last=False)
         self.seconds["wait"] += time.perf_counter() - began
         self.pending.popleft()

@@ -1,7 +1,8 @@
 """The map's C parts (data/*.c), compiled once per source text with the system's C compiler into
 the user's cache, and loaded into this process with cuBLAS's and the driver's entry points found
 in the libraries CuPy has already loaded (no CUDA header or toolkit is needed): the heuristic
-warmer (device.heuristic_warm) and the chunk queue (device.native_queue).
+warmer (device.heuristic_warm), the chunk queue (device.native_queue) and CUPTI's records
+(device.cupti_records).
 
 Without a compiler, on a system without /proc, or where a library is missing, `library` raises
 OSError with the reason, and the map goes on without them (only slower).
@@ -21,7 +22,7 @@ from pathlib import Path
 from cublas_audit.device.loaded import loaded_libraries
 
 DATA = Path(__file__).resolve().parent.parent / "data"
-SOURCES = ("native.c", "heuristic_warm.c", "map_queue.c")
+SOURCES = ("native.c", "heuristic_warm.c", "map_queue.c", "cupti_records.c")
 HEADERS = ("native.h",)
 
 
