@@ -164,13 +164,15 @@ def recorded(side: str) -> Dataset:
 # `native` also with its chunks queued by the C thread (benchmarks/native_queue.py), `checked`
 # also with the staged float64 check kernels (device.quick_check, commit 6b49164) and each
 # chunk's calls made once (7108929); on 2026-11-28 `fused`, its check one kernel a problem that
-# leaves its scratch zeroed (no memset, no second kernel), and `chunked`, a chunk's problems
-# checked by one launch after their calls, each problem's C its own (device.check_chunk)
-AGAIN = ["warm", "native", "checked", "fused", "chunked"]
-# the diff gate against the recorded runs: `checked` ran on a host where one problem
-# (704 x 2944 x 3456) ran its recorded kernel 1.6x faster than both recorded runs, beyond the
-# noise model; the Python-queued map of the same plan, in the same session on that host, passes
-# the gate against it both ways (benchmarks/results/native_queue_h100.json, sample)
+# leaves its scratch zeroed (no memset, no second kernel), `chunked`, a chunk's problems
+# checked by one launch after their calls, each problem's C its own (device.check_chunk), and
+# `records-in-c`, CUPTI's kernel records taken in C (device.cupti_records)
+AGAIN = ["warm", "native", "checked", "fused", "chunked", "records-in-c"]
+# the diff gate against the recorded runs: `checked` and `records-in-c` ran on hosts where one
+# problem (704 x 2944 x 3456) ran its recorded kernel 1.5-1.6x faster than both recorded runs,
+# beyond the noise model (the same kernel; SM clock 1785 MHz there, 1980 in the recorded runs);
+# the Python-queued map of the same plan, in the same session on that host, passes the gate
+# against it both ways (benchmarks/results/native_queue_h100.json, sample)
 GATED = ["warm", "native", "fused", "chunked"]
 
 
@@ -191,7 +193,7 @@ def test_the_map_mapped_again_dispatched_the_recorded_kernels(side: str) -> None
     assert command[command.index("--seed") + 1] == "1" and "--sample" in command  # the same plan
 
 
-@pytest.mark.parametrize("side", ["checked", "fused", "chunked"])
+@pytest.mark.parametrize("side", ["checked", "fused", "chunked", "records-in-c"])
 def test_the_staged_check_reports_the_errors_the_first_check_kernel_reported(side: str) -> None:
     # the float64 check rewritten (tiles staged in shared memory, other block counts, so other
     # summation orders; then one kernel a problem; then one a chunk, its outputs side by side):
