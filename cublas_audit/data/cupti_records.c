@@ -149,19 +149,13 @@ int64_t cupti_records_take(kernel_row *out, int64_t most) {
     return taken;
 }
 
-int64_t cupti_records_count(void) {
+/* The rows handed over and not taken yet, and the records not kept (another kind, no memory
+   left) since the start. */
+void cupti_records_counts(int64_t *waiting, int64_t *not_kept) {
     pthread_mutex_lock(&lock);
-    int64_t found = count;
+    *waiting = count;
+    *not_kept = skipped;
     pthread_mutex_unlock(&lock);
-    return found;
-}
-
-/* Records not kept (another kind, no memory left) since the start. */
-int64_t cupti_records_skipped(void) {
-    pthread_mutex_lock(&lock);
-    int64_t found = skipped;
-    pthread_mutex_unlock(&lock);
-    return found;
 }
 
 /* Name number `number`, or NULL. */

@@ -75,7 +75,7 @@ class NativeRecords:
         self.names: list[str] = []
 
     def take(self) -> list[KernelLaunch]:
-        wanted = int(self.lib.cupti_records_count())
+        wanted = self._counts()[0]
         rows = np.empty(wanted, ROW)
         rows = rows[: int(self.lib.cupti_records_take(rows.ctypes.data, wanted))]
         names = self._named(int(rows["name"].max()) + 1 if len(rows) else 0)
@@ -97,7 +97,12 @@ class NativeRecords:
     @property
     def skipped(self) -> int:
         """Records the C side did not keep (another kind, or no memory left)."""
-        return int(self.lib.cupti_records_skipped())
+        return self._counts()[1]
+
+    def _counts(self) -> tuple[int, int]:
+        waiting, not_kept = ctypes.c_int64(0), ctypes.c_int64(0)
+        self.lib.cupti_records_counts(ctypes.byref(waiting), ctypes.byref(not_kept))
+        return waiting.value, not_kept.value
 
 
 def _triples(values: np.ndarray[Any, Any]) -> list[tuple[int, int, int]]:
@@ -118,8 +123,7 @@ def _declared(lib: ctypes.CDLL) -> ctypes.CDLL:
     ]  # fmt: skip
     lib.cupti_records_take.argtypes = [ctypes.c_void_p, i64]
     lib.cupti_records_take.restype = i64
-    lib.cupti_records_count.restype = i64
-    lib.cupti_records_skipped.restype = i64
+    lib.cupti_records_counts.argtypes = [ctypes.POINTER(i64), ctypes.POINTER(i64)]
     lib.cupti_records_name.argtypes = [ctypes.c_int32]
     lib.cupti_records_name.restype = ctypes.c_char_p
     return lib
