@@ -83,10 +83,10 @@ def back_to_back_ms(launch: Any, reps: int, *, traced: bool) -> tuple[float, flo
 
     import cupy
 
-    from cublas_audit.device import kernel_trace
+    from cublas_audit.device import cupti_tracer
 
     stream = cupy.cuda.get_current_stream()
-    tracer = kernel_trace._tracer()
+    tracer = cupti_tracer.tracer()
     launch()  # warm
     start, stop = cupy.cuda.Event(), cupy.cuda.Event()
     with tracer.recording() if traced else contextlib.nullcontext():

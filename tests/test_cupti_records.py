@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from cublas_audit.device import cupti_records
-from cublas_audit.device.kernel_trace import KernelLaunch
+from cublas_audit.device.cupti_tracer import KernelLaunch
 
 needs_cc = pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler (cc) here")
 FAKE = Path(__file__).resolve().parent / "fake_cuda" / "fake_cupti.c"
@@ -165,11 +165,11 @@ def test_records_taken_in_c_arrive_without_asking_cupti_for_a_flush() -> None:
     import threading
     from types import SimpleNamespace
 
-    from cublas_audit.device.kernel_trace import _Tracer
+    from cublas_audit.device.cupti_tracer import Tracer
 
     before, in_c = (KernelLaunch(name, 1, 2, (1, 1, 1), (1, 1, 1), 8) for name in ("py", "c"))
     flushes: list[int] = []
-    tracer = object.__new__(_Tracer)
+    tracer = object.__new__(Tracer)
     tracer.cupti = SimpleNamespace(activity_flush_all=flushes.append)
     tracer.lock, tracer.records, tracer.native = threading.Lock(), [before], None
     assert tracer.arrived() == [before] and flushes == [0]  # through cupti-python: a flush

@@ -30,9 +30,9 @@ def launches() -> Callable[[], None]:
 def traced(run: Callable[[], None]) -> list[Any]:
     import cupy
 
-    from cublas_audit.device import kernel_trace
+    from cublas_audit.device import cupti_tracer
 
-    tracer = kernel_trace.tracer()
+    tracer = cupti_tracer.tracer()
     tracer.enable()
     run()
     cupy.cuda.Device().synchronize()
@@ -42,11 +42,11 @@ def traced(run: Callable[[], None]) -> list[Any]:
 
 
 def test_the_rows_taken_in_c_are_cupti_pythons_records() -> None:
-    from cublas_audit.device import cupti_records, kernel_trace
+    from cublas_audit.device import cupti_records, cupti_tracer
 
     run = launches()
     through_python = traced(run)
-    tracer = kernel_trace.tracer()
+    tracer = cupti_tracer.tracer()
     assert cupti_records.take_over(tracer) == ""
     try:
         in_c = traced(run)

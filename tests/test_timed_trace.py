@@ -103,7 +103,7 @@ def gpu(monkeypatch: pytest.MonkeyPatch) -> FakeGpu:
     cupy = types.SimpleNamespace(cuda=types.SimpleNamespace(get_current_stream=lambda: stream))
     monkeypatch.setitem(sys.modules, "cupy", cupy)
     monkeypatch.setattr(timing, "one_call_ms", fake.one_call_ms)
-    monkeypatch.setattr(kernel_trace, "_tracer", lambda: FakeTracer(fake))
+    monkeypatch.setattr(kernel_trace, "tracer", lambda: FakeTracer(fake))
     marker = lambda name=MARKER: lambda: fake.kernel(name, 1_000)  # noqa: E731
     monkeypatch.setattr(kernel_trace, "marker", marker)
     # cold timing's L2 flush: a kernel of its own on the stream, between calls (20 us)

@@ -1,7 +1,7 @@
 """CUPTI's kernel records for the map taken in C (data/cupti_records.c) rather than through
 cupti-python's Python callbacks: while the map traces, CUPTI hands its buffers to C, which keeps
 each kernel record's start, end, grid, block, registers and name as one compact row, and the
-map's reader takes the rows as KernelLaunch records (kernel_trace's tracer, `native`).
+map's reader takes the rows as KernelLaunch records (device.cupti_tracer's tracer, `native`).
 cupti-python still enables, flushes and disables the tracing, and its record type gives the
 fields' offsets (no CUPTI header is needed); its callbacks are registered again when the map
 stops tracing. Each switch is made with no buffer out (a forced flush first), so that a buffer
@@ -21,13 +21,13 @@ from typing import Any
 import numpy as np
 
 from cublas_audit.device import native
-from cublas_audit.device.kernel_trace import KernelLaunch
+from cublas_audit.device.cupti_tracer import KernelLaunch
 from cublas_audit.device.loaded import loaded_libraries
 
 # CUPTI's buffers while the map traces in C: CUPTI's worker thread hands a buffer over once it
 # is full and its kernels have run (checking every FLUSH_PERIOD_MS), so that a small one (~900
 # records, some 130 problems: about a chunk) brings a chunk's records a chunk or so behind the
-# GPU without the map asking for a flush (kernel_trace's `arrived`)
+# GPU without the map asking for a flush (the tracer's `arrived`)
 BUFFER_BYTES = 128 * 1024
 FLUSH_PERIOD_MS = 1
 # data/cupti_records.c's kernel_row

@@ -46,7 +46,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from cublas_audit import gc_pause
-from cublas_audit.device import check_chunk, cupti_records, kernel_trace, map_records, quick_check
+from cublas_audit.device import check_chunk, cupti_records, cupti_tracer, map_records, quick_check
 from cublas_audit.device.heuristic_warm import Ahead, Warmer
 from cublas_audit.device.map_chunk import Chunk, Queued, made
 from cublas_audit.device.map_reader import MAX_PENDING, ChunkReader
@@ -306,7 +306,7 @@ class MapEngine:
     # ----- CUPTI -----------------------------------------------------------------------------
     def _start_tracing(self) -> None:
         if not self.tracing:
-            tracer = kernel_trace.tracer()
+            tracer = cupti_tracer.tracer()
             tracer.buffer_bytes = map_records.BUFFER_BYTES
             self.records_reason = cupti_records.take_over(tracer)
             tracer.enable()
@@ -315,8 +315,8 @@ class MapEngine:
 
     def _stop_tracing(self) -> None:
         if self.tracing:
-            tracer = kernel_trace.tracer()
+            tracer = cupti_tracer.tracer()
             tracer.disable()
             cupti_records.hand_back(tracer)
-            tracer.buffer_bytes = kernel_trace.BUFFER_BYTES
+            tracer.buffer_bytes = cupti_tracer.BUFFER_BYTES
             self.tracing = False

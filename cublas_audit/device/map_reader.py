@@ -12,7 +12,14 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from cublas_audit.device import clocks, kernel_trace, map_records, operands, quick_check
+from cublas_audit.device import (
+    clocks,
+    cupti_tracer,
+    kernel_trace,
+    map_records,
+    operands,
+    quick_check,
+)
 from cublas_audit.device.map_chunk import Chunk, Queued
 from cublas_audit.device.map_result import map_result
 from cublas_audit.device.native_queue import NativeQueue, refusal
@@ -47,7 +54,7 @@ class ChunkReader:
         self.failed = failed
         self.seconds = seconds
         self.pending: collections.deque[Chunk] = collections.deque()
-        self.records: list[kernel_trace.KernelLaunch] = []  # delivered, not yet read
+        self.records: list[cupti_tracer.KernelLaunch] = []  # delivered, not yet read
         self.spare_events: list[list[Any]] = []  # the events of chunks read, for reuse
         self.last = time.perf_counter()
         self.gpu_done = 0.0  # when the GPU last finished all that was queued (drain)
@@ -65,7 +72,7 @@ class ChunkReader:
             return
         began = time.perf_counter()
         if not self.untraced:
-            self.records += kernel_trace.tracer().arrived()
+            self.records += cupti_tracer.tracer().arrived()
         self.seconds["flush"] += time.perf_counter() - began
         while self.pending:
             chunk = self.pending[0]
@@ -99,7 +106,7 @@ class ChunkReader:
                 self.drain(finished)
                 return
             time.sleep(0.0005)
-            tracer = kernel_trace.tracer()  # (a flush where they have not come by themselves)
+            tracer = cupti_tracer.tracer()  # (a flush where they have not come by themselves)
             late = time.perf_counter() - done > FLUSH_AFTER_S
             self.records += tracer.delivered() if late else tracer.arrived()
             split = self._split(chunk, last=False)
@@ -118,7 +125,7 @@ class ChunkReader:
         self.pending[-1].end.synchronize()
         waited = self.gpu_done = time.perf_counter()
         if not self.untraced:
-            self.records += kernel_trace.tracer().flushed()
+            self.records += cupti_tracer.tracer().flushed()
         self.seconds["wait"] += waited - began
         self.seconds["flush"] += time.perf_counter() - waited
         while self.pending:
