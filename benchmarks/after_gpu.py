@@ -66,8 +66,9 @@ from large_table import tile  # noqa: E402
 from cublas_audit import forked  # noqa: E402
 from cublas_audit.gc_pause import collector_paused  # noqa: E402
 from cublas_audit.jobs import merge, run_reports  # noqa: E402
-from cublas_audit.planning.cases import Case, write_plan  # noqa: E402
+from cublas_audit.planning.cases import Case  # noqa: E402
 from cublas_audit.planning.map_grid import Grid, grid_plan  # noqa: E402
+from cublas_audit.planning.plan_file import write_plan  # noqa: E402
 from cublas_audit.planning.shards import PlanPart, ShardSpec  # noqa: E402
 from cublas_audit.report import map_report  # noqa: E402
 from cublas_audit.table import rundir  # noqa: E402

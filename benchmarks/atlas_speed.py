@@ -33,7 +33,8 @@ import pandas as pd
 
 from cublas_audit.jobs.atlas import AtlasJob
 from cublas_audit.jobs.atlas import run as atlas
-from cublas_audit.planning.cases import Case, write_plan
+from cublas_audit.planning.cases import Case
+from cublas_audit.planning.plan_file import write_plan
 from cublas_audit.table import dispatch, rundir
 from cublas_audit.table.atlas_files import GRID_FILE
 from cublas_audit.table.inputs import load_one_gpu

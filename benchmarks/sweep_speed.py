@@ -33,7 +33,8 @@ from pathlib import Path
 from typing import Any
 
 from cublas_audit.observe import ncu_export
-from cublas_audit.planning.cases import Case, read_plan
+from cublas_audit.planning.cases import Case
+from cublas_audit.planning.plan_file import read_plan
 from cublas_audit.table import assemble, dispatch, rundir
 
 REPO = Path(__file__).resolve().parent.parent

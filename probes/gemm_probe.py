@@ -38,7 +38,8 @@ from cublas_audit.device.nvtx import Range
 from cublas_audit.errors import ToolMissingError
 from cublas_audit.fast_exit import run_and_end
 from cublas_audit.observe.ncu_export import CALL_RANGE_PREFIX, REFERENCE_RANGE_PREFIX
-from cublas_audit.planning.cases import DEFAULT_WORKSPACE_BYTES, Case, plan_case_ids, read_plan
+from cublas_audit.planning.cases import DEFAULT_WORKSPACE_BYTES, Case
+from cublas_audit.planning.plan_file import plan_case_ids, read_plan
 from cublas_audit.run.probe_process import NO_CUPTI_ENV
 
 from .probe_candidates import candidates

@@ -104,7 +104,7 @@ if CONFIG["cublas_paths"] == "preloaded":
 elif CONFIG["cublas_paths"] is not None:
     probe = {{**probe, "cublas_paths": CONFIG["cublas_paths"]}}
 done = {{r["case_id"]: r for r in recorded if r.get("event") == "done"}}
-from cublas_audit.planning.cases import plan_case_ids
+from cublas_audit.planning.plan_file import plan_case_ids
 plan = plan_case_ids(args.plan)
 with open(args.results, "a", buffering=1) as out:
     def emit(record):

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from cublas_audit.planning.cases import read_plan
+from cublas_audit.planning.plan_file import read_plan
 from cublas_audit.run.run_table import collect_launches
 from cublas_audit.run.sweep import SweepConfig, write_table
 from cublas_audit.table import dispatch

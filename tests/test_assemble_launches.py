@@ -16,7 +16,8 @@ import pandas as pd
 import pytest
 
 from cublas_audit.observe.ncu_export import parse_csv_file
-from cublas_audit.planning.cases import APIS, read_plan
+from cublas_audit.planning.cases import APIS
+from cublas_audit.planning.plan_file import read_plan
 from cublas_audit.table import assemble, dispatch
 from cublas_audit.table.rundir import PLAN_FILE, PROFILE_RESULTS, TIME_RESULTS, read_results
 

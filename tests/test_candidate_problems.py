@@ -7,12 +7,8 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from cublas_audit.planning.cases import (
-    DEFAULT_WORKSPACE_BYTES,
-    Case,
-    candidate_problems,
-    read_plan,
-)
+from cublas_audit.planning.cases import DEFAULT_WORKSPACE_BYTES, Case, candidate_problems
+from cublas_audit.planning.plan_file import read_plan
 from cublas_audit.table.candidates_table import read_candidates
 from tests.conftest import REPORTS
 

@@ -25,7 +25,8 @@ from cublas_audit.errors import AuditError
 from cublas_audit.judge import candidates
 from cublas_audit.judge.rules import prepare
 from cublas_audit.judge.rules.better_candidate import rows_of_problem
-from cublas_audit.planning.cases import DEFAULT_WORKSPACE_BYTES, Case, read_plan
+from cublas_audit.planning.cases import DEFAULT_WORKSPACE_BYTES, Case
+from cublas_audit.planning.plan_file import read_plan
 from cublas_audit.report import candidates_report
 from cublas_audit.table import candidates_table
 from cublas_audit.table.dispatch import main_launches

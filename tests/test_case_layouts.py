@@ -295,7 +295,7 @@ def test_a_cases_id_is_made_once_and_is_no_field(monkeypatch: pytest.MonkeyPatch
 def test_a_case_checked_before_is_the_case_made_and_checked() -> None:
     # the probe's copy of a recorded plan (the H100 map of 2026-11-25, varied layouts planned
     # beside it): made without the checks, equal to the checked cases in every respect
-    from cublas_audit.planning.cases import read_plan
+    from cublas_audit.planning.plan_file import read_plan
 
     plan = Path(__file__).resolve().parent.parent / "reports/h100/maps/20261125-092546-bf16-random"
     recorded = read_plan(plan / "plan.json")

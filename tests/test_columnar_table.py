@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from cublas_audit.jobs import merge
-from cublas_audit.planning.cases import read_plan, write_plan
+from cublas_audit.planning.plan_file import read_plan, write_plan
 from cublas_audit.planning.shards import PlanPart, ShardSpec
 from cublas_audit.table import rundir, shard_merge
 from cublas_audit.table.inputs import load_run

@@ -24,7 +24,7 @@ from typer.testing import CliRunner
 from cublas_audit.cli import app
 from cublas_audit.errors import AuditError
 from cublas_audit.observe import environment
-from cublas_audit.planning.cases import read_plan
+from cublas_audit.planning.plan_file import read_plan
 from cublas_audit.resources import package_view
 from cublas_audit.run import sweep, sweep_setup
 from cublas_audit.run.probe_process import check_loaded_cublas, probe_environment

@@ -19,8 +19,9 @@ import pytest
 from cublas_audit.device import heuristic_warm, native
 from cublas_audit.device.launchers import ROUTINES, classic_call
 from cublas_audit.judge.diff import compare
-from cublas_audit.planning.cases import Case, read_plan
+from cublas_audit.planning.cases import Case
 from cublas_audit.planning.chunks import chunk_groups
+from cublas_audit.planning.plan_file import read_plan
 from cublas_audit.table.inputs import Dataset, load_one_gpu
 
 PLAN = Path(__file__).resolve().parent.parent / "reports/h100/maps/20261125-092546-bf16-random"

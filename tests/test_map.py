@@ -198,7 +198,7 @@ def test_the_follow_up_measures_the_flagged_cases_and_their_neighbours(mapped) -
 
 
 def load_plan(run_dir: Path) -> list[Case]:
-    from cublas_audit.planning.cases import read_plan
+    from cublas_audit.planning.plan_file import read_plan
 
     return read_plan(run_dir / rundir.PLAN_FILE)
 

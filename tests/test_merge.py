@@ -22,7 +22,8 @@ from typer.testing import CliRunner
 from cublas_audit.cli import app
 from cublas_audit.jobs import fleet, merge
 from cublas_audit.judge.map_audit import map_findings
-from cublas_audit.planning.cases import Case, candidate_problems, read_plan, write_plan
+from cublas_audit.planning.cases import Case, candidate_problems
+from cublas_audit.planning.plan_file import read_plan, write_plan
 from cublas_audit.planning.shards import PlanPart, ShardSpec
 from cublas_audit.report import map_plots
 from cublas_audit.table import candidates_table, dispatch, rundir, shard_merge

@@ -23,7 +23,8 @@ from cublas_audit.cli import app
 from cublas_audit.errors import AuditError
 from cublas_audit.jobs import measure
 from cublas_audit.judge import candidates
-from cublas_audit.planning.cases import candidate_problems, read_plan
+from cublas_audit.planning.cases import candidate_problems
+from cublas_audit.planning.plan_file import read_plan
 from cublas_audit.run import multi_gpu, sweep
 from cublas_audit.run.sweep_setup import SweepOptions
 from cublas_audit.table import candidates_table, rundir

@@ -223,7 +223,7 @@ def test_a_resumed_sharded_map_redoes_only_each_shards_missing_cases(
 
 
 def load_plan(run_dir: Path) -> list:  # type: ignore[type-arg]
-    from cublas_audit.planning.cases import read_plan
+    from cublas_audit.planning.plan_file import read_plan
 
     return read_plan(run_dir / rundir.PLAN_FILE)
 
@@ -402,7 +402,8 @@ def test_a_shard_is_sent_its_cases_as_rows_and_gets_them_back_whole() -> None:
     """The H100's batched sweep (loop companions, strided batches, cuBLASLt) with each case's
     cause removed beside it (other layouts, padded leading dimensions): what a --devices shard's
     process is sent holds no Case object, and makes the same cases again."""
-    from cublas_audit.planning.cases import read_plan, with_cause_removed_companions
+    from cublas_audit.planning.cases import with_cause_removed_companions
+    from cublas_audit.planning.plan_file import read_plan
 
     batched = REPORTS / "h100" / "20261123-145452-batched" / "plan.json"
     cases = with_cause_removed_companions(read_plan(batched))

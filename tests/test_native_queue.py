@@ -21,7 +21,8 @@ import pytest
 
 from cublas_audit.device import check_chunk, native, native_queue, quick_check
 from cublas_audit.device.map_engine import MapEngine
-from cublas_audit.planning.cases import Case, read_plan
+from cublas_audit.planning.cases import Case
+from cublas_audit.planning.plan_file import read_plan
 
 PLAN = Path(__file__).resolve().parent.parent / "reports/h100/maps/20261125-092546-bf16-random"
 needs_cc = pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler (cc) here")

@@ -9,7 +9,7 @@ import pytest
 from cublas_audit.errors import AuditError
 from cublas_audit.observe import ncu_export
 from cublas_audit.observe.ncu_export import STALL_REASONS
-from cublas_audit.planning.cases import read_plan
+from cublas_audit.planning.plan_file import read_plan
 
 from .conftest import FIXTURES
 

@@ -13,10 +13,11 @@ import pytest
 
 from cublas_audit.errors import AuditError
 from cublas_audit.planning import plan_file
-from cublas_audit.planning.cases import Case, plan_case_ids, read_plan, write_plan
+from cublas_audit.planning.cases import Case
 from cublas_audit.planning.grid import Variants
 from cublas_audit.planning.map_grid import Grid, grid_plan
 from cublas_audit.planning.map_grid import plan as map_plan
+from cublas_audit.planning.plan_file import plan_case_ids, read_plan, write_plan
 from cublas_audit.planning.shards import PlanPart, ShardSpec, fingerprint, shard
 
 ROOT = Path(__file__).resolve().parents[1]

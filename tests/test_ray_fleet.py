@@ -215,7 +215,7 @@ def test_a_candidate_audit_through_ray_is_each_problem_once_merged(
     """`candidates --ray`: the batched run's 18 problems (from its 54 cases) shared among the
     cluster's three GPUs, each audited once by the fake probe replaying the H100's recorded
     candidates.csv, merged into one table equal to the recorded audit."""
-    from cublas_audit.planning.cases import read_plan
+    from cublas_audit.planning.plan_file import read_plan
     from cublas_audit.table import candidates_table
     from tests.fakeprobe import H100_RUN
     from tests.test_multi_candidates import RECORDED, in_case_order

@@ -19,8 +19,8 @@ from typer.testing import CliRunner
 
 from cublas_audit.errors import AuditError
 from cublas_audit.planning import map_grid, plan_file
-from cublas_audit.planning.cases import Case, write_plan
-from cublas_audit.planning.plan_file import PlanFile
+from cublas_audit.planning.cases import Case
+from cublas_audit.planning.plan_file import PlanFile, write_plan
 from cublas_audit.planning.shards import PlanPart, ShardSpec, shard
 from cublas_audit.run import ray_connect, ray_fleet, ray_task, run_archive
 from cublas_audit.run.sweep_setup import SweepOptions

@@ -29,7 +29,7 @@ from cublas_audit.cli import app
 from cublas_audit.errors import AuditError
 from cublas_audit.jobs import measure
 from cublas_audit.observe import environment
-from cublas_audit.planning.cases import read_plan
+from cublas_audit.planning.plan_file import read_plan
 from cublas_audit.resources import PROBE_MODULE, package_view
 from cublas_audit.run import sweep_setup
 from cublas_audit.run.sweep_setup import SweepOptions, checked, start_run

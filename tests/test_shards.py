@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from cublas_audit.errors import AuditError
-from cublas_audit.planning.cases import Case, read_plan
+from cublas_audit.planning.cases import Case
+from cublas_audit.planning.plan_file import read_plan
 from cublas_audit.planning.shards import PlanPart, ShardSpec, fingerprint, shard, work
 from cublas_audit.run import multi_gpu
 

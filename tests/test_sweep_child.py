@@ -24,7 +24,7 @@ import pandas as pd
 import pytest
 
 from cublas_audit.errors import AuditError, InterruptedSweepError
-from cublas_audit.planning.cases import read_plan, write_plan
+from cublas_audit.planning.plan_file import read_plan, write_plan
 from cublas_audit.run import sweep
 from cublas_audit.run.probe_process import ProbeCommand
 from cublas_audit.table import rundir

@@ -28,7 +28,7 @@ from cublas_audit.jobs.run_reports import with_trace
 from cublas_audit.judge.audited import audit_dataset
 from cublas_audit.judge.thresholds import Thresholds
 from cublas_audit.observe.torch_trace import read_trace
-from cublas_audit.planning.cases import read_plan
+from cublas_audit.planning.plan_file import read_plan
 from cublas_audit.report.torch_trace_report import verdict_markdown
 from cublas_audit.table import rundir
 from cublas_audit.table.inputs import load_run

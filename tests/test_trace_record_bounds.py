@@ -19,7 +19,8 @@ import pytest
 from cublas_audit.errors import AuditError
 from cublas_audit.observe.torch_trace import Trace, gemms, problems, read_trace
 from cublas_audit.observe.torch_trace.attribution import GemmAccount, UnreadGemm
-from cublas_audit.planning.cases import Case, read_plan, with_cause_removed_companions
+from cublas_audit.planning.cases import Case, with_cause_removed_companions
+from cublas_audit.planning.plan_file import read_plan
 from cublas_audit.table import trace_record
 from cublas_audit.table.trace_record import TracedProblem, TraceRecord, Variant
 from tests.conftest import FIXTURES, REPORTS

@@ -22,7 +22,7 @@ from cublas_audit.judge.candidates import judge_candidates
 from cublas_audit.judge.fixes import fix_set, fixes_of, pin_fixes, stamp_of, with_torch_ops
 from cublas_audit.judge.impact import NotProposed, model_fixes
 from cublas_audit.judge.thresholds import Thresholds, with_overrides
-from cublas_audit.planning.cases import read_plan
+from cublas_audit.planning.plan_file import read_plan
 from cublas_audit.report.output import check_output_dir, input_files
 from cublas_audit.table import rundir
 from cublas_audit.table.candidates_table import read_candidates

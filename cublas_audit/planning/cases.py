@@ -12,7 +12,6 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Any, NamedTuple
 
 from cublas_audit.errors import AuditError
@@ -300,34 +299,6 @@ def _number_id(value: float) -> str:
     """0.5 -> '0p5', -1.0 -> 'm1': a number safe in a case id."""
     text = f"{value:g}".replace("-", "m").replace(".", "p").replace("+", "")
     return text
-
-
-def write_plan(cases: Sequence[Case], path: Path) -> None:
-    """plan.json, stated (planning.plan_file): a grid as its axes, else its columns."""
-    from cublas_audit.planning import plan_file  # (it builds on this module)
-
-    plan_file.write(cases, path)
-
-
-def read_plan(path: Path, checked: bool = False) -> list[Case]:
-    """The plan's cases; `checked`: they were checked when the sweep planned or read the plan
-    (the probe's read: Case.checked_before)."""
-    from cublas_audit.planning import plan_file
-
-    stated = plan_file.read(path)
-    try:
-        return stated.cases(checked)
-    except (ValueError, TypeError) as exc:
-        raise AuditError(f"{path}: not a cublas-audit plan ({exc})") from exc
-
-
-def plan_case_ids(path: Path) -> list[str]:
-    """The case ids of a plan, in its order: what a run's table is checked against. A listed
-    plan's ids as written, a stated plan's from its columns; no case is built (building the
-    262,144 cases of a full map's plan took 8 s of reading its run)."""
-    from cublas_audit.planning import plan_file
-
-    return plan_file.read(path).case_ids()
 
 
 def candidate_problems(cases: Iterable[Case]) -> list[Case]:

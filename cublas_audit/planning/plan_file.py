@@ -310,6 +310,28 @@ def write(plan: PlanFile | Sequence[Case], path: Path) -> None:
     _keep(hashlib.blake2b(text.encode(), digest_size=16).digest(), stated)
 
 
+def write_plan(cases: Sequence[Case], path: Path) -> None:
+    """plan.json, stated: a grid as its axes, else its columns."""
+    write(cases, path)
+
+
+def read_plan(path: Path, checked: bool = False) -> list[Case]:
+    """The plan's cases; `checked`: they were checked when the sweep planned or read the plan
+    (the probe's read: Case.checked_before)."""
+    stated = read(path)
+    try:
+        return stated.cases(checked)
+    except (ValueError, TypeError) as exc:
+        raise AuditError(f"{path}: not a cublas-audit plan ({exc})") from exc
+
+
+def plan_case_ids(path: Path) -> list[str]:
+    """The case ids of a plan, in its order: what a run's table is checked against. A listed
+    plan's ids as written, a stated plan's from its columns; no case is built (building the
+    262,144 cases of a full map's plan took 8 s of reading its run)."""
+    return read(path).case_ids()
+
+
 _READ: dict[bytes, PlanFile] = {}  # a plan.json's statement by its content's hash
 _READ_KEPT = 8  # plans (a run's, its shards', the whole plan of a shard's)
 

@@ -31,7 +31,8 @@ from cublas_audit.judge.rules import prepare
 from cublas_audit.judge.thresholds import Thresholds
 from cublas_audit.observe.environment import Gpu
 from cublas_audit.observe.observer import Observer
-from cublas_audit.planning.cases import Case, read_plan, with_cause_removed_companions
+from cublas_audit.planning.cases import Case, with_cause_removed_companions
+from cublas_audit.planning.plan_file import read_plan
 from cublas_audit.run import multi_gpu
 from cublas_audit.run.sweep import Progress
 from cublas_audit.run.sweep_setup import Measured, SweepOptions, sweep

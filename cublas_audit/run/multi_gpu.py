@@ -37,9 +37,9 @@ import pandas as pd
 from cublas_audit.errors import AuditError, InterruptedSweepError
 from cublas_audit.observe.environment import Gpu, list_gpus
 from cublas_audit.planning import plan_file
-from cublas_audit.planning.cases import Case, candidate_problems, read_plan
+from cublas_audit.planning.cases import Case, candidate_problems
 from cublas_audit.planning.grid import check_label, label_from_gpu_name
-from cublas_audit.planning.plan_file import PlanFile
+from cublas_audit.planning.plan_file import PlanFile, read_plan
 from cublas_audit.planning.shards import PlanPart, ShardSpec, shard
 from cublas_audit.run import shard_processes
 from cublas_audit.run.devices import check_models, device_indices, parse_devices

@@ -12,7 +12,8 @@ import pandas as pd
 
 from cublas_audit.observe import ncu_export
 from cublas_audit.observe.environment import format_cublas_version
-from cublas_audit.planning.cases import Case, read_plan
+from cublas_audit.planning.cases import Case
+from cublas_audit.planning.plan_file import read_plan
 from cublas_audit.table import assemble, rundir
 from cublas_audit.table.env_record import EnvRecord
 from cublas_audit.table.rundir import NCU_DIR, PLAN_FILE, PROFILE_RESULTS, TIME_RESULTS

@@ -29,8 +29,9 @@ from cublas_audit.observe import environment
 from cublas_audit.observe.ncu_command import CLOCK_CONTROLS
 from cublas_audit.observe.observer import MAP_OBSERVERS, Observer
 from cublas_audit.planning import plan_file
-from cublas_audit.planning.cases import DEFAULT_WORKSPACE_BYTES, Case, read_plan, write_plan
+from cublas_audit.planning.cases import DEFAULT_WORKSPACE_BYTES, Case
 from cublas_audit.planning.grid import check_label, label_from_gpu_name
+from cublas_audit.planning.plan_file import read_plan, write_plan
 from cublas_audit.planning.shards import PlanPart
 from cublas_audit.resources import package_view
 from cublas_audit.run import probe_process

@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 
 from cublas_audit.errors import AuditError
-from cublas_audit.planning.cases import plan_case_ids
+from cublas_audit.planning.plan_file import plan_case_ids
 from cublas_audit.resources import shipped
 from cublas_audit.table.atlas_files import ATLAS_REPORT, check_whole, is_atlas, read_atlas
 from cublas_audit.table.candidates_table import read_candidates

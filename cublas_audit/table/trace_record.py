@@ -35,7 +35,8 @@ from cublas_audit.files import write_text_atomic
 from cublas_audit.observe.torch_trace import Trace, gemms
 from cublas_audit.observe.torch_trace.problem_table import profiler_steps
 from cublas_audit.observe.torch_trace.problems import MODES
-from cublas_audit.planning.cases import Case, read_plan, with_cause_removed_companions
+from cublas_audit.planning.cases import Case, with_cause_removed_companions
+from cublas_audit.planning.plan_file import read_plan
 from cublas_audit.table.json_records import as_list, as_text, record, require
 from cublas_audit.table.rundir import PLAN_FILE, TRACE_FILE
 
