@@ -21,8 +21,8 @@ from typing import Any
 import numpy as np
 
 from cublas_audit.device import native
-from cublas_audit.device.cupti_tracer import KernelLaunch
-from cublas_audit.device.loaded import loaded_libraries
+from cublas_audit.device.cupti_tracer import KernelLaunch, Tracer
+from cublas_audit.device.loaded import loaded_library
 
 # CUPTI's buffers while the map traces in C: CUPTI's worker thread hands a buffer over once it
 # is full and its kernels have run (checking every FLUSH_PERIOD_MS), so that a small one (~900
@@ -150,18 +150,18 @@ def start(lib: ctypes.CDLL, cupti: Any, libcupti: str) -> NativeRecords:
     return NativeRecords(lib)
 
 
-def take_over(tracer: Any) -> str:
+def take_over(tracer: Tracer) -> str:
     """The tracer's kernel records taken in C from now on (tracer.native); '' where they are,
     else why not (the tracer goes on through cupti-python)."""
     try:
-        records = start(native.library(), tracer.cupti, _libcupti())
+        records = start(native.library(), tracer.cupti, loaded_library("libcupti.so"))
     except Exception as exc:  # no compiler, no libcupti, CUPTI refusing: only slower
         return f"{type(exc).__name__}: {exc}".splitlines()[0]
     tracer.native = records.take
     return ""
 
 
-def hand_back(tracer: Any) -> None:
+def hand_back(tracer: Tracer) -> None:
     """cupti-python's callbacks registered again (the tracer disabled: no buffer is out); any
     row left is the tracer's."""
     if tracer.native is None:
@@ -172,10 +172,3 @@ def hand_back(tracer: Any) -> None:
         tracer.records.extend(left)
     tracer.cupti.activity_flush_period(0)  # CUPTI's own heuristics again
     tracer.register()
-
-
-def _libcupti() -> str:
-    found = loaded_libraries("libcupti.so")
-    if not found:
-        raise OSError("libcupti is not loaded")
-    return found[0]

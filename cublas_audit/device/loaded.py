@@ -28,3 +28,12 @@ def loaded_libraries(prefix: str, maps: Path = Path("/proc/self/maps")) -> list[
         return []
     paths = {line.split()[-1] for line in maps.read_text().splitlines() if "/" in line}
     return sorted(p for p in paths if Path(p).name.startswith(prefix))
+
+
+def loaded_library(prefix: str, maps: Path = Path("/proc/self/maps")) -> str:
+    """The path of the shared object this process has loaded whose file name starts with prefix
+    (the first, sorted); OSError where there is none."""
+    found = loaded_libraries(prefix, maps)
+    if not found:
+        raise OSError(f"{prefix} is not loaded")
+    return found[0]

@@ -19,7 +19,7 @@ import subprocess
 import sysconfig
 from pathlib import Path
 
-from cublas_audit.device.loaded import loaded_libraries
+from cublas_audit.device.loaded import loaded_library
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 SOURCES = ("native.c", "heuristic_warm.c", "map_queue.c", "cupti_records.c")
@@ -53,10 +53,7 @@ def compiled(cache: Path | None = None) -> Path:
 
 def loaded_cublas(maps: Path = Path("/proc/self/maps")) -> str:
     """The path of the libcublas this process has loaded (CuPy's), read from its memory map."""
-    found = loaded_libraries("libcublas.so", maps)  # (not libcublasLt)
-    if not found:
-        raise OSError("libcublas is not loaded")
-    return found[0]
+    return loaded_library("libcublas.so", maps)  # (not libcublasLt)
 
 
 @functools.lru_cache(maxsize=1)

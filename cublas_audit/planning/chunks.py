@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from cublas_audit.planning.cases import Case
 from cublas_audit.planning.modes import mode as mode_of
 
-CHUNK = 128  # problems queued per synchronisation (each settles with a ~6 ms CUPTI flush)
+CHUNK = 128  # problems queued per synchronisation (a chunk's records, sums and events read as one)
 POOLED_BYTES = 1 << 30  # a problem needing more runs alone: its calls hide the host's work
 # A chunk's outputs lie side by side in one region (each kept until the chunk's one check:
 # device.check_chunk), each at a multiple of OUTPUT_ALIGN bytes (as aligned as the pool's own
