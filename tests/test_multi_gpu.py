@@ -527,6 +527,14 @@ def test_the_merge_order_is_the_plans_statement_made_while_the_shards_run(
     assert resumed is not None and resumed.case_ids() == plan.case_ids()
 
 
+def _imported(name: str) -> bool:
+    """Whether module `name` ran to its end (a module is in sys.modules from its first line: the
+    thread importing it may still be running it)."""
+    import sys
+
+    return hasattr(sys.modules.get(name), "THREAD")
+
+
 def test_a_maps_report_imports_are_made_while_it_is_measured(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -535,7 +543,7 @@ def test_a_maps_report_imports_are_made_while_it_is_measured(
     import sys
 
     (tmp_path / "drawn_ahead.py").write_text(
-        "import threading\nTHREAD = threading.current_thread()\n"
+        "import threading, time\ntime.sleep(0.2)\nTHREAD = threading.current_thread()\n"
     )
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setattr(measure, "REPORT_IMPORTS", ("no_such_module_here", "drawn_ahead"))
@@ -543,10 +551,10 @@ def test_a_maps_report_imports_are_made_while_it_is_measured(
 
     def run(*_args: object) -> object:
         for _ in range(500):  # (10 s at most)
-            if "drawn_ahead" in sys.modules:
+            if _imported("drawn_ahead"):
                 break
             time.sleep(0.02)
-        seen.append("drawn_ahead" in sys.modules)
+        seen.append(_imported("drawn_ahead"))
         raise AuditError("stop here")
 
     monkeypatch.setattr(dispatch_map, "run", run)
