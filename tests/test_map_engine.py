@@ -252,3 +252,29 @@ def test_a_chunks_outputs_lie_side_by_side_aligned_and_a_chunk_too_large_is_cut(
     assert within_region(large[:2], 32 << 20) == [large[:1], large[1:2]]
     assert region_limit(64 << 20, 32 << 20) == 64 << 20
     assert region_limit(182, 1024) == 1024
+
+
+@pytest.mark.parametrize(("reason", "tries"), [("", 3), ("OSError: no C compiler here", 1)])
+def test_records_in_c_are_taken_at_each_tracing_start_unless_it_failed_once(
+    monkeypatch: pytest.MonkeyPatch, reason: str, tries: int
+) -> None:
+    """Tracing stops around every case run alone and starts again after it. Where CUPTI's records
+    came in C they are taken over again at each start (stopping handed them back); where taking
+    them failed, it is not tried again at each start (each try compiles), and the reason stays."""
+    from types import SimpleNamespace
+
+    from cublas_audit.device import cupti_records, cupti_tracer, map_engine
+
+    calls: list[object] = []
+    tracer = SimpleNamespace(buffer_bytes=0, enable=lambda: None, disable=lambda: None)
+    monkeypatch.setattr(cupti_tracer, "tracer", lambda: tracer)
+    monkeypatch.setattr(cupti_records, "take_over", lambda t: calls.append(t) or reason)
+    monkeypatch.setattr(cupti_records, "hand_back", lambda t: None)
+    engine = map_engine.MapEngine.__new__(map_engine.MapEngine)  # (no GPU: the tracing parts)
+    engine.tracing, engine.records_reason = False, "untraced"
+    engine.reader = SimpleNamespace(records=[])  # type: ignore[assignment]
+    for _ in range(3):
+        engine._start_tracing()
+        engine._stop_tracing()
+    assert calls == [tracer] * tries
+    assert engine.records_reason == reason

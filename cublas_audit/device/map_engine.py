@@ -308,7 +308,9 @@ class MapEngine:
         if not self.tracing:
             tracer = cupti_tracer.tracer()
             tracer.buffer_bytes = map_records.BUFFER_BYTES
-            self.records_reason = cupti_records.take_over(tracer)
+            # (a take-over that failed once is not tried at each restart: a compile each time)
+            if self.records_reason in ("untraced", ""):
+                self.records_reason = cupti_records.take_over(tracer)
             tracer.enable()
             self.reader.records = []
             self.tracing = True
