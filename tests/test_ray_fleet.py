@@ -191,7 +191,7 @@ def test_ray_missing_is_exit_3_with_the_install_command(
 
 
 def test_ray_refuses_what_it_replaces(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from cublas_audit.cli.options import OnRay, on_ray
+    from cublas_audit.cli.spread_options import OnRay, on_ray
 
     # what is judged here is the options, with or without the ray extra installed
     monkeypatch.setattr(ray_connect, "installed", lambda: None)

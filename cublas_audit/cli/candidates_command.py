@@ -39,17 +39,14 @@ from cublas_audit.cli.options import (
     Sizes,
     TorchTrace,
     Warm,
-    is_shard_run,
-    on_ray,
     plan_cases,
     print_json,
     run_options,
-    sharded,
-    spread,
     variants,
     write_fixes,
 )
 from cublas_audit.cli.progress import with_progress
+from cublas_audit.cli.spread_options import is_shard_run, on_ray, sharded, spread
 from cublas_audit.errors import AuditError
 from cublas_audit.vocabulary import Phase
 

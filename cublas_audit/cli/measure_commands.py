@@ -43,20 +43,22 @@ from cublas_audit.cli.options import (
     Thresholds,
     TorchTrace,
     Warm,
-    is_shard_run,
-    join_ray_soon,
-    on_ray,
     plan_cases,
     print_json,
     run_options,
-    sharded,
-    spread,
-    start_shards_soon,
     trace_shares,
     variants,
     write_fixes,
 )
 from cublas_audit.cli.progress import with_progress
+from cublas_audit.cli.spread_options import (
+    is_shard_run,
+    join_ray_soon,
+    on_ray,
+    sharded,
+    spread,
+    start_shards_soon,
+)
 from cublas_audit.errors import AuditError
 from cublas_audit.observe.observer import MAP_OBSERVERS, Observer
 from cublas_audit.vocabulary import Phase

@@ -105,8 +105,9 @@ def folded_sweep(options: SweepOptions, progress: Progress | None) -> None:
 def start_server() -> None:
     """The fork server started now, where it is not running yet; returns at once. Its own
     interpreter then imports PRELOADED (~1 s of CPU: Python, pandas, the sweep's modules), which
-    a --devices command has it do while it plans the run (cli.options.start_shards_soon) instead
-    of after, before its first shard can start; run_all forks the shards from the same server."""
+    a --devices command has it do while it plans the run (cli.spread_options.start_shards_soon)
+    instead of after, before its first shard can start; run_all forks the shards from the same
+    server."""
     multiprocessing.get_context(START_METHOD).set_forkserver_preload(PRELOADED)
     multiprocessing.forkserver.ensure_running()
 
