@@ -87,7 +87,7 @@ def test_cold_slows_only_what_l2_held() -> None:
 
 def test_the_report_and_the_diff_say_how_each_side_found_its_operands() -> None:
     from cublas_audit.judge.diff import compare
-    from cublas_audit.report.render import env_rows
+    from cublas_audit.report.env_header import env_rows
     from cublas_audit.table.inputs import load_inputs
 
     (warm,), (cold,) = load_inputs([WARM]), load_inputs([COLD])

@@ -22,9 +22,9 @@ from cublas_audit.judge.finding import Finding
 from cublas_audit.judge.map_audit import MapAudit
 from cublas_audit.judge.rules.maps import MAP_SERIES
 from cublas_audit.report import map_plots
+from cublas_audit.report.env_header import env_rows
 from cublas_audit.report.map_report import finding_series, map_time, within_noise
 from cublas_audit.report.markdown import md_code, md_fence, md_number, md_table, md_text, shorten
-from cublas_audit.report.render import env_rows
 from cublas_audit.table.atlas_files import (
     ATLAS_REPORT,
     GRID_FILE,

@@ -24,8 +24,8 @@ from cublas_audit.judge.rules.maps import MAP_SERIES
 from cublas_audit.judge.thresholds import Thresholds
 from cublas_audit.planning.cases import Case
 from cublas_audit.report import map_plots
+from cublas_audit.report.env_header import env_rows
 from cublas_audit.report.markdown import md_code, md_number, md_table, md_text, shorten
-from cublas_audit.report.render import env_rows
 from cublas_audit.table.dispatch import json_ready
 from cublas_audit.table.env_record import EnvRecord
 from cublas_audit.table.rundir import (

@@ -21,11 +21,12 @@ from cublas_audit.files import write_text_atomic
 from cublas_audit.judge.audited import Audited, Unjudged
 from cublas_audit.judge.finding import SEVERITIES, Finding, plain
 from cublas_audit.judge.grouping import every_row, observed, where
-from cublas_audit.judge.roofline import L2_RESIDENT, Machine
+from cublas_audit.judge.roofline import L2_RESIDENT
 from cublas_audit.judge.rules.frame import CALL_KIND
 from cublas_audit.judge.thresholds import LISTED_MAX
 from cublas_audit.planning.modes import pipe_name
 from cublas_audit.report import candidates_report, repro
+from cublas_audit.report.env_header import env_rows, roofline_rows
 from cublas_audit.report.markdown import (
     cut_line,
     md_code,
@@ -39,8 +40,8 @@ from cublas_audit.report.plots import plot
 from cublas_audit.report.stalls import stall_tables
 from cublas_audit.report.torch_trace_report import verdict_markdown
 from cublas_audit.table.env_record import EnvRecord
-from cublas_audit.table.inputs import Dataset, first_value
-from cublas_audit.table.rundir import PLOTS_DIR, env_value
+from cublas_audit.table.inputs import Dataset
+from cublas_audit.table.rundir import PLOTS_DIR
 from cublas_audit.vocabulary import Severity
 
 # ----- report -----------------------------------------------------------------------------------
@@ -120,21 +121,6 @@ def _section(judged: Audited, plots: Path | None) -> dict[str, Any]:
     }
 
 
-def roofline_rows(machine: Machine | None) -> list[tuple[str, str]]:
-    """The roofline's figures the findings were judged with, and where each comes from."""
-    if machine is None:
-        return [("roofline", "not known for this GPU: utilization judged without a bound")]
-    peaks = ", ".join(f"{mode} {peak:.1f}" for mode, peak in machine.peaks.items())
-    dram = f"{machine.dram_gbps / 1000:.2f} TB/s" if machine.dram_gbps else "unknown"
-    return [
-        ("roofline DRAM", md_text(f"{dram} ({machine.dram_source})")),
-        (
-            "roofline peaks",
-            md_text(f"TFLOP/s {peaks} ({machine.peak_source})" if peaks else "unknown"),
-        ),
-    ]
-
-
 def _unjudged(need: Unjudged) -> str:
     rules = " and ".join(md_code(rule, in_table=False) for rule in need.rules)
     return (
@@ -163,43 +149,6 @@ def _flags(found: Sequence[Finding]) -> dict[int, list[str]]:
         for row in every_row(finding):  # each call the finding's cause explains
             flags.setdefault(row, []).append(finding.rule)
     return flags
-
-
-# ----- environment header -----------------------------------------------------------------------
-
-_ENV_ROWS = (
-    ("GPU", ("gpu_name", "cc", "sm_count", "memory_gb"), "{} (cc {}, {} SMs, {} GB)"),
-    ("SM clock", ("sm_clock_mhz", "sm_clock_max_mhz"), "{} MHz (max {} MHz)"),
-    ("driver", ("driver_version",), "{}"),
-    ("CUDA runtime", ("cuda_runtime",), "{}"),
-    ("cuBLAS", ("cublas_version",), "{}"),
-    ("ncu", ("ncu_version", "ncu_clock_control"), "{} (clock control {})"),
-    ("probe environment", ("probe_env",), "{}"),
-    ("run", ("started", "finished"), "{} to {}"),
-    ("tool", ("tool_version",), "cublas-audit {}"),
-)
-
-
-def env_rows(dataset: Dataset) -> list[tuple[str, str]]:
-    """Header rows from env.json; a bare table falls back on its own provenance columns."""
-    env = dataset.env.raw or {
-        key: first_value(dataset.frame, key)
-        for key in ("gpu_name", "cc", "driver_version", "cublas_version")
-    }
-    rows = [("GPU label", md_text(dataset.gpu_label))]
-    for title, keys, pattern in _ENV_ROWS:
-        values = [env.get(key) for key in keys]
-        if values[0] in (None, ""):
-            continue
-        complete = all(v not in (None, "") for v in values)
-        # The details in the pattern only when all are known: a bare table has the name alone.
-        text = pattern.format(*map(env_value, values)) if complete else env_value(values[0])
-        rows.append((title, md_text(text)))
-    if not dataset.env.recorded:
-        rows.append(("source", md_text("a bare table: no env.json, environment not recorded")))
-    else:  # docs/report.md, "How each number is measured"
-        rows.append(("operands", md_text(dataset.env.operands)))
-    return rows
 
 
 def _command(env: EnvRecord) -> str:
