@@ -13,7 +13,8 @@ import pandas as pd
 import pytest
 
 from cublas_audit.errors import AuditError
-from cublas_audit.judge.diff import Diff, EnvRow, _clock_note, _combine, _evidence, compare
+from cublas_audit.judge.diff import Diff, _clock_note, _combine, _evidence, compare
+from cublas_audit.judge.env_diff import EnvRow
 from cublas_audit.judge.noise import EDGES_MS, NoiseModel
 from cublas_audit.judge.verdicts import Timed, judge
 from cublas_audit.table.inputs import Dataset, load_one_gpu

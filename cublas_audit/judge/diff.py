@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from cublas_audit.judge import noise, timed_rows
+from cublas_audit.judge.env_diff import EnvRow, env_differences
 from cublas_audit.judge.finding import plain
 from cublas_audit.judge.noise import NoiseModel
 from cublas_audit.judge.rules import prepare
@@ -23,25 +24,8 @@ from cublas_audit.judge.timed_rows import TIMES, between_runs, floor_kind, judge
 from cublas_audit.judge.verdicts import Judgement, Verdict, detectable_slowdown
 from cublas_audit.table.dispatch import CASE_KEY, TableSource, cell_records
 from cublas_audit.table.inputs import Dataset
-from cublas_audit.table.rundir import env_value
 from cublas_audit.vocabulary import Gate, Phase
 
-# env.json keys the header compares; env.json may lack any of them (a bare table has none).
-ENV_KEYS = (
-    "gpu_label",
-    "gpu_name",
-    "cc",
-    "driver_version",
-    "cuda_runtime",
-    "cublas_version",
-    "probe_env",
-    "ncu_version",
-    "ncu_clock_control",
-    "tool_version",
-    "operands",  # table.env_record.EnvRecord.operands: cold, warm, or warm before cold timing
-)
-# Provenance a table carries in its own columns, for inputs without env.json.
-TABLE_ENV_COLUMNS = ("gpu_name", "cc", "driver_version", "cublas_version")
 SIDE_COLUMNS = ("kernel_name", "kernel_short", "util", "time_ms", "status")
 # Evidence a timing verdict uses where the table has it: the distribution and clock (schema 2),
 # the kernel-only time and its distribution (schema 3); the extremes (verdicts: both sides'
@@ -62,19 +46,6 @@ EVIDENCE_COLUMNS = (
     "kernel_time_max_ms",
 )
 CLOCK_NOTE_PCT = 2.0  # SM clocks of the two sides further apart than this are said beside a verdict
-
-
-@dataclass(frozen=True)
-class EnvRow:
-    """One compared env.json key: what each side recorded ("not recorded" when absent)."""
-
-    key: str
-    a: str
-    b: str
-
-    @property
-    def differs(self) -> bool:
-        return self.a != self.b
 
 
 @dataclass(frozen=True)
@@ -395,25 +366,3 @@ def _detectable(both: pd.DataFrame, t: Thresholds, model: NoiseModel) -> pd.Data
 def _traced(rows: pd.DataFrame) -> np.ndarray:
     """Which rows carry the kernels' time on both sides."""
     return on_kernels(rows, suffixes=("_a", "_b")).to_numpy(dtype=bool)
-
-
-def env_differences(a: Dataset, b: Dataset) -> list[EnvRow]:
-    env_a, env_b = _env(a), _env(b)
-    missing = "not recorded"
-    return [
-        EnvRow(key, env_a.get(key, missing), env_b.get(key, missing))
-        for key in ENV_KEYS
-        if key in env_a or key in env_b
-    ]
-
-
-def _env(dataset: Dataset) -> dict[str, str]:
-    values: dict[str, Any] = {"gpu_label": dataset.gpu_label}
-    for column in TABLE_ENV_COLUMNS:
-        if column in dataset.frame.columns and dataset.frame[column].notna().any():
-            values[column] = dataset.frame[column].dropna().iloc[0]
-    recorded = dataset.env.raw  # the header's keys as env.json holds them
-    values.update({k: v for k, v in recorded.items() if k in ENV_KEYS and v not in (None, "")})
-    if dataset.env.recorded:  # cold against warm moves memory-bound times by up to 2x: said
-        values["operands"] = dataset.env.operands
-    return {k: env_value(v) for k, v in values.items()}
