@@ -39,7 +39,8 @@ import pandas as pd
 
 from cublas_audit.judge import diff, noise
 from cublas_audit.planning.grid import DEFAULT_BATCHES, DEFAULT_SIZES, build_plan
-from cublas_audit.run.sweep_setup import SweepOptions, sweep
+from cublas_audit.run.sweep_options import SweepOptions
+from cublas_audit.run.sweep_setup import sweep
 from cublas_audit.table.inputs import Dataset, load_one_gpu
 from cublas_audit.table.rundir import read_env
 

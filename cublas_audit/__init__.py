@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from cublas_audit.judge.finding import Finding
     from cublas_audit.judge.thresholds import Thresholds
     from cublas_audit.planning.cases import Case
-    from cublas_audit.run.sweep_setup import SweepOptions
+    from cublas_audit.run.sweep_options import SweepOptions
     from cublas_audit.table.inputs import Dataset
 
 __all__ = [
@@ -114,7 +114,7 @@ def run_sweep(options: SweepOptions) -> SweepResult:
 
 def __getattr__(name: str) -> object:
     if name == "SweepOptions":  # a dataclass, imported on first use like the rest
-        from cublas_audit.run.sweep_setup import SweepOptions
+        from cublas_audit.run.sweep_options import SweepOptions
 
         return SweepOptions
     raise AttributeError(f"module 'cublas_audit' has no attribute {name!r}")

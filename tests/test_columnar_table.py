@@ -168,7 +168,8 @@ def test_a_devices_map_is_judged_for_its_follow_up_with_the_collector_paused(
     import gc
 
     from cublas_audit.run import dispatch_map
-    from cublas_audit.run.sweep_setup import Measured, SweepOptions
+    from cublas_audit.run.sweep_options import SweepOptions
+    from cublas_audit.run.sweep_setup import Measured
     from cublas_audit.vocabulary import Phase
 
     seen: list[bool] = []

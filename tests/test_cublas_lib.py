@@ -28,7 +28,8 @@ from cublas_audit.planning.plan_file import read_plan
 from cublas_audit.resources import package_view
 from cublas_audit.run import sweep, sweep_setup
 from cublas_audit.run.probe_process import check_loaded_cublas, probe_environment
-from cublas_audit.run.sweep_setup import SweepOptions, checked, start_run
+from cublas_audit.run.sweep_options import SweepOptions
+from cublas_audit.run.sweep_setup import checked, start_run
 from cublas_audit.table import rundir
 from tests.fakeprobe import (
     SMOKE,

@@ -83,7 +83,7 @@ def test_two_shards_of_one_gpu_audit_at_once_and_merge(
     pytest.importorskip("cupy")
     pytest.importorskip("nvmath")
     from cublas_audit.planning.grid import plan_from_options
-    from cublas_audit.run.sweep_setup import SweepOptions
+    from cublas_audit.run.sweep_options import SweepOptions
 
     gpu = list_gpus()[0]
     twins = [gpu, Gpu(gpu.index + 100, gpu.uuid, gpu.name)]  # one device, two shard names

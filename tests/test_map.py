@@ -30,7 +30,7 @@ from cublas_audit.report import map_plots
 from cublas_audit.report.map_plots import switches
 from cublas_audit.run import dispatch_map
 from cublas_audit.run.sweep import Progress
-from cublas_audit.run.sweep_setup import SweepOptions
+from cublas_audit.run.sweep_options import SweepOptions
 from cublas_audit.table import rundir
 from cublas_audit.table.inputs import load_one_gpu
 from cublas_audit.table.rundir import FINDINGS_FILE, FOLLOW_UP_DIR

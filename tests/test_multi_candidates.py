@@ -26,7 +26,7 @@ from cublas_audit.judge import candidates
 from cublas_audit.planning.cases import candidate_problems
 from cublas_audit.planning.plan_file import read_plan
 from cublas_audit.run import multi_gpu, sweep
-from cublas_audit.run.sweep_setup import SweepOptions
+from cublas_audit.run.sweep_options import SweepOptions
 from cublas_audit.table import candidates_table, rundir
 from tests.fakeprobe import H100_RUN, Recorded, call_records, deadline, fake_probe, seen
 from tests.test_multi_gpu import DEADLINE_S, H100S, two_gpus  # noqa: F401 (a fixture)

@@ -38,7 +38,7 @@ from cublas_audit.planning.shards import work as estimated_work
 from cublas_audit.report import map_plots, units_report
 from cublas_audit.run import dispatch_map, multi_gpu, shard_processes
 from cublas_audit.run.sweep import Progress
-from cublas_audit.run.sweep_setup import SweepOptions
+from cublas_audit.run.sweep_options import SweepOptions
 from cublas_audit.table import inputs, rundir
 from cublas_audit.table.inputs import load_run
 from cublas_audit.table.validation import read_table

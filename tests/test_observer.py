@@ -12,7 +12,7 @@ from cublas_audit.errors import AuditError, ToolMissingError
 from cublas_audit.observe.observer import MAP_OBSERVERS, Observer
 from cublas_audit.run import probe_process, sweep_setup
 from cublas_audit.run.sweep import Progress
-from cublas_audit.run.sweep_setup import SweepOptions
+from cublas_audit.run.sweep_options import SweepOptions
 from cublas_audit.table import rundir
 from tests.fakeprobe import fake_probe, seen
 from tests.test_resume import CASES, DEADLINE_S, H100_RUN, deadline, stand_in_machine

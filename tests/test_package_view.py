@@ -86,7 +86,8 @@ def test_the_child_runs_in_the_view_whatever_directory_the_sweep_starts_in(
     """`python -m` and `-c` put the working directory first on sys.path: a sweep started from a
     checkout's root (whose cublas_audit/ lacks the mapped probes/) must not import that copy."""
     from cublas_audit.observe.environment import Environment
-    from cublas_audit.run.sweep_setup import SweepOptions, _config
+    from cublas_audit.run.sweep_options import SweepOptions
+    from cublas_audit.run.sweep_setup import _config
 
     decoy = tmp_path / "checkout"
     (decoy / PACKAGE).mkdir(parents=True)

@@ -88,7 +88,8 @@ def test_the_import_check_runs_while_the_machine_is_surveyed_and_speaks_after_it
     the survey of the machine (nvidia-smi, CuPy, ncu: seconds too) and runs beside it; a survey
     that finds no GPU is still the error said, as before."""
     from cublas_audit.planning.cases import Case
-    from cublas_audit.run.sweep_setup import SweepOptions, sweep
+    from cublas_audit.run.sweep_options import SweepOptions
+    from cublas_audit.run.sweep_setup import sweep
     from tests.fakeprobe import fake_probe, seen
 
     probe, _calls = fake_probe(tmp_path, behaviour="no-cupy")

@@ -29,7 +29,8 @@ from cublas_audit.jobs import fleet, measure
 from cublas_audit.observe import environment
 from cublas_audit.report import map_plots
 from cublas_audit.run import ray_connect, ray_fleet, ray_task, run_archive
-from cublas_audit.run.sweep_setup import SweepOptions, sweep
+from cublas_audit.run.sweep_options import SweepOptions
+from cublas_audit.run.sweep_setup import sweep
 from cublas_audit.table import rundir
 from cublas_audit.table.inputs import load_run
 from tests.conftest import without_map_pictures

@@ -23,7 +23,7 @@ from cublas_audit.planning.cases import Case
 from cublas_audit.planning.plan_file import PlanFile, write_plan
 from cublas_audit.planning.shards import PlanPart, ShardSpec, shard
 from cublas_audit.run import ray_connect, ray_fleet, ray_task, run_archive
-from cublas_audit.run.sweep_setup import SweepOptions
+from cublas_audit.run.sweep_options import SweepOptions
 from cublas_audit.table import rundir
 from tests.conftest import planning_noted, stop_here
 

@@ -32,7 +32,8 @@ from cublas_audit.observe import environment
 from cublas_audit.planning.plan_file import read_plan
 from cublas_audit.resources import PROBE_MODULE, package_view
 from cublas_audit.run import sweep_setup
-from cublas_audit.run.sweep_setup import SweepOptions, checked, start_run
+from cublas_audit.run.sweep_options import SweepOptions
+from cublas_audit.run.sweep_setup import checked, start_run
 from cublas_audit.table import rundir
 from tests.fakeprobe import (
     H100_RUN,

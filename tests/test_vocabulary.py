@@ -18,7 +18,7 @@ from cublas_audit.judge.finding import Finding, order
 from cublas_audit.judge.fixes import shape_fixes
 from cublas_audit.judge.grouping import members
 from cublas_audit.judge.map_audit import recorded_findings
-from cublas_audit.run.sweep_setup import SweepOptions, resumed
+from cublas_audit.run.sweep_options import SweepOptions, resumed
 from cublas_audit.table.json_records import record
 from cublas_audit.vocabulary import FixKind, FloorKind, Gate, Phase, Severity, Verdict
 from tests.conftest import REPORTS, audited_run

@@ -276,7 +276,7 @@ def map_command(
         if shapes_file is None and torch_trace is None:
             grid_options()
         if out is not None:
-            from cublas_audit.run.sweep_setup import check_new_run_dir
+            from cublas_audit.run.sweep_options import check_new_run_dir
 
             check_new_run_dir(out)
     join_ray_soon(engine, resume)  # (while the map is planned: a full grid's cases take seconds)

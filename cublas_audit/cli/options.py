@@ -19,7 +19,7 @@ from cublas_audit.errors import AuditError
 if TYPE_CHECKING:
     from cublas_audit.planning.cases import Case
     from cublas_audit.planning.grid import Variants
-    from cublas_audit.run.sweep_setup import SweepOptions
+    from cublas_audit.run.sweep_options import SweepOptions
     from cublas_audit.table.trace_record import TraceRecord
 
 # The problem grid, as `sweep` and `candidates` take it.
@@ -297,7 +297,7 @@ def run_options(
     """The run's options (SweepOptions) of a command line: its cases, run directory, probe, the
     command itself (recorded in the run) and the command's own `settings`."""
     from cublas_audit.run.probe_process import parse_probe_env
-    from cublas_audit.run.sweep_setup import SweepOptions
+    from cublas_audit.run.sweep_options import SweepOptions
 
     return SweepOptions(
         cases=cases,

@@ -12,7 +12,7 @@ from cublas_audit.errors import AuditError
 
 if TYPE_CHECKING:
     from cublas_audit.run.multi_gpu import Spread
-    from cublas_audit.run.sweep_setup import SweepOptions
+    from cublas_audit.run.sweep_options import SweepOptions
 
 
 def spread(

@@ -19,7 +19,8 @@ from cublas_audit.jobs.run_reports import write_map_report, write_run_report, wr
 from cublas_audit.planning.cases import candidate_problems
 from cublas_audit.run import ray_connect, ray_fleet
 from cublas_audit.run.ray_task import ShardSweep
-from cublas_audit.run.sweep_setup import SweepOptions, sweep
+from cublas_audit.run.sweep_options import SweepOptions
+from cublas_audit.run.sweep_setup import sweep
 from cublas_audit.table import rundir, shard_merge
 from cublas_audit.table.validation import read_table
 from cublas_audit.vocabulary import Phase

@@ -24,7 +24,8 @@ from cublas_audit.judge.thresholds import Thresholds
 from cublas_audit.observe.environment import Gpu
 from cublas_audit.run import dispatch_map, multi_gpu
 from cublas_audit.run.sweep import Progress
-from cublas_audit.run.sweep_setup import Measured, SweepOptions
+from cublas_audit.run.sweep_options import SweepOptions
+from cublas_audit.run.sweep_setup import Measured
 from cublas_audit.run.sweep_setup import sweep as measure
 from cublas_audit.table import rundir
 from cublas_audit.vocabulary import Phase

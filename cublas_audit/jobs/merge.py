@@ -33,7 +33,7 @@ from cublas_audit.judge.map_audit import map_findings
 from cublas_audit.judge.rules import prepare
 from cublas_audit.planning import plan_file
 from cublas_audit.run.dispatch_map import WRITE_FORK_ROWS
-from cublas_audit.run.sweep_setup import check_new_run_dir
+from cublas_audit.run.sweep_options import check_new_run_dir
 from cublas_audit.table import candidates_table, rundir, shard_merge
 from cublas_audit.table.env_record import EnvRecord
 from cublas_audit.table.trace_record import read_trace_record, write_trace_record

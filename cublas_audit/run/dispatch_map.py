@@ -35,7 +35,8 @@ from cublas_audit.planning.cases import Case, with_cause_removed_companions
 from cublas_audit.planning.plan_file import read_plan
 from cublas_audit.run import multi_gpu
 from cublas_audit.run.sweep import Progress
-from cublas_audit.run.sweep_setup import Measured, SweepOptions, sweep
+from cublas_audit.run.sweep_options import SweepOptions
+from cublas_audit.run.sweep_setup import Measured, sweep
 from cublas_audit.table import rundir
 from cublas_audit.table.env_record import EnvRecord
 from cublas_audit.vocabulary import Phase

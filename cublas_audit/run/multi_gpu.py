@@ -44,7 +44,8 @@ from cublas_audit.planning.shards import PlanPart, ShardSpec, shard
 from cublas_audit.run import shard_processes
 from cublas_audit.run.devices import check_models, device_indices, parse_devices
 from cublas_audit.run.sweep import Progress
-from cublas_audit.run.sweep_setup import SweepOptions, check_new_run_dir, default_run_dir
+from cublas_audit.run.sweep_options import SweepOptions, check_new_run_dir
+from cublas_audit.run.sweep_setup import default_run_dir
 from cublas_audit.table import candidates_table, rundir
 from cublas_audit.table.env_record import EnvRecord
 from cublas_audit.table.shard_merge import PlanOrder, in_plan_order, read_tables

@@ -49,7 +49,8 @@ from cublas_audit.run import ray_connect, ray_units
 from cublas_audit.run.multi_gpu import SHARDS_DIR
 from cublas_audit.run.ray_task import Home, ShardDone, ShardSweep, run_shard
 from cublas_audit.run.run_archive import unpack
-from cublas_audit.run.sweep_setup import SweepOptions, check_new_run_dir, sweep
+from cublas_audit.run.sweep_options import SweepOptions, check_new_run_dir
+from cublas_audit.run.sweep_setup import sweep
 from cublas_audit.table import rundir, shard_merge
 from cublas_audit.table.env_record import EnvRecord
 from cublas_audit.version import __version__

@@ -28,7 +28,8 @@ from pathlib import Path
 
 from cublas_audit.run import ray_units
 from cublas_audit.run.run_archive import pack
-from cublas_audit.run.sweep_setup import SweepOptions, sweep
+from cublas_audit.run.sweep_options import SweepOptions
+from cublas_audit.run.sweep_setup import sweep
 from cublas_audit.table import rundir
 
 ShardSweep = Callable[[SweepOptions], object]  # sweep_setup.sweep; tests stand in for the GPU

@@ -40,7 +40,8 @@ from cublas_audit.errors import AuditError, InterruptedSweepError
 from cublas_audit.planning.cases import Case
 from cublas_audit.planning.shards import PlanPart
 from cublas_audit.run.sweep import Progress
-from cublas_audit.run.sweep_setup import SweepOptions, sweep
+from cublas_audit.run.sweep_options import SweepOptions
+from cublas_audit.run.sweep_setup import sweep
 from cublas_audit.table import rundir
 
 START_METHOD: Final = "forkserver"  # forks of a fresh interpreter: never of this process
