@@ -6,8 +6,9 @@
 Runs `python -m pytest -q` as the README gives it (pyproject's addopts: a worker per core, none
 on two cores or fewer: tests/conftest.py) in a child process and reads what it cost: CPU time
 (user + system of pytest and of every worker and child process it waited for,
-resource.getrusage(RUSAGE_CHILDREN)), wall time, and the counts of its summary line. `--serial` adds `-n 0`. CPU time is the figure to compare: on a machine shared
-with other work the wall time says more about the neighbours. CPU time grows too when more
+resource.getrusage(RUSAGE_CHILDREN)), wall time, and the counts of its summary line. `--serial`
+adds `-n 0`. CPU time is the figure to compare: on a machine shared with other work the wall
+time says more about the neighbours. CPU time grows too when more
 processes than cores are running (they share caches and cores), so each run records the load
 average before and after it. The figures measured before the work on the suite's speed are kept
 in the JSON beside the new ones (BEFORE). `--per-test` also records each test's CPU seconds
