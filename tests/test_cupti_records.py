@@ -5,10 +5,6 @@ cupti-python's own records of the same kernels."""
 
 from __future__ import annotations
 
-import json
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -17,9 +13,7 @@ import pytest
 
 from cublas_audit.device import cupti_records
 from cublas_audit.device.cupti_tracer import KernelLaunch
-
-needs_cc = pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler (cc) here")
-FAKE = Path(__file__).resolve().parent / "fake_cuda" / "fake_cupti.c"
+from tests.fake_libraries import against_the_fake, needs_cc
 
 # fake_cupti.c's record, named as cupti-python names CUPTI's (fields at C's own offsets)
 RECORD = np.dtype(
@@ -91,16 +85,8 @@ print(json.dumps({
 
 
 def run_child(tmp_path: Path) -> dict[str, Any]:
-    fake = tmp_path / "libcupti.so.13"
-    flags = ["-O1", "-shared", "-fPIC", "-o", str(fake), str(FAKE)]
-    subprocess.run(["cc", *flags], check=True)
     tests = str(Path(__file__).resolve().parent)
-    done = subprocess.run(
-        [sys.executable, "-c", CHILD, str(fake), str(tmp_path / "cache"), tests],
-        capture_output=True, text=True, check=True, timeout=60,
-    )  # fmt: skip
-    found: dict[str, Any] = json.loads(done.stdout)
-    return found
+    return against_the_fake(tmp_path, CHILD, tests, source="fake_cupti.c", name="libcupti.so.13")
 
 
 @needs_cc

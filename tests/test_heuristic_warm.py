@@ -10,7 +10,6 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import json
-import shutil
 from pathlib import Path
 
 import pandas as pd
@@ -23,15 +22,12 @@ from cublas_audit.planning.cases import Case
 from cublas_audit.planning.chunks import chunk_groups
 from cublas_audit.planning.plan_file import read_plan
 from cublas_audit.table.inputs import Dataset, load_one_gpu
+from tests.fake_libraries import against_the_fake, needs_cc
 
 PLAN = Path(__file__).resolve().parent.parent / "reports/h100/maps/20261125-092546-bf16-random"
 # cublas_api.h / library_types.h: CUBLAS_OP_N 0, CUBLAS_OP_T 1, CUDA_R_16BF 14, CUDA_R_32F 0,
 # CUBLAS_COMPUTE_32F 68
 OP_T, CUDA_R_16BF, CUDA_R_32F, COMPUTE_32F = 1, 14, 0, 68
-
-
-# the C parts need a C compiler, as the map does to warm anything (it maps without, slower)
-needs_cc = pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler (cc) here")
 
 
 @pytest.fixture(scope="module")
@@ -266,19 +262,7 @@ def test_the_workers_run_each_coming_call_once_inside_a_capture_within_the_windo
     tmp_path: Path, cache: Path, library: ctypes.CDLL
 ) -> None:
     # data/heuristic_warm.c's threads against a stand-in for libcuda and libcublas
-    # (tests/fake_cuda/fake_cuda.c, loaded in a child so that this process never sees it)
-    import subprocess
-    import sys
-
-    fake = tmp_path / "libcuda.so.1"
-    source = Path(__file__).resolve().parent / "fake_cuda" / "fake_cuda.c"
-    flags = ["-O1", "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o", str(fake), str(source)]
-    subprocess.run(["cc", *flags, "-lpthread"], check=True)
-    done = subprocess.run(
-        [sys.executable, "-c", WORKERS_CHILD, str(fake), str(cache)],
-        capture_output=True, text=True, check=True, timeout=60,
-    )  # fmt: skip
-    found = json.loads(done.stdout)
+    found = against_the_fake(tmp_path, WORKERS_CHILD, cache=cache)
     first, second, stopped = found["first"], found["second"], found["stopped"]
     assert first["calls"] == 9 and first["counts"] == [8, 1, 0]  # warmed, refused, late
     assert sorted(row[1] for row in first["each"]) == [13, 100, 101, 102, 103, 104, 106, 108, 109]

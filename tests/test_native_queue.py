@@ -10,12 +10,7 @@ as the Python engine) is tests/test_gpu_map_engine.py's."""
 from __future__ import annotations
 
 import ctypes
-import json
-import shutil
-import subprocess
-import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -23,9 +18,9 @@ from cublas_audit.device import check_chunk, native, native_queue, quick_check
 from cublas_audit.device.map_engine import MapEngine
 from cublas_audit.planning.cases import Case
 from cublas_audit.planning.plan_file import read_plan
+from tests.fake_libraries import against_the_fake, needs_cc
 
 PLAN = Path(__file__).resolve().parent.parent / "reports/h100/maps/20261125-092546-bf16-random"
-needs_cc = pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler (cc) here")
 MEMSET, EVENT, GEMM, LAUNCH, COPY_UP, COPY_DOWN, ARGS = 1, 2, 3, 4, 5, 6, 7  # fake_cuda.c's
 CHECK, CASE_END, MARKER, POISON = 0x100, 0x300, 0x400, 0x500  # the kernels' stand-in handles
 A, B, C, BIAS = 0x10000, 0x20000, 0x30000, 0x40000  # the pooled operands' stand-in addresses
@@ -93,22 +88,6 @@ def test_a_chunks_check_holds_each_problems_job_in_its_own_slots() -> None:
     (job,) = check_chunk.planned([batched], [pick], [0], on, INDICES, SUMS, SCRATCH).jobs
     assert pick.entries == (0, 3)
     assert (job["entries"], job["columns"], job["slots"]) == (INDICES, INDICES + 4 * 2, 2)
-
-
-def against_the_fake(tmp_path: Path, script: str, *more: str) -> dict[str, Any]:
-    """What `script` prints (JSON), run in a child with tests/fake_cuda's stand-in for libcuda
-    and libcublas (argv[1]) loaded, so that this process never sees it; argv[2]: a cache for
-    the compiled library."""
-    fake = tmp_path / "libcuda.so.1"
-    source = Path(__file__).resolve().parent / "fake_cuda" / "fake_cuda.c"
-    flags = ["-O1", "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o", str(fake), str(source)]
-    subprocess.run(["cc", *flags, "-lpthread"], check=True)
-    done = subprocess.run(
-        [sys.executable, "-c", script, str(fake), str(tmp_path / "cache"), *more],
-        capture_output=True, text=True, check=True, timeout=60,
-    )  # fmt: skip
-    found: dict[str, Any] = json.loads(done.stdout)
-    return found
 
 
 CHILD = r"""
