@@ -66,9 +66,9 @@ from large_table import tile  # noqa: E402
 from cublas_audit import forked  # noqa: E402
 from cublas_audit.gc_pause import collector_paused  # noqa: E402
 from cublas_audit.jobs import merge, run_reports  # noqa: E402
+from cublas_audit.planning import plan_file  # noqa: E402
 from cublas_audit.planning.cases import Case  # noqa: E402
 from cublas_audit.planning.map_grid import Grid, grid_plan  # noqa: E402
-from cublas_audit.planning.plan_file import write_plan  # noqa: E402
 from cublas_audit.planning.shards import PlanPart, ShardSpec  # noqa: E402
 from cublas_audit.report import map_report  # noqa: E402
 from cublas_audit.table import rundir  # noqa: E402
@@ -110,8 +110,8 @@ def write_shards(frame: pd.DataFrame, count: int, root: Path) -> list[Path]:
         cases = part.cases()
         path = root / f"gpu{index - 1}"
         path.mkdir(parents=True)
-        write_plan(cases, path / rundir.PLAN_FILE)
-        write_plan(whole, path / rundir.WHOLE_PLAN_FILE)
+        plan_file.write(cases, path / rundir.PLAN_FILE)
+        plan_file.write(whole, path / rundir.WHOLE_PLAN_FILE)
         rows = by_id.loc[[case.case_id for case in cases]].reset_index(drop=True)
         rundir.write_run_table(rows, path)  # as a shard's sweep writes it (run.run_table)
         rundir.write_env(path, {**env, **part.record(), "device_index": index - 1})
@@ -236,7 +236,7 @@ def full_grid_plan_kb(root: Path) -> float:
     """plan.json of the real full grid of one mode, as the project writes it (KB)."""
     grid = Grid.parse("", FULL_GRID, FULL_GRID, FULL_GRID)
     path = root / "full-grid-plan.json"
-    write_plan(grid_plan(grid, [1], ["bf16"], ["cublas"]), path)
+    plan_file.write(grid_plan(grid, [1], ["bf16"], ["cublas"]), path)
     return round(path.stat().st_size / 1e3, 1)
 
 

@@ -33,8 +33,8 @@ import pandas as pd
 
 from cublas_audit.jobs.atlas import AtlasJob
 from cublas_audit.jobs.atlas import run as atlas
+from cublas_audit.planning import plan_file
 from cublas_audit.planning.cases import Case
-from cublas_audit.planning.plan_file import write_plan
 from cublas_audit.table import dispatch, rundir
 from cublas_audit.table.atlas_files import GRID_FILE
 from cublas_audit.table.inputs import load_one_gpu
@@ -57,7 +57,7 @@ def tiled_map(run: Path) -> int:
     frame = frame.assign(m=m, n=n, k=k, case_id=[case.case_id for case in cases])
     run.mkdir(parents=True)
     dispatch.write_table(frame, run / rundir.TABLE_FILE)
-    write_plan(cases, run / rundir.PLAN_FILE)
+    plan_file.write(cases, run / rundir.PLAN_FILE)
     env = rundir.read_env(RECORDED)
     grid = f"{SIZES.start}:{SIZES.stop - 1}:{SIZES.step}"
     command = ["cublas-audit", "map", "--m", grid, "--n", grid, "--k", grid, "--modes", "fp32"]

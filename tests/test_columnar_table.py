@@ -13,7 +13,8 @@ import pandas as pd
 import pytest
 
 from cublas_audit.jobs import merge
-from cublas_audit.planning.plan_file import read_plan, write_plan
+from cublas_audit.planning import plan_file
+from cublas_audit.planning.plan_file import read_plan
 from cublas_audit.planning.shards import PlanPart, ShardSpec
 from cublas_audit.table import rundir, shard_merge
 from cublas_audit.table.inputs import load_run
@@ -67,8 +68,8 @@ def test_columnar_shards_merge_into_a_columnar_run(
         part = PlanPart.of(ShardSpec(index, 2), whole)
         path = tmp_path / f"shard-{index}"
         path.mkdir()
-        write_plan(part.cases(), path / rundir.PLAN_FILE)
-        write_plan(whole, path / rundir.WHOLE_PLAN_FILE)
+        plan_file.write(part.cases(), path / rundir.PLAN_FILE)
+        plan_file.write(whole, path / rundir.WHOLE_PLAN_FILE)
         ids = {case.case_id for case in part.cases()}
         assert rundir.write_run_table(frame[frame["case_id"].isin(ids)], path).suffix == ".parquet"
         rundir.write_env(path, {**rundir.read_env(MAP), **part.record()})

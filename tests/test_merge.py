@@ -22,8 +22,9 @@ from typer.testing import CliRunner
 from cublas_audit.cli import app
 from cublas_audit.jobs import fleet, merge
 from cublas_audit.judge.map_audit import map_findings
+from cublas_audit.planning import plan_file
 from cublas_audit.planning.cases import Case, candidate_problems
-from cublas_audit.planning.plan_file import read_plan, write_plan
+from cublas_audit.planning.plan_file import read_plan
 from cublas_audit.planning.shards import PlanPart, ShardSpec
 from cublas_audit.report import map_plots
 from cublas_audit.table import candidates_table, dispatch, rundir, shard_merge
@@ -52,8 +53,8 @@ def split(run: Path, count: int, where: Path) -> list[Path]:
         part = PlanPart.of(ShardSpec(index, count), whole)
         path = where / f"shard-{index}"
         path.mkdir(parents=True)
-        write_plan(part.cases(), path / rundir.PLAN_FILE)
-        write_plan(whole, path / rundir.WHOLE_PLAN_FILE)
+        plan_file.write(part.cases(), path / rundir.PLAN_FILE)
+        plan_file.write(whole, path / rundir.WHOLE_PLAN_FILE)
         ids = [case.case_id for case in part.cases()]
         dispatch.write_table(frame[frame["case_id"].isin(ids)], path / rundir.TABLE_FILE)
         if candidates is not None:  # a sweep --candidates shard audits its cases' problems

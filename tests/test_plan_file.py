@@ -17,7 +17,7 @@ from cublas_audit.planning.cases import Case
 from cublas_audit.planning.grid import Variants
 from cublas_audit.planning.map_grid import Grid, grid_plan
 from cublas_audit.planning.map_grid import plan as map_plan
-from cublas_audit.planning.plan_file import plan_case_ids, read_plan, write_plan
+from cublas_audit.planning.plan_file import plan_case_ids, read_plan
 from cublas_audit.planning.shards import PlanPart, ShardSpec, fingerprint, shard
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -36,7 +36,7 @@ def grid_cases() -> list[Case]:
 def test_a_grid_is_written_as_its_axes_and_reads_back_as_its_cases(tmp_path: Path) -> None:
     cases = grid_cases()
     path = tmp_path / "plan.json"
-    write_plan(cases, path)
+    plan_file.write(cases, path)
     stated = json.loads(path.read_text())
     assert [name for name, _ in stated["axes"]] == ["m", "n", "k", "mode", "transa"]
     assert stated["constant"]["api"] == "cublas" and "columns" not in stated
@@ -49,7 +49,7 @@ def test_ids_where_only_the_sizes_vary_are_the_cases_ids(tmp_path: Path) -> None
     """(their fast path: the rest of each id is the same text)"""
     grid = Grid.parse("", "64,4096", "64:192:64", "128")
     cases = grid_plan(grid, [8], ["tf32"], ["cublasLt"], Variants(layouts=("tn",)))
-    write_plan(cases, tmp_path / "plan.json")
+    plan_file.write(cases, tmp_path / "plan.json")
     assert plan_case_ids(tmp_path / "plan.json") == [case.case_id for case in cases]
     assert cases[0].case_id == "cublasLt.tf32.64x64x128.b8.tn"
 
@@ -74,7 +74,7 @@ def test_a_part_of_a_plan_is_written_as_columns_or_runs(tmp_path: Path) -> None:
     """A shard's part is no product: its varying fields listed, a sorted one as runs."""
     part = ShardSpec(2, 3).cases(grid_cases())
     path = tmp_path / "plan.json"
-    write_plan(part, path)
+    plan_file.write(part, path)
     columns = json.loads(path.read_text())["columns"]
     assert "runs" in columns["m"] and "values" in columns["k"]
     assert read_plan(path) == part

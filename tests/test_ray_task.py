@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 from cublas_audit.errors import AuditError
 from cublas_audit.planning import map_grid, plan_file
 from cublas_audit.planning.cases import Case
-from cublas_audit.planning.plan_file import PlanFile, write_plan
+from cublas_audit.planning.plan_file import PlanFile
 from cublas_audit.planning.shards import PlanPart, ShardSpec, shard
 from cublas_audit.run import ray_connect, ray_fleet, ray_task, run_archive
 from cublas_audit.run.sweep_options import SweepOptions
@@ -53,7 +53,7 @@ class Recorder:
         self.seen.append(options)
         assert options.out is not None and not options.out.exists()  # (sweep refuses one)
         options.out.mkdir(parents=True)
-        write_plan(options.cases, options.out / rundir.PLAN_FILE)
+        plan_file.write(options.cases, options.out / rundir.PLAN_FILE)
         (options.out / rundir.TIME_RESULTS).write_text('{"event": "probe"}\n')
         return None
 
@@ -84,7 +84,7 @@ def sent(tmp_path: Path) -> tuple[SweepOptions, Path]:
     """Shard 2 of 3 of a run whose directory the driver made (its plan.json)."""
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    write_plan(grid(), run_dir / rundir.PLAN_FILE)
+    plan_file.write(grid(), run_dir / rundir.PLAN_FILE)
     part = PlanPart.of(ShardSpec(2, 3), PlanFile.of(grid()))
     options = SweepOptions(cases=[], part=part, gpu_label="h100", command=["x"])
     return options, run_dir / "shards" / "shard-2"

@@ -24,7 +24,8 @@ import pandas as pd
 import pytest
 
 from cublas_audit.errors import AuditError, InterruptedSweepError
-from cublas_audit.planning.plan_file import read_plan, write_plan
+from cublas_audit.planning import plan_file
+from cublas_audit.planning.plan_file import read_plan
 from cublas_audit.run import sweep
 from cublas_audit.run.probe_process import ProbeCommand
 from cublas_audit.table import rundir
@@ -48,7 +49,7 @@ def new_run_dir(tmp_path: Path, recorded: Path) -> Path:
     """A started run directory: the recorded run's plan and environment, nothing measured."""
     run_dir = tmp_path / "run"
     (run_dir / NCU_DIR).mkdir(parents=True)
-    write_plan(read_plan(recorded / PLAN_FILE), run_dir / PLAN_FILE)
+    plan_file.write(read_plan(recorded / PLAN_FILE), run_dir / PLAN_FILE)
     rundir.write_env(run_dir, rundir.read_env(recorded))
     return run_dir
 

@@ -304,15 +304,11 @@ def read(path: Path) -> PlanFile:
 
 
 def write(plan: PlanFile | Sequence[Case], path: Path) -> None:
+    """plan.json, stated: a grid as its axes, else its columns."""
     stated = plan if isinstance(plan, PlanFile) else PlanFile.of(plan)
     text = json.dumps(stated.to_json(), separators=(",", ":")) + "\n"
     write_text_atomic(path, text)
     _keep(hashlib.blake2b(text.encode(), digest_size=16).digest(), stated)
-
-
-def write_plan(cases: Sequence[Case], path: Path) -> None:
-    """plan.json, stated: a grid as its axes, else its columns."""
-    write(cases, path)
 
 
 def read_plan(path: Path, checked: bool = False) -> list[Case]:

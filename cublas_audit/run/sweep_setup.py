@@ -26,7 +26,6 @@ from cublas_audit.observe.observer import MAP_OBSERVERS, Observer
 from cublas_audit.planning import plan_file
 from cublas_audit.planning.cases import Case
 from cublas_audit.planning.grid import check_label, label_from_gpu_name
-from cublas_audit.planning.plan_file import write_plan
 from cublas_audit.planning.shards import PlanPart
 from cublas_audit.resources import package_view
 from cublas_audit.run import probe_process
@@ -236,7 +235,7 @@ def start_run(config: SweepConfig, env: environment.Environment, options: SweepO
     is measured, so that the run describes itself and --resume restores it."""
     config.run_dir.mkdir(parents=True, exist_ok=True)
     (config.run_dir / rundir.NCU_DIR).mkdir(exist_ok=True)
-    write_plan(config.cases, config.run_dir / rundir.PLAN_FILE)
+    plan_file.write(config.cases, config.run_dir / rundir.PLAN_FILE)
     if options.part is not None:
         plan_file.write(options.part.plan, config.run_dir / rundir.WHOLE_PLAN_FILE)
     if options.trace is not None:
